@@ -1,0 +1,1 @@
+"""AiGateway: the one place that talks to models."""

@@ -1,0 +1,1 @@
+"""JobService: durable background AI jobs over gRPC."""

@@ -1,0 +1,1 @@
+"""The job domain: states, rules and policies. No gRPC, no SQL here."""

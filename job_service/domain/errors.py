@@ -1,0 +1,53 @@
+"""The service's own exceptions. Storage raises them instead of driver errors; the
+transport layer maps each to one gRPC status in one place (transport/errors.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class JobServiceError(Exception):
+    """Base of every error the service raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    field: str
+    description: str
+
+
+class InvalidRequestError(JobServiceError):
+    def __init__(self, violations: list[FieldViolation]) -> None:
+        self.violations = violations
+        super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
+
+
+class DuplicateJobError(JobServiceError):
+    def __init__(self, existing_job_id: str) -> None:
+        self.existing_job_id = existing_job_id
+        super().__init__(f"an active job already exists for this job type and target: {existing_job_id}")
+
+
+class JobNotFoundError(JobServiceError):
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} not found")
+
+
+class InvalidJobStateError(JobServiceError):
+    def __init__(self, job_id: str, status: str, wanted: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(f"job {job_id} is {status}; {wanted}")
+
+
+class StorageUnavailableError(JobServiceError):
+    """The database could not be reached or refused the work."""
+
+
+class LeaseLostError(JobServiceError):
+    """A write about a claimed job found another claim token: someone else owns it now."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id}: lease lost, the outcome was not written")

@@ -1,0 +1,200 @@
+"""Jobs as the rest of the service sees them: frozen values built from rows.
+
+The wire format (protobuf) and the storage format (SQLAlchemy rows) are turned
+into these at their own boundaries; nothing else crosses layers.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+JsonDict = dict[str, Any]
+
+
+class JobType(enum.StrEnum):
+    """Kinds of work; the values are the plain words stored in `async_jobs.job_type`."""
+
+    CARD_ANALYSIS = "CARD_ANALYSIS"
+    TIL_GENERATION = "TIL_GENERATION"
+    RECALL_GENERATION = "RECALL_GENERATION"
+
+
+class JobStatus(enum.StrEnum):
+    """Job states; the values are the plain words stored in `async_jobs.status`."""
+
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        """Active jobs hold the (job_type, target_id) slot of the unique index."""
+        return self in ACTIVE_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+ACTIVE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.PROCESSING})
+
+# The only transitions that ever happen (CONTRACT.md, "States").
+ALLOWED_TRANSITIONS: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
+    {
+        (JobStatus.PENDING, JobStatus.PROCESSING),
+        (JobStatus.PROCESSING, JobStatus.COMPLETED),
+        (JobStatus.PROCESSING, JobStatus.FAILED),
+        (JobStatus.PROCESSING, JobStatus.PENDING),  # automatic retry, or given back at shutdown
+        (JobStatus.PROCESSING, JobStatus.PROCESSING),  # lease expired, claimed again
+        (JobStatus.FAILED, JobStatus.PENDING),  # RetryFailed
+        (JobStatus.PENDING, JobStatus.CANCELLED),
+        (JobStatus.PROCESSING, JobStatus.CANCELLED),
+    }
+)
+
+
+def can_transition(source: JobStatus, target: JobStatus) -> bool:
+    return (source, target) in ALLOWED_TRANSITIONS
+
+
+class OnDuplicate(enum.Enum):
+    REJECT = "REJECT"
+    RETURN_EXISTING = "RETURN_EXISTING"
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttempt:
+    """One attempt at running a job, kept across retries."""
+
+    attempt: int
+    start_time: datetime
+    end_time: datetime | None = None
+    error_code: str = ""
+    error_reason: str = ""
+    error_message: str = ""
+
+    def to_json(self) -> JsonDict:
+        return {
+            "attempt": self.attempt,
+            "start_time": self.start_time.isoformat(),
+            "end_time": self.end_time.isoformat() if self.end_time else None,
+            "error_code": self.error_code,
+            "error_reason": self.error_reason,
+            "error_message": self.error_message,
+        }
+
+    @classmethod
+    def from_json(cls, data: JsonDict) -> JobAttempt:
+        end = data.get("end_time")
+        return cls(
+            attempt=int(data["attempt"]),
+            start_time=datetime.fromisoformat(data["start_time"]),
+            end_time=datetime.fromisoformat(end) if end else None,
+            error_code=data.get("error_code") or "",
+            error_reason=data.get("error_reason") or "",
+            error_message=data.get("error_message") or "",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as stored. `request_params` and `result` are JSON objects whose keys are
+    the proto field names of the job type's input and result messages."""
+
+    id: str
+    job_type: JobType
+    status: JobStatus
+    target_id: str
+    request_params: JsonDict
+    requested_by: str
+    request_id: str | None
+    result: JsonDict | None
+    error_message: str | None
+    error_code: str | None
+    error_reason: str | None
+    attempt_count: int
+    max_attempts: int
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    failed_at: datetime | None
+    cancelled_at: datetime | None
+    cancel_reason: str | None
+    next_attempt_at: datetime | None
+    lease_expires_at: datetime | None
+    claim_token: str | None
+    attempts: tuple[JobAttempt, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """What Enqueue asks to store, after validation."""
+
+    job_type: JobType
+    target_id: str
+    request_params: JsonDict
+    requested_by: str
+    request_id: str | None
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A job a worker owns until `lease_expires_at`; writes about it carry `token`."""
+
+    job: Job
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt, ready to store: code name, ErrorInfo reason, readable message."""
+
+    code: str
+    reason: str
+    message: str
+    transient: bool
+    # Lower bound of the delay before the next attempt (the gateway's RetryInfo).
+    retry_after_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Criteria shared by ListJobs, RetryFailed and the stream feed; AND-combined."""
+
+    job_ids: tuple[str, ...] = ()
+    statuses: tuple[JobStatus, ...] = ()
+    job_types: tuple[JobType, ...] = ()
+    target_ids: tuple[str, ...] = ()
+    error_message_contains: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    failed_after: datetime | None = None
+    failed_before: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryOutcome:
+    matched_count: int
+    retried_ids: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]  # (job_id, reason)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCount:
+    job_type: JobType
+    status: JobStatus
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    counts: tuple[JobCount, ...]
+    oldest_pending_created_at: datetime | None

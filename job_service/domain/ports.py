@@ -1,0 +1,119 @@
+"""The ports the service's core depends on. Storage implements JobStore; the worker
+and the servicers depend on this Protocol, never on a session or an engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from job_service.domain.model import (
+    Claim,
+    Failure,
+    Job,
+    JobFilter,
+    JobStats,
+    JsonDict,
+    NewJob,
+    OnDuplicate,
+    RetryOutcome,
+)
+
+
+class JobStore(Protocol):
+    """Everything the service does to `async_jobs`. Every method is one transaction
+    (or one atomic statement); every write that changes a job returns the job as it
+    now is, so callers can publish the change. Driver errors surface as
+    StorageUnavailableError."""
+
+    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        """Insert a PENDING job and commit. Returns (job, deduplicated).
+
+        A known `request_id` returns its job (deduplicated=True). An active job for
+        (job_type, target_id), detected by the partial unique index, raises
+        DuplicateJobError, or with RETURN_EXISTING returns that job."""
+        ...
+
+    async def get(self, job_id: str) -> Job:
+        """One job, or JobNotFoundError."""
+        ...
+
+    async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
+        """The jobs that exist among `job_ids` (unknown ids are left out)."""
+        ...
+
+    async def list_jobs(
+        self, job_filter: JobFilter, page_size: int, page_token: str | None
+    ) -> tuple[list[Job], str | None]:
+        """A page of jobs, newest first (created_at DESC, id DESC), keyset-paged.
+        Returns (jobs, next_page_token or None on the last page). A malformed
+        token raises InvalidRequestError on field `page_token`."""
+        ...
+
+    async def claim(self, limit: int, lease_seconds: float) -> list[Claim]:
+        """Atomically take up to `limit` due jobs: PENDING with next_attempt_at unset
+        or past, and PROCESSING whose lease expired (re-claim: that lost attempt is
+        closed with LEASE_EXPIRED). Each becomes PROCESSING with a fresh claim token,
+        lease_expires_at = now + lease, attempt_count + 1, started_at = now and a
+        new open attempt record. Expired jobs that already used max_attempts become
+        FAILED (error_code LEASE_EXPIRED) instead and are not returned; call
+        `fail_exhausted_leases` for that. Oldest due first. SKIP LOCKED on PostgreSQL."""
+        ...
+
+    async def fail_exhausted_leases(self) -> list[Job]:
+        """PROCESSING jobs whose lease expired and whose attempts are used up become
+        FAILED with error_code LEASE_EXPIRED. Returns them."""
+        ...
+
+    async def renew_lease(self, job_id: str, token: str, lease_seconds: float) -> bool:
+        """Push the lease of a job we own forward. False if the token no longer matches."""
+        ...
+
+    async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
+        """PROCESSING -> COMPLETED with the result, if `token` still owns the job;
+        else LeaseLostError. Closes the open attempt record."""
+        ...
+
+    async def fail(
+        self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
+    ) -> Job:
+        """Record a failed attempt if `token` still owns the job (else LeaseLostError).
+        With `retry_at`: back to PENDING with next_attempt_at = retry_at. Without:
+        FAILED with failed_at = now. error_message/code/reason are stored as given
+        (already truncated by the caller)."""
+        ...
+
+    async def release(self, job_id: str, token: str) -> Job | None:
+        """Give a claimed job back as PENDING without charging the attempt (clean
+        shutdown): attempt_count - 1 and the open attempt record dropped. None if
+        the token no longer owns it."""
+        ...
+
+    async def cancel(self, job_id: str, reason: str) -> Job:
+        """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
+        late write is refused). JobNotFoundError, or InvalidJobStateError if terminal."""
+        ...
+
+    async def retry_failed(
+        self, job_filter: JobFilter, limit: int, dry_run: bool, extra_attempts: int
+    ) -> RetryOutcome:
+        """Move FAILED jobs matching the filter (at most `limit`, oldest failure first)
+        back to PENDING, due now: attempt_count and the attempt history are kept,
+        max_attempts becomes attempt_count + extra_attempts (a fresh round), the
+        error fields stay until the next outcome, failed_at is cleared. Each job moves at most once however many
+        calls race. A job whose (job_type, target_id) already has an active job is
+        skipped with a reason."""
+        ...
+
+    async def stats(self) -> JobStats:
+        """Counts by (job_type, status) and the created_at of the oldest PENDING job."""
+        ...
+
+    async def next_due_at(self) -> datetime | None:
+        """The earliest time a PENDING job becomes due or a lease expires (for the
+        worker's sleep); None if nothing waits."""
+        ...
+
+    async def close(self) -> None:
+        """Dispose of the engine."""
+        ...
