@@ -117,3 +117,13 @@ class JobStore(Protocol):
     async def close(self) -> None:
         """Dispose of the engine."""
         ...
+
+
+class AiGateway(Protocol):
+    """The model-side port: run one job's AI work."""
+
+    async def run(self, job: Job, timeout: float) -> JsonDict:
+        """Do the job's work within `timeout` seconds and return its result as a JSON
+        object keyed by the job type's result message field names. Failures raise
+        `job_service.domain.failures.GatewayCallError`."""
+        ...

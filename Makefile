@@ -1,0 +1,58 @@
+# san-jobs tasks. `make help` lists them. Everything installs into .venv/ and
+# node_modules/ inside the checkout: nothing global but what apt provides.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BUF := node_modules/.bin/buf
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install proto proto-baseline lint buf-lint buf-breaking test test-fast bench run clean browser
+
+help: ## List the tasks
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml package.json
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	npm install --no-audit --no-fund --loglevel=error
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv with the project and dev tools, and the buf CLI (npm)
+
+proto: $(STAMP) ## Regenerate all Python code in gen/ from proto/
+	$(PY) scripts/gen_proto.py
+
+proto-baseline: $(STAMP) ## Record the current contract as the released baseline for buf breaking
+	$(BUF) build -o contract/baseline.binpb
+
+buf-lint: $(STAMP)
+	$(BUF) lint
+
+buf-breaking: $(STAMP)
+	$(BUF) breaking --against contract/baseline.binpb
+
+lint: $(STAMP) buf-lint buf-breaking ## ruff, mypy --strict and buf on everything hand-written
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+browser: ## Install Debian's Chromium for the page tests (needs root)
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+test: $(STAMP) browser ## Run every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
+	$(VENV)/bin/pytest
+
+test-fast: $(STAMP) ## Unit tests only
+	$(VENV)/bin/pytest tests/unit
+
+bench: $(STAMP) ## Print the performance figures (bench/)
+	$(PY) bench/run_all.py
+
+run: $(STAMP) ## Run AiGateway and JobService (SQLite, built-in AI backend); Ctrl-C stops both
+	$(PY) scripts/run.py
+
+clean: ## Remove build and test leftovers (keeps .venv and var/)
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

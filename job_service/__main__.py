@@ -1,0 +1,3 @@
+from job_service.cli import main
+
+main()

@@ -1,0 +1,168 @@
+"""The service's use cases, between the gRPC servicer and the ports: every write
+is committed by the store first, then published to streams and, when it makes a
+job due, wakes the worker. Changes announced by other instances (PostgreSQL
+NOTIFY) come in through `on_remote_change`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from job_service.domain.errors import JobNotFoundError
+from job_service.domain.model import (
+    Job,
+    JobFilter,
+    JobStats,
+    JobStatus,
+    NewJob,
+    OnDuplicate,
+    RetryOutcome,
+)
+from job_service.domain.ports import JobStore
+from job_service.updates import UpdateHub
+from job_service.worker import Worker
+
+log = logging.getLogger(__name__)
+
+GET_MANY_CHUNK = 500
+
+
+class BatchLoader:
+    """Coalesces concurrent reads (e.g. a burst of 1,000 streams opening) into a few
+    `get_many` queries instead of one query each."""
+
+    def __init__(self, store: JobStore) -> None:
+        self._store = store
+        self._waiting: list[tuple[Sequence[str], asyncio.Future[dict[str, Job]]]] = []
+        self._scheduled = False
+
+    async def load(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        future: asyncio.Future[dict[str, Job]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((job_ids, future))
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._dispatch()))
+        return await future
+
+    async def _dispatch(self) -> None:
+        waiting, self._waiting, self._scheduled = self._waiting, [], False
+        wanted = list(dict.fromkeys(job_id for ids, _ in waiting for job_id in ids))
+        try:
+            found: dict[str, Job] = {}
+            for start in range(0, len(wanted), GET_MANY_CHUNK):
+                for job in await self._store.get_many(wanted[start : start + GET_MANY_CHUNK]):
+                    found[job.id] = job
+        except Exception as error:
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for ids, future in waiting:
+            if not future.done():
+                future.set_result({i: found[i] for i in ids if i in found})
+
+
+class JobApplication:
+    def __init__(
+        self,
+        store: JobStore,
+        hub: UpdateHub,
+        worker: Worker,
+        instance_id: str,
+        attempts_per_round: int,
+    ) -> None:
+        self.store = store
+        self.hub = hub
+        self.worker = worker
+        self.instance_id = instance_id
+        self._attempts_per_round = attempts_per_round
+        self._loader = BatchLoader(store)
+
+    # -- commands --------------------------------------------------------------
+
+    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        job, deduplicated = await self.store.enqueue(new, on_duplicate)
+        if not deduplicated:
+            # Committed: only now may anyone hear of it.
+            log.info(
+                "job_id=%s enqueued: %s target_id=%s by %s",
+                job.id,
+                job.job_type.value,
+                job.target_id,
+                job.requested_by or "-",
+            )
+            self.hub.publish([job])
+            self.worker.wake()
+        return job, deduplicated
+
+    async def cancel(self, job_id: str, reason: str) -> Job:
+        job = await self.store.cancel(job_id, reason)
+        log.info("job_id=%s cancelled: %s", job.id, reason or "no reason given")
+        self.hub.publish([job])
+        self.worker.cancel_local([job.id])
+        return job
+
+    async def retry_failed(
+        self, job_filter: JobFilter, limit: int, dry_run: bool, requested_by: str
+    ) -> RetryOutcome:
+        outcome = await self.store.retry_failed(
+            job_filter, limit, dry_run, extra_attempts=self._attempts_per_round
+        )
+        if dry_run:
+            log.info(
+                "retry-failed dry run by %s: %d matched", requested_by or "-", outcome.matched_count
+            )
+            return outcome
+        for job_id in outcome.retried_ids:
+            log.info("job_id=%s moved FAILED -> PENDING by RetryFailed (%s)", job_id, requested_by or "-")
+        for job_id, reason in outcome.skipped:
+            log.info("job_id=%s skipped by RetryFailed: %s", job_id, reason)
+        if outcome.retried_ids:
+            moved = await self._loader.load(outcome.retried_ids)
+            self.hub.publish(moved.values())
+            self.worker.wake()
+        return outcome
+
+    # -- queries ---------------------------------------------------------------
+
+    async def get(self, job_id: str) -> Job:
+        found = await self._loader.load([job_id])
+        job = found.get(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        return job
+
+    async def load(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        return await self._loader.load(job_ids)
+
+    async def list_jobs(
+        self, job_filter: JobFilter, page_size: int, page_token: str | None
+    ) -> tuple[list[Job], str | None]:
+        return await self.store.list_jobs(job_filter, page_size, page_token)
+
+    async def stats(self) -> JobStats:
+        return await self.store.stats()
+
+    # -- other instances -------------------------------------------------------
+
+    async def on_remote_change(self, origin: str, status: str, job_ids: list[str]) -> None:
+        """Another instance committed changes to `job_ids` (PostgreSQL NOTIFY)."""
+        if origin == self.instance_id:
+            return  # already published locally, right after our own commit
+        if status == JobStatus.PENDING.value:
+            self.worker.wake()
+        elif status == JobStatus.CANCELLED.value:
+            self.worker.cancel_local(job_ids)
+        watched = self.hub.watched_ids(job_ids)
+        if watched:
+            jobs = await self._loader.load(watched)
+            self.hub.publish(jobs.values())
+
+    async def on_notifications_reconnected(self) -> None:
+        """Notifications may have been missed while disconnected: re-read every watched job."""
+        self.worker.wake()
+        watched = self.hub.all_watched_ids()
+        if watched:
+            jobs = await self._loader.load(watched)
+            self.hub.publish(jobs.values())

@@ -1,0 +1,88 @@
+"""`job-service`: serve JobService (the default), or `job-service migrate`.
+
+Every flag has an environment variable (SAN_JOBS_<FLAG>); a flag wins over its
+variable. Bad values end the program with one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from job_service.settings import ENV_PREFIX, JobServiceSettings
+
+# flag -> (settings field, type, help)
+FLAGS: list[tuple[str, str, type[Any], str]] = [
+    ("--listen", "listen", str, "HOST:PORT to serve on (default 127.0.0.1:50051)"),
+    ("--database-url", "database_url", str, "SQLAlchemy async URL (default sqlite+aiosqlite:///var/jobs.db)"),
+    ("--gateway", "gateway", str, "AiGateway HOST:PORT (default 127.0.0.1:50052)"),
+    ("--workers", "workers", int, "jobs in flight at once (default 10)"),
+    ("--lease", "lease", float, "claim lease, seconds (default 60)"),
+    ("--max-attempts", "max_attempts", int, "attempts before FAILED (default 3)"),
+    ("--retry-base-delay", "retry_base_delay", float, "first retry delay, seconds (default 2)"),
+    ("--retry-max-delay", "retry_max_delay", float, "longest retry delay, seconds (default 300)"),
+    ("--deadline", "deadline", float, "gateway deadline for all job types, seconds (default per type: 30/60/60)"),
+    ("--poll-interval", "poll_interval", float, "fallback poll for due jobs, seconds (default 1)"),
+    ("--grace", "grace", float, "shutdown grace for in-flight jobs, seconds (default 30)"),
+    ("--max-text-chars", "max_text_chars", int, "longest input text accepted (default 100000)"),
+    ("--instance-id", "instance_id", str, "name of this instance in logs and notifications"),
+    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="job-service",
+        description="JobService: durable background AI jobs over gRPC.",
+        epilog="Run `job-service migrate --database-url URL` to apply database migrations only "
+        "(serving applies them at start too).",
+    )
+    parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
+    for flag, field, kind, text in FLAGS:
+        env = ENV_PREFIX + field.upper()
+        parser.add_argument(flag, dest=field, type=kind, default=None, help=f"{text} [env {env}]")
+    return parser
+
+
+def load_settings(args: argparse.Namespace) -> JobServiceSettings:
+    overrides = {field: getattr(args, field) for _, field, _, _ in FLAGS if getattr(args, field) is not None}
+    return JobServiceSettings(**overrides)
+
+
+def _one_line(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"])
+        flag = "--" + field.replace("_", "-")
+        parts.append(f"{flag} (env {ENV_PREFIX}{field.upper()}): {item['msg']}")
+    return "job-service: invalid settings: " + "; ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(args)
+    except ValidationError as error:
+        print(_one_line(error), file=sys.stderr)
+        raise SystemExit(2) from None
+    from job_service import server  # heavy imports after the flags are known to be good
+
+    try:
+        if args.command == "migrate":
+            asyncio.run(server.migrate_only(settings))
+        else:
+            asyncio.run(server.serve(settings))
+    except server.StartupError as error:
+        print(f"job-service: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

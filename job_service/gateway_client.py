@@ -1,0 +1,104 @@
+"""The AiGateway port over gRPC: builds the gateway request from a job's stored
+input, calls it with the job's deadline, and turns grpc errors into
+GatewayCallError (with the ErrorInfo reason and RetryInfo delay) at this boundary."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
+from san.aigateway.v1 import ai_gateway_pb2 as gw
+from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
+
+from job_service.domain.failures import GatewayCallError
+from job_service.domain.model import Job, JobType, JsonDict
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID = "job-service"
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    # A long error message travels percent-encoded in the grpc-message header (and
+    # again in grpc-status-details-bin): allow big ones rather than lose the reason.
+    ("grpc.max_metadata_size", 1024 * 1024),
+    # Reconnect quickly once a stopped gateway is back.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+    ("grpc.enable_retries", 0),
+]
+
+
+def _retry_details(status: status_pb2.Status) -> tuple[str, float | None]:
+    reason = ""
+    delay: float | None = None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason = info.reason
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            delay = retry.retry_delay.ToTimedelta().total_seconds()
+    return reason, delay
+
+
+def to_gateway_error(error: grpc.aio.AioRpcError, timeout: float) -> GatewayCallError:
+    reason = ""
+    delay: float | None = None
+    for key, value in error.trailing_metadata() or ():
+        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
+            status = status_pb2.Status.FromString(value)
+            reason, delay = _retry_details(status)
+    return GatewayCallError(
+        code=error.code().name,
+        reason=reason,
+        message=error.details() or "",
+        retry_delay_seconds=delay,
+        deadline_seconds=timeout,
+    )
+
+
+class GrpcAiGateway:
+    """Implements the `AiGateway` port with one shared channel."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    def _call(self, job_type: JobType) -> tuple[Callable[..., Awaitable[Message]], type[Message]]:
+        match job_type:
+            case JobType.CARD_ANALYSIS:
+                return self._stub.AnalyzeContent, gw.AnalyzeContentRequest
+            case JobType.TIL_GENERATION:
+                return self._stub.GenerateTil, gw.GenerateTilRequest
+            case JobType.RECALL_GENERATION:
+                return self._stub.GenerateRecall, gw.GenerateRecallRequest
+
+    async def run(self, job: Job, timeout: float) -> JsonDict:
+        method, request_type = self._call(job.job_type)
+        request = json_format.ParseDict(job.request_params, request_type(), ignore_unknown_fields=True)
+        metadata = (
+            ("x-client-id", CLIENT_ID),
+            ("x-job-id", job.id),
+            ("x-attempt", str(job.attempt_count)),
+        )
+        try:
+            response = await method(request, timeout=timeout, metadata=metadata)
+        except grpc.aio.AioRpcError as error:
+            raise to_gateway_error(error, timeout) from None
+        return json_format.MessageToDict(response, preserving_proto_field_name=True)

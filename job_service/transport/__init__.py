@@ -1,0 +1,1 @@
+"""gRPC transport: servicers, conversion between protobuf and the domain, error mapping."""

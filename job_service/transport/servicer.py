@@ -1,0 +1,120 @@
+"""JobService over grpc.aio: decode, call the application, encode. No SQL, no rules."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from san.jobs.v1 import job_service_pb2 as pb
+from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
+
+from job_service.app import JobApplication
+from job_service.domain.errors import JobNotFoundError
+from job_service.domain.model import Job
+from job_service.domain.validation import EnqueueLimits
+from job_service.transport import requests
+from job_service.transport.convert import job_to_pb, stats_to_pb
+from job_service.transport.errors import stream_errors, unary_errors
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class JobServiceServicer(pb_grpc.JobServiceServicer):
+    def __init__(self, app: JobApplication, limits: EnqueueLimits, default_max_attempts: int) -> None:
+        self._app = app
+        self._limits = limits
+        self._default_max_attempts = default_max_attempts
+
+    @unary_errors
+    async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueResponse:
+        new, on_duplicate = requests.enqueue(request, self._limits, self._default_max_attempts)
+        job, deduplicated = await self._app.enqueue(new, on_duplicate)
+        return pb.EnqueueResponse(job=job_to_pb(job), deduplicated=deduplicated)
+
+    @unary_errors
+    async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
+        job = await self._app.get(requests.job_id("job_id", request.job_id))
+        return pb.GetJobResponse(job=job_to_pb(job))
+
+    @unary_errors
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
+        job_filter, page_size, token = requests.list_jobs(request)
+        jobs, next_token = await self._app.list_jobs(job_filter, page_size, token)
+        return pb.ListJobsResponse(jobs=[job_to_pb(j) for j in jobs], next_page_token=next_token or "")
+
+    @unary_errors
+    async def CancelJob(self, request: pb.CancelJobRequest, context: Context) -> pb.CancelJobResponse:
+        job = await self._app.cancel(requests.job_id("job_id", request.job_id), request.reason)
+        return pb.CancelJobResponse(job=job_to_pb(job))
+
+    @unary_errors
+    async def RetryFailed(
+        self, request: pb.RetryFailedRequest, context: Context
+    ) -> pb.RetryFailedResponse:
+        job_filter, limit = requests.retry_failed(request)
+        outcome = await self._app.retry_failed(job_filter, limit, request.dry_run, request.requested_by)
+        return pb.RetryFailedResponse(
+            matched_count=outcome.matched_count,
+            retried_count=0 if request.dry_run else len(outcome.retried_ids),
+            job_ids=list(outcome.retried_ids),
+            skipped=[pb.SkippedJob(job_id=i, reason=r) for i, r in outcome.skipped],
+        )
+
+    @unary_errors
+    async def GetJobStats(
+        self, request: pb.GetJobStatsRequest, context: Context
+    ) -> pb.GetJobStatsResponse:
+        return stats_to_pb(await self._app.stats())
+
+    @stream_errors
+    async def StreamJobUpdates(
+        self, request: pb.StreamJobUpdatesRequest, context: Context
+    ) -> AsyncIterator[pb.StreamJobUpdatesResponse]:
+        wanted = requests.stream(request)
+        # Subscribe before reading the snapshot, so no change between the two is lost.
+        subscription = self._app.hub.subscribe(wanted.job_ids, wanted.job_types, wanted.statuses)
+        try:
+            if wanted.job_ids:
+                async for job in self._watch_jobs(wanted.job_ids, subscription):
+                    yield pb.StreamJobUpdatesResponse(job=job_to_pb(job))
+            else:
+                while True:
+                    for job in await subscription.get():
+                        yield pb.StreamJobUpdatesResponse(job=job_to_pb(job))
+        finally:
+            subscription.close()
+
+    async def _watch_jobs(self, job_ids: tuple[str, ...], subscription: Any) -> AsyncIterator[Job]:
+        snapshot = await self._app.load(job_ids)
+        for job_id in job_ids:
+            if job_id not in snapshot:
+                raise JobNotFoundError(job_id)
+        last_sent: dict[str, Job] = {}
+        open_ids = set(job_ids)
+        for job_id in job_ids:
+            job = snapshot[job_id]
+            last_sent[job_id] = job
+            if job.status.is_terminal:
+                open_ids.discard(job_id)
+            yield job
+        while open_ids:
+            for job in await subscription.get():
+                previous = last_sent.get(job.id)
+                if previous is not None and _not_newer(job, previous):
+                    continue
+                last_sent[job.id] = job
+                if job.status.is_terminal:
+                    open_ids.discard(job.id)
+                yield job
+
+
+def _not_newer(job: Job, previous: Job) -> bool:
+    if job.updated_at != previous.updated_at:
+        return job.updated_at < previous.updated_at
+    return job.status == previous.status and job.attempt_count == previous.attempt_count
+
+

@@ -1,0 +1,265 @@
+"""The worker pool: claims due jobs, runs each through AiGateway outside any
+database transaction, renews leases, and writes the outcome with the claim token.
+
+Bounded concurrency: at most `concurrency` jobs are in flight; claims are batched
+(one statement takes every free slot's worth of due jobs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from job_service.domain.backoff import BackoffPolicy
+from job_service.domain.errors import LeaseLostError, StorageUnavailableError
+from job_service.domain.failures import GatewayCallError, describe_gateway_error, unexpected_failure
+from job_service.domain.model import Claim, Failure, Job, JobType
+from job_service.domain.ports import AiGateway, JobStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_DEADLINES: dict[JobType, float] = {
+    JobType.CARD_ANALYSIS: 30.0,
+    JobType.TIL_GENERATION: 60.0,
+    JobType.RECALL_GENERATION: 60.0,
+}
+# Writes of an outcome are retried this often while the database is unreachable,
+# so a short database blip does not throw away a finished model call.
+OUTCOME_WRITE_TRIES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    concurrency: int = 10
+    lease_seconds: float = 60.0
+    poll_interval: float = 1.0
+    deadlines: dict[JobType, float] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+
+
+class Worker:
+    def __init__(
+        self,
+        store: JobStore,
+        gateway: AiGateway,
+        publish: Callable[[Iterable[Job]], None],
+        config: WorkerConfig,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._gateway = gateway
+        self._publish = publish
+        self._config = config
+        self._rng = rng or random.Random()
+        self._wake = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cancel_requested: set[str] = set()
+        self._stopping = False
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # -- control ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._run(), name="worker-loop")
+
+    def wake(self) -> None:
+        """A job may be due now (called after the commit that made it so)."""
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    def cancel_local(self, job_ids: Iterable[str]) -> None:
+        """CancelJob made these jobs CANCELLED: stop their gateway calls if they run here."""
+        for job_id in job_ids:
+            task = self._tasks.get(job_id)
+            if task is not None and not task.done():
+                self._cancel_requested.add(job_id)
+                task.cancel()
+
+    async def stop(self, grace: float) -> None:
+        """Stop claiming; let in-flight jobs finish within `grace` seconds; give the
+        rest back as PENDING without charging the attempt."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await self._loop_task
+        tasks = list(self._tasks.values())
+        if tasks:
+            log.info("waiting up to %.1fs for %d in-flight jobs", grace, len(tasks))
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    # -- claim loop ------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            free = self._config.concurrency - len(self._tasks)
+            claimed = 0
+            if free > 0:
+                try:
+                    claims = await self._store.claim(free, self._config.lease_seconds)
+                except StorageUnavailableError as error:
+                    log.warning("claim failed, database unavailable: %s", error)
+                    claims = []
+                claimed = len(claims)
+                for claim in claims:
+                    self._start_job(claim)
+                if claims:
+                    self._publish([c.job for c in claims])
+                if claimed == free:
+                    continue  # more may be due: claim again at once
+            await self._idle(free - claimed > 0)
+
+    async def _idle(self, has_free_slots: bool) -> None:
+        timeout = self._config.poll_interval
+        if has_free_slots:
+            try:
+                exhausted = await self._store.fail_exhausted_leases()
+                if exhausted:
+                    for job in exhausted:
+                        log.warning("job_id=%s failed: lease expired on its last attempt", job.id)
+                    self._publish(exhausted)
+                due = await self._store.next_due_at()
+            except StorageUnavailableError as error:
+                log.warning("database unavailable: %s", error)
+                due = None
+            if due is not None:
+                until_due = (due - datetime.now(UTC)).total_seconds()
+                timeout = min(timeout, max(until_due, 0.0))
+        if timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+
+    def _start_job(self, claim: Claim) -> None:
+        job = claim.job
+        log.info(
+            "job_id=%s claimed: %s attempt %d/%d",
+            job.id,
+            job.job_type.value,
+            job.attempt_count,
+            job.max_attempts,
+        )
+        task = asyncio.create_task(self._run_job(claim), name=f"job-{job.id}")
+        self._tasks[job.id] = task
+        task.add_done_callback(lambda _t, job_id=job.id: self._job_done(job_id))
+
+    def _job_done(self, job_id: str) -> None:
+        self._tasks.pop(job_id, None)
+        self._cancel_requested.discard(job_id)
+        self._wake.set()  # a slot is free
+
+    # -- one job ---------------------------------------------------------------
+
+    async def _run_job(self, claim: Claim) -> None:
+        job, token = claim.job, claim.token
+        renewal = asyncio.create_task(self._renew_lease(job.id, token), name=f"lease-{job.id}")
+        timeout = self._config.deadlines.get(job.job_type, DEFAULT_DEADLINES[job.job_type])
+        try:
+            result = await self._gateway.run(job, timeout)
+        except GatewayCallError as error:
+            await self._record_failure(job, token, describe_gateway_error(error))
+        except asyncio.CancelledError:
+            await self._on_cancelled(job, token)
+        except Exception as error:  # a bug of ours must not leave the job PROCESSING
+            log.exception("job_id=%s: unexpected error", job.id)
+            await self._record_failure(job, token, unexpected_failure(error))
+        else:
+            await self._record_success(job, token, result)
+        finally:
+            renewal.cancel()
+
+    async def _on_cancelled(self, job: Job, token: str) -> None:
+        if job.id in self._cancel_requested:
+            log.info("job_id=%s: gateway call stopped, the job was cancelled", job.id)
+            return
+        # Shutdown past the grace period: give the job back without charging it.
+        try:
+            released = await self._store.release(job.id, token)
+        except StorageUnavailableError as error:
+            log.warning("job_id=%s: could not give back at shutdown (%s); lease will expire", job.id, error)
+            return
+        if released is not None:
+            log.info("job_id=%s given back as PENDING at shutdown", job.id)
+            self._publish([released])
+
+    async def _record_success(self, job: Job, token: str, result: dict[str, object]) -> None:
+        done = await self._write_outcome(job, lambda: self._store.complete(job.id, token, result))
+        if done is not None:
+            log.info("job_id=%s completed on attempt %d", job.id, job.attempt_count)
+            self._publish([done])
+
+    async def _record_failure(self, job: Job, token: str, failure: Failure) -> None:
+        retry_at: datetime | None = None
+        if failure.transient and job.attempt_count < job.max_attempts:
+            delay = self._config.backoff.delay(job.attempt_count, failure.retry_after_seconds, self._rng)
+            retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+        stored = await self._write_outcome(job, lambda: self._store.fail(job.id, token, failure, retry_at))
+        if stored is None:
+            return
+        if retry_at is not None:
+            log.warning(
+                "job_id=%s attempt %d failed (%s), retrying in %.1fs: %s",
+                job.id,
+                job.attempt_count,
+                failure.code,
+                (retry_at - datetime.now(UTC)).total_seconds(),
+                failure.message,
+            )
+        else:
+            log.error(
+                "job_id=%s failed after attempt %d (%s): %s",
+                job.id,
+                job.attempt_count,
+                failure.code,
+                failure.message,
+            )
+        self._publish([stored])
+
+    async def _write_outcome(self, job: Job, write: Callable[[], Awaitable[T]]) -> T | None:
+        for attempt in range(1, OUTCOME_WRITE_TRIES + 1):
+            try:
+                return await write()
+            except LeaseLostError:
+                log.warning(
+                    "job_id=%s: lease lost (cancelled or claimed again); outcome discarded", job.id
+                )
+                return None
+            except StorageUnavailableError as error:
+                if attempt == OUTCOME_WRITE_TRIES:
+                    log.error(
+                        "job_id=%s: outcome not written, database unavailable (%s); "
+                        "the job runs again when its lease expires",
+                        job.id,
+                        error,
+                    )
+                    return None
+                await asyncio.sleep(0.2 * 2**attempt)
+        return None
+
+    async def _renew_lease(self, job_id: str, token: str) -> None:
+        interval = max(self._config.lease_seconds / 3.0, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                owned = await self._store.renew_lease(job_id, token, self._config.lease_seconds)
+            except StorageUnavailableError as error:
+                log.warning("job_id=%s: lease renewal failed: %s", job_id, error)
+                continue
+            if not owned:
+                log.warning("job_id=%s: lease lost; stopping its gateway call", job_id)
+                self.cancel_local([job_id])
+                return

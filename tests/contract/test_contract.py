@@ -1,0 +1,111 @@
+"""The contract: buf lint, buf breaking against the released baseline, and the
+generated code in gen/ being exactly what `make proto` produces."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUF = ROOT / "node_modules" / ".bin" / "buf"
+
+
+def _buf() -> str:
+    if BUF.exists():
+        return str(BUF)
+    found = shutil.which("buf")
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the buf CLI is missing: `make install` runs `npm install` (@bufbuild/buf)")
+        pytest.skip("the buf CLI is missing: run `make install`")
+    return found
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_buf_lint_passes() -> None:
+    result = _run(_buf(), "lint")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_buf_config_has_no_lint_exceptions() -> None:
+    config = (ROOT / "buf.yaml").read_text()
+    assert "STANDARD" in config and "FILE" in config
+    assert "except" not in config and "ignore" not in config
+
+
+def test_contract_is_backward_compatible_with_baseline() -> None:
+    result = _run(_buf(), "breaking", "--against", "contract/baseline.binpb")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_buf_breaking_catches_a_breaking_change(tmp_path: Path) -> None:
+    """The check above is only worth something if it fails on a real break."""
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "proto", copy / "proto")
+    shutil.copy(ROOT / "buf.yaml", copy / "buf.yaml")
+    proto = copy / "proto" / "san" / "jobs" / "v1" / "job_service.proto"
+    proto.write_text(proto.read_text().replace("string target_id = 4;", "string target_ref = 4;"))
+    result = subprocess.run(
+        [_buf(), "breaking", "--against", str(ROOT / "contract" / "baseline.binpb")],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "target_id" in result.stdout + result.stderr
+
+
+def _tree(root: Path) -> set[str]:
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_generated_code_is_fresh(tmp_path: Path) -> None:
+    out = tmp_path / "gen"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_proto.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    committed = _tree(ROOT / "gen")
+    fresh = _tree(out)
+    assert committed == fresh, f"files differ: {sorted(committed ^ fresh)}; run `make proto`"
+    stale = [name for name in sorted(fresh) if not filecmp.cmp(out / name, ROOT / "gen" / name, shallow=False)]
+    assert not stale, f"stale generated files {stale}: run `make proto` and commit gen/"
+
+
+def test_generated_packages_import_without_path_tricks() -> None:
+    code = (
+        "from san.jobs.v1 import job_service_pb2, job_service_pb2_grpc;"
+        "from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc;"
+        "print(job_service_pb2.JobType.Name(1), ai_gateway_pb2_grpc.AiGatewayServiceStub.__name__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["JOB_TYPE_CARD_ANALYSIS", "AiGatewayServiceStub"]
+
+
+def test_every_proto_element_has_a_doc_comment() -> None:
+    """Doc comments are the API docs: buf's COMMENTS rules, run on top of STANDARD."""
+    config = "version: v2\nmodules:\n  - path: proto\nlint:\n  use:\n    - COMMENTS\n"
+    result = _run(_buf(), "lint", "--config", config)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,171 @@
+"""StreamJobUpdates and RetryFailed over real gRPC, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from san.jobs.v1 import job_service_pb2 as pb
+
+from tests.integration.job_service.conftest import Service, StartService
+from tests.integration.job_service.scripted_gateway import Fail, Hang, Slow
+from tests.support.jobs_api import card_request, wait_terminal
+from tests.support.rich_errors import rich_error
+
+UNAVAILABLE = Fail(grpc.StatusCode.UNAVAILABLE, "connection refused")
+
+
+async def test_stream_sends_snapshot_then_every_change_then_ends(service: Service) -> None:
+    service.gateway.script = lambda _j, attempt: UNAVAILABLE if attempt == 1 else Slow(0.05)
+    job = (await service.stub.Enqueue(card_request("st-1", "Text."))).job
+    seen = [
+        (pb.JobStatus.Name(u.job.status), u.job.attempt_count)
+        async for u in service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20)
+    ]
+    # The first message is the state at subscription; then changes in order; it ends by itself.
+    assert seen[-1] == ("JOB_STATUS_COMPLETED", 2)
+    statuses = [s for s, _ in seen]
+    assert statuses.count("JOB_STATUS_COMPLETED") == 1
+    attempts = [a for _, a in seen]
+    assert attempts == sorted(attempts), "changes arrive in order"
+
+
+async def test_stream_of_a_finished_job_sends_its_state_and_ends(service: Service) -> None:
+    job = (await service.stub.Enqueue(card_request("st-2", "Text."))).job
+    await wait_terminal(service.stub, [job.id], timeout=20)
+    updates = [u async for u in service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=5)]
+    assert [u.job.status for u in updates] == [pb.JOB_STATUS_COMPLETED]
+
+
+async def test_stream_errors(service: Service) -> None:
+    unknown = str(uuid.uuid4())
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[unknown]), timeout=5):
+            pass
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in service.stub.StreamJobUpdates(
+            pb.StreamJobUpdatesRequest(job_ids=[str(uuid.uuid4()) for _ in range(1001)]), timeout=5
+        ):
+            pass
+    assert "job_ids" in rich_error(caught.value).field_violations
+
+
+async def test_feed_streams_matching_changes(service: Service) -> None:
+    service.gateway.script = lambda _j, _a: Fail(grpc.StatusCode.INTERNAL, "JSON Parse Error at line 1", "MALFORMED_RESPONSE")
+    feed = service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(statuses=[pb.JOB_STATUS_FAILED]))
+    reader = asyncio.create_task(anext(aiter(feed)))
+    await asyncio.sleep(0.2)
+    job = (await service.stub.Enqueue(card_request("feed-1", "Text."))).job
+    first = await asyncio.wait_for(reader, 20)
+    assert first.job.id == job.id and first.job.status == pb.JOB_STATUS_FAILED
+    feed.cancel()
+
+
+async def test_client_that_goes_away_is_cleaned_up(service: Service) -> None:
+    service.gateway.script = lambda _j, _a: Hang()
+    job = (await service.stub.Enqueue(card_request("gone", "Text."))).job
+    call = service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]))
+    await anext(aiter(call))
+    assert service.runtime.hub.subscription_count == 1
+    call.cancel()
+    for _ in range(100):
+        if service.runtime.hub.subscription_count == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert service.runtime.hub.subscription_count == 0
+
+
+async def test_a_thousand_streams_at_once_are_all_served(start_service: StartService) -> None:
+    service = await start_service(workers=50)
+    service.gateway.script = lambda _j, _a: Slow(0.5)
+    ids = [(await service.stub.Enqueue(card_request(f"many-{i}", "Text."))).job.id for i in range(50)]
+
+    async def watch(job_id: str) -> int:
+        statuses = [u.job.status async for u in service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job_id]), timeout=60)]
+        assert statuses[-1] == pb.JOB_STATUS_COMPLETED
+        return len(statuses)
+
+    counts = await asyncio.gather(*(watch(ids[i % 50]) for i in range(1000)))
+    assert len(counts) == 1000 and min(counts) >= 1
+    assert service.runtime.hub.subscription_count == 0
+
+
+async def test_retry_failed_moves_each_failed_job_once(service: Service) -> None:
+    service.gateway.script = lambda _j, _a: Fail(grpc.StatusCode.INTERNAL, "JSON Parse Error at line 4", "MALFORMED_RESPONSE")
+    ids = [(await service.stub.Enqueue(card_request(f"rf-{i}", "Text."))).job.id for i in range(20)]
+    failed = await wait_terminal(service.stub, ids, timeout=20)
+    assert {j.status for j in failed.values()} == {pb.JOB_STATUS_FAILED}
+    dry = await service.stub.RetryFailed(pb.RetryFailedRequest(error_message_contains="JSON Parse", dry_run=True))
+    assert (dry.matched_count, dry.retried_count, len(dry.job_ids)) == (20, 0, 20)
+    assert (await service.stub.GetJob(pb.GetJobRequest(job_id=ids[0]))).job.status == pb.JOB_STATUS_FAILED
+    service.gateway.script = lambda _j, _a: Hang()
+    racers = await asyncio.gather(
+        *(service.stub.RetryFailed(pb.RetryFailedRequest(error_message_contains="JSON Parse", requested_by=f"op-{i}")) for i in range(8))
+    )
+    moved = [job_id for r in racers for job_id in r.job_ids]
+    assert sorted(moved) == sorted(ids), "every failed job moved exactly once across racing calls"
+    assert sum(r.retried_count for r in racers) == 20
+
+
+async def test_retry_failed_filters_limit_history_and_skips(service: Service) -> None:
+    service.gateway.script = lambda _j, _a: Fail(grpc.StatusCode.INTERNAL, "JSON Parse Error at line 4", "MALFORMED_RESPONSE")
+    ids = [(await service.stub.Enqueue(card_request(f"rh-{i}", "Text."))).job.id for i in range(4)]
+    await wait_terminal(service.stub, ids, timeout=20)
+    # Retried jobs now succeed; the new job below hangs, holding its target's slot.
+    service.gateway.script = lambda job_id, _a: None if job_id in ids else Hang()
+    # rh-0 gets a new active job: its failed one must be skipped, not fail the call.
+    active = (await service.stub.Enqueue(card_request("rh-0", "Text."))).job
+    limited = await service.stub.RetryFailed(pb.RetryFailedRequest(job_ids=ids[2:], limit=1))
+    assert limited.retried_count == 1
+    result = await service.stub.RetryFailed(pb.RetryFailedRequest(all_failed=True))
+    assert result.retried_count == 2
+    assert [(s.job_id, active.id in s.reason) for s in result.skipped] == [(ids[0], True)]
+    healed = await wait_terminal(service.stub, ids[1:], timeout=20)
+    for job in healed.values():
+        assert job.status == pb.JOB_STATUS_COMPLETED
+        assert [a.error_code for a in job.attempts][:1] == ["INTERNAL"], "history kept"
+        assert job.attempts[-1].error_code == ""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await service.stub.RetryFailed(pb.RetryFailedRequest())
+    assert "all_failed" in rich_error(caught.value).field_violations
+
+
+async def test_retry_failed_grants_a_fresh_round_of_attempts(start_service: StartService) -> None:
+    service = await start_service(max_attempts=2)
+    service.gateway.script = lambda _j, _a: UNAVAILABLE
+    job = (await service.stub.Enqueue(card_request("round", "Text."))).job
+    assert (await wait_terminal(service.stub, [job.id], timeout=20))[job.id].attempt_count == 2
+    service.gateway.script = lambda _j, attempt: UNAVAILABLE if attempt < 4 else None
+    await service.stub.RetryFailed(pb.RetryFailedRequest(job_ids=[job.id]))
+    final = (await wait_terminal(service.stub, [job.id], timeout=20))[job.id]
+    assert final.status == pb.JOB_STATUS_COMPLETED
+    assert final.attempt_count == 4 and final.max_attempts == 4
+
+
+async def test_health_and_reflection(service: Service) -> None:
+    health = health_pb2_grpc.HealthStub(service.channel)
+    for name in ("", "san.jobs.v1.JobService"):
+        answer = await health.Check(health_pb2.HealthCheckRequest(service=name))
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    reflection = reflection_pb2_grpc.ServerReflectionStub(service.channel)
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    async for answer in reflection.ServerReflectionInfo(iter([request])):
+        names = {s.name for s in answer.list_services_response.service}
+        assert "san.jobs.v1.JobService" in names
+        break
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_stream_on_one_instance_sees_work_of_another(start_service: StartService) -> None:
+    watcher = await start_service(instance_id="watcher")
+    await watcher.runtime.worker.stop(0)  # this instance only serves streams
+    runner = await start_service(instance_id="runner")
+    job = (await watcher.stub.Enqueue(card_request("x-inst", "Text."))).job
+    updates = [u.job async for u in watcher.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20)]
+    assert updates[-1].status == pb.JOB_STATUS_COMPLETED
+    assert runner.gateway.calls[job.id] == 1

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import random
+
+from job_service.domain.backoff import BackoffPolicy
+
+
+def test_delay_doubles_within_jitter_band() -> None:
+    policy = BackoffPolicy(base_delay=2.0, max_delay=300.0)
+    rng = random.Random(1)
+    for attempt, ceiling in [(1, 2.0), (2, 4.0), (3, 8.0), (4, 16.0)]:
+        for _ in range(50):
+            delay = policy.delay(attempt, rng=rng)
+            assert ceiling / 2 <= delay <= ceiling
+
+
+def test_delay_is_capped() -> None:
+    policy = BackoffPolicy(base_delay=2.0, max_delay=300.0)
+    assert all(150.0 <= policy.delay(40) <= 300.0 for _ in range(20))
+
+
+def test_retry_info_is_a_floor() -> None:
+    policy = BackoffPolicy(base_delay=0.1, max_delay=1.0)
+    assert policy.delay(1, retry_after=12.0) == 12.0
+
+
+def test_jitter_spreads_retries() -> None:
+    policy = BackoffPolicy(base_delay=2.0, max_delay=300.0)
+    rng = random.Random(7)
+    delays = {round(policy.delay(3, rng=rng), 3) for _ in range(100)}
+    assert len(delays) > 50

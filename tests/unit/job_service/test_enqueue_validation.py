@@ -1,0 +1,129 @@
+"""Enqueue's input rules, each reported with the bad field named."""
+
+from __future__ import annotations
+
+import pytest
+from san.jobs.v1 import job_service_pb2 as pb
+
+from job_service.domain.errors import InvalidRequestError
+from job_service.domain.model import JobType, OnDuplicate
+from job_service.domain.validation import EnqueueLimits
+from job_service.transport import requests
+
+LIMITS = EnqueueLimits(max_text_chars=100)
+
+
+def card(**kwargs: object) -> pb.EnqueueRequest:
+    base: dict[str, object] = {
+        "job_type": pb.JOB_TYPE_CARD_ANALYSIS,
+        "target_id": "scrap-1",
+        "card_analysis_input": pb.CardAnalysisInput(text="Some text."),
+    }
+    base.update(kwargs)
+    return pb.EnqueueRequest(**base)  # type: ignore[arg-type]
+
+
+def fields(request: pb.EnqueueRequest) -> dict[str, str]:
+    with pytest.raises(InvalidRequestError) as caught:
+        requests.enqueue(request, LIMITS, 3)
+    return {v.field: v.description for v in caught.value.violations}
+
+
+def test_valid_card_request() -> None:
+    new, on_duplicate = requests.enqueue(
+        card(card_analysis_input=pb.CardAnalysisInput(text="Some text.", url="https://x", title="T")), LIMITS, 3
+    )
+    assert new.job_type is JobType.CARD_ANALYSIS
+    assert new.request_params == {"text": "Some text.", "url": "https://x", "title": "T"}
+    assert new.max_attempts == 3
+    assert new.request_id is None
+    assert on_duplicate is OnDuplicate.REJECT
+
+
+def test_unspecified_job_type() -> None:
+    assert fields(card(job_type=pb.JOB_TYPE_UNSPECIFIED))["job_type"] == "is required"
+
+
+def test_unknown_enum_numbers() -> None:
+    bad = fields(card(job_type=99, on_duplicate=7))
+    assert bad["job_type"] == "unknown value 99"
+    assert bad["on_duplicate"] == "unknown value 7"
+
+
+@pytest.mark.parametrize("target_id", ["", "   ", "x" * 257])
+def test_bad_target_id(target_id: str) -> None:
+    assert "target_id" in fields(card(target_id=target_id))
+
+
+def test_target_id_of_256_characters_is_fine() -> None:
+    new, _ = requests.enqueue(card(target_id="t" * 256), LIMITS, 3)
+    assert len(new.target_id) == 256
+
+
+def test_input_case_must_match_type() -> None:
+    request = pb.EnqueueRequest(
+        job_type=pb.JOB_TYPE_CARD_ANALYSIS,
+        target_id="x",
+        til_generation_input=pb.TilGenerationInput(day="2026-11-29", notes=["a"]),
+    )
+    assert "does not match job_type CARD_ANALYSIS" in fields(request)["til_generation_input"]
+
+
+def test_missing_input() -> None:
+    request = pb.EnqueueRequest(job_type=pb.JOB_TYPE_CARD_ANALYSIS, target_id="x")
+    assert "card_analysis_input" in fields(request)
+
+
+def test_text_over_the_limit_and_blank() -> None:
+    assert "101 characters" in fields(card(card_analysis_input=pb.CardAnalysisInput(text="x" * 101)))[
+        "card_analysis_input.text"
+    ]
+    assert "card_analysis_input.text" in fields(card(card_analysis_input=pb.CardAnalysisInput(text=" \n")))
+
+
+def test_til_needs_notes_and_a_real_day() -> None:
+    request = pb.EnqueueRequest(
+        job_type=pb.JOB_TYPE_TIL_GENERATION,
+        target_id="2026-02-30",
+        til_generation_input=pb.TilGenerationInput(day="2026-02-30", notes=[]),
+    )
+    bad = fields(request)
+    assert "til_generation_input.notes" in bad
+    assert "not a real date" in bad["til_generation_input.day"]
+
+
+@pytest.mark.parametrize("count", [-1, 21])
+def test_question_count_out_of_range(count: int) -> None:
+    request = pb.EnqueueRequest(
+        job_type=pb.JOB_TYPE_RECALL_GENERATION,
+        target_id="deck-1",
+        recall_generation_input=pb.RecallGenerationInput(
+            sources=[pb.RecallSource(title="t", text="body")], question_count=count
+        ),
+    )
+    assert "recall_generation_input.question_count" in fields(request)
+
+
+def test_every_violation_is_reported_at_once() -> None:
+    bad = fields(card(job_type=pb.JOB_TYPE_UNSPECIFIED, target_id="", max_attempts=-1))
+    assert {"job_type", "target_id", "max_attempts"} <= set(bad)
+
+
+def test_job_id_must_be_a_uuid() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        requests.job_id("job_id", "not-a-uuid")
+    assert caught.value.violations[0].field == "job_id"
+
+
+def test_retry_failed_needs_a_criterion() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        requests.retry_failed(pb.RetryFailedRequest())
+    assert caught.value.violations[0].field == "all_failed"
+    job_filter, limit = requests.retry_failed(pb.RetryFailedRequest(all_failed=True))
+    assert limit == 1000
+    assert job_filter.statuses
+
+
+def test_retry_failed_limit_bounds() -> None:
+    with pytest.raises(InvalidRequestError):
+        requests.retry_failed(pb.RetryFailedRequest(all_failed=True, limit=10_001))
