@@ -1,0 +1,1 @@
+"""Model backends: ``local`` (offline algorithms), ``openai`` (HTTP) and ``instant``."""

@@ -1,0 +1,283 @@
+"""The ``openai`` backend: any OpenAI-compatible HTTP API (chat completions, embeddings).
+
+Failures are translated here, at the HTTP boundary, into the gateway's own errors:
+
+=============================================  ==========================================
+upstream                                       gateway error
+=============================================  ==========================================
+429 (``Retry-After`` seconds or HTTP date)     RateLimited (retry_delay from the header)
+5xx, connection refused/reset, other 4xx       BackendUnavailable
+no answer within the caller's deadline         DeadlineExceeded
+400 ``context_length_exceeded``                TokenLimitExceeded (numbers from upstream)
+body or model answer not the expected JSON     MalformedResponse ("JSON Parse Error at ...")
+=============================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import re
+import time
+from typing import Any
+
+import httpx
+
+from ai_gateway.errors import (
+    BackendUnavailable,
+    DeadlineExceeded,
+    MalformedResponse,
+    RateLimited,
+    TokenLimitExceeded,
+    json_error_message,
+)
+from ai_gateway.models import (
+    AnalyzeInput,
+    AnalyzeResult,
+    RecallInput,
+    RecallQuestion,
+    RecallResult,
+    TilInput,
+    TilResult,
+)
+from ai_gateway.tokens import estimate_tokens_all
+
+# Used when the caller sets no deadline: never wait on the network forever.
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_RETRY_AFTER = 1.0
+
+_ANALYZE_PROMPT = (
+    "You analyse a text. Answer with one JSON object and nothing else: "
+    '{"summary": string (at most 3 sentences, in the language of the text), '
+    '"tags": array of 3 to 8 short keyword strings}.'
+)
+_TIL_PROMPT = (
+    "You write a 'today I learned' note from one day's notes. Group related notes, merge "
+    'repeats. Answer with one JSON object and nothing else: {"title": string, '
+    '"body": string (Markdown)}.'
+)
+_RECALL_PROMPT = (
+    "You write recall questions grounded in the numbered sources. Answer with one JSON "
+    'object and nothing else: {"questions": [{"question": string, "answer": string, '
+    '"source_index": integer (the number of the source used)}]}.'
+)
+
+
+class OpenAIBackend:
+    """Talks to an OpenAI-compatible API with one pooled ``httpx.AsyncClient``."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        chat_model: str,
+        embedding_model: str,
+        max_input_tokens: int,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/") + "/", headers=headers)
+        self.chat_model = chat_model
+        self.embedding_model = embedding_model
+        self.max_input_tokens = max_input_tokens
+
+    async def analyze(self, request: AnalyzeInput, time_left: float | None) -> AnalyzeResult:
+        """Summary and tags from the chat model, embedding from the embedding model."""
+        deadline = _deadline(time_left)
+        context = f"Title: {request.title}\nURL: {request.url}\n\n" if request.title else ""
+        answer = await self._chat(_ANALYZE_PROMPT, context + request.text, deadline)
+        summary = _field(answer, "summary", str)
+        tags = _field(answer, "tags", list)
+        if not all(isinstance(t, str) for t in tags):
+            raise MalformedResponse("unexpected answer: 'tags' must be a list of strings")
+        embedding = await self._embed(f"{request.title}\n{request.text}".strip(), deadline)
+        return AnalyzeResult(summary, [str(t) for t in tags], embedding, self.chat_model)
+
+    async def generate_til(self, request: TilInput, time_left: float | None) -> TilResult:
+        """A TIL note written by the chat model."""
+        notes = "\n".join(f"- {n}" for n in request.notes)
+        answer = await self._chat(
+            _TIL_PROMPT, f"Day: {request.day}\nNotes:\n{notes}", _deadline(time_left)
+        )
+        return TilResult(_field(answer, "title", str), _field(answer, "body", str), self.chat_model)
+
+    async def generate_recall(self, request: RecallInput, time_left: float | None) -> RecallResult:
+        """Questions written by the chat model; each must name a real source."""
+        sources = "\n\n".join(
+            f"Source {i}: {s.title}\n{s.text}" for i, s in enumerate(request.sources)
+        )
+        prompt = f"Write {request.question_count} questions.\n\n{sources}"
+        answer = await self._chat(_RECALL_PROMPT, prompt, _deadline(time_left))
+        questions: list[RecallQuestion] = []
+        for item in _field(answer, "questions", list)[: request.question_count]:
+            if not isinstance(item, dict):
+                raise MalformedResponse("unexpected answer: each question must be an object")
+            index = _field(item, "source_index", int)
+            if not 0 <= index < len(request.sources):
+                raise MalformedResponse(f"unexpected answer: source_index {index} out of range")
+            questions.append(
+                RecallQuestion(_field(item, "question", str), _field(item, "answer", str), index)
+            )
+        return RecallResult(questions, self.chat_model)
+
+    async def aclose(self) -> None:
+        """Close pooled connections."""
+        await self._client.aclose()
+
+    async def _chat(self, system: str, user: str, deadline: float) -> dict[str, Any]:
+        payload = {
+            "model": self.chat_model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "response_format": {"type": "json_object"},
+            "temperature": 0,
+        }
+        body = await self._post("chat/completions", payload, deadline, [system, user])
+        try:
+            content = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as err:
+            raise MalformedResponse(
+                f"unexpected response shape: no choices[0].message.content ({err!r})"
+            ) from err
+        if not isinstance(content, str):
+            raise MalformedResponse("unexpected response shape: message content is not text")
+        return _parse_object(content)
+
+    async def _embed(self, text: str, deadline: float) -> list[float]:
+        body = await self._post(
+            "embeddings", {"model": self.embedding_model, "input": text}, deadline, [text]
+        )
+        try:
+            vector = [float(x) for x in body["data"][0]["embedding"]]
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise MalformedResponse(
+                f"unexpected response shape: no data[0].embedding ({err!r})"
+            ) from err
+        norm = math.sqrt(sum(x * x for x in vector))
+        if not vector or norm == 0 or not math.isfinite(norm):
+            raise MalformedResponse("unexpected answer: empty or zero embedding")
+        # The contract promises unit length whatever the upstream model returns.
+        return [x / norm for x in vector]
+
+    async def _post(
+        self, path: str, payload: dict[str, Any], deadline: float, texts: list[str]
+    ) -> dict[str, Any]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded("deadline passed before the upstream call")
+        try:
+            # httpx's timeout is per phase (connect, each read, ...); asyncio.timeout bounds
+            # the whole exchange, so a server that trickles bytes cannot outlive the caller.
+            async with asyncio.timeout(remaining):
+                response = await self._client.post(
+                    path, json=payload, timeout=httpx.Timeout(remaining)
+                )
+        except (httpx.TimeoutException, TimeoutError) as err:
+            raise DeadlineExceeded(
+                f"upstream model did not answer within {remaining:.3f} s"
+            ) from err
+        except httpx.TransportError as err:
+            raise BackendUnavailable(
+                f"backend unavailable: {type(err).__name__}: {err or 'connection failed'}"
+            ) from err
+        self._raise_for_status(response, texts)
+        try:
+            body = json.loads(response.text)
+        except json.JSONDecodeError as err:
+            raise MalformedResponse(json_error_message(err)) from err
+        if not isinstance(body, dict):
+            raise MalformedResponse("unexpected response shape: body is not a JSON object")
+        return body
+
+    def _raise_for_status(self, response: httpx.Response, texts: list[str]) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        detail = _error_detail(response)
+        if status == 429:
+            raise RateLimited(
+                f"upstream rate limit exceeded: {detail}",
+                retry_delay=parse_retry_after(response.headers.get("retry-after")),
+                subject="backend",
+                description="upstream model rate limit",
+                metadata={"limit": "upstream"},
+            )
+        if status == 400 and _error_code(response) == "context_length_exceeded":
+            tokens, limit = _context_numbers(detail)
+            raise TokenLimitExceeded(
+                tokens or estimate_tokens_all(texts), limit or self.max_input_tokens
+            )
+        if status >= 500:
+            raise BackendUnavailable(f"backend unavailable: HTTP {status}: {detail}")
+        # 401/403/404 and the like: the gateway is misconfigured; retrying after the
+        # operator fixes it can succeed, so this is "unavailable", not the caller's fault.
+        raise BackendUnavailable(f"backend rejected the request: HTTP {status}: {detail}")
+
+
+def parse_retry_after(value: str | None) -> float:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
+    if not value:
+        return DEFAULT_RETRY_AFTER
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return DEFAULT_RETRY_AFTER
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _deadline(time_left: float | None) -> float:
+    return time.monotonic() + (DEFAULT_TIMEOUT if time_left is None else time_left)
+
+
+def _parse_object(content: str) -> dict[str, Any]:
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError as err:
+        raise MalformedResponse(json_error_message(err)) from err
+    if not isinstance(value, dict):
+        raise MalformedResponse("unexpected answer: not a JSON object")
+    return value
+
+
+def _field(obj: dict[str, Any], name: str, kind: type[Any]) -> Any:
+    value = obj.get(name)
+    # bool is an int subclass; a "source_index": true is still malformed.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise MalformedResponse(f"unexpected answer: field {name!r} missing or not {kind.__name__}")
+    return value
+
+
+def _error_json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def _error_code(response: httpx.Response) -> str:
+    return str(_error_json(response).get("code") or "")
+
+
+def _error_detail(response: httpx.Response) -> str:
+    message = _error_json(response).get("message")
+    text = str(message) if message else response.text
+    return " ".join(text.split())[:300] or response.reason_phrase
+
+
+def _context_numbers(message: str) -> tuple[int | None, int | None]:
+    """(tokens sent, model limit) from an OpenAI-style context-length message, if present."""
+    limit = re.search(r"maximum context length is (\d+)", message)
+    sent = re.search(r"(?:resulted in|requested) (\d+) tokens", message)
+    return (
+        int(sent.group(1)) if sent else None,
+        int(limit.group(1)) if limit else None,
+    )

@@ -1,0 +1,88 @@
+"""``ai-gateway``: command-line flags over ``SAN_GATEWAY_*`` environment variables."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from pydantic import ValidationError
+
+from ai_gateway.settings import ENV_PREFIX, GatewaySettings
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One flag per settings field; values are checked by the settings model."""
+    parser = _Parser(
+        prog="ai-gateway",
+        description="AiGateway: the one place in san that talks to models (gRPC).",
+        epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG>, "
+        "e.g. --fault-latency as SAN_GATEWAY_FAULT_LATENCY. Flags win.",
+    )
+    for name, field in GatewaySettings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        default = field.default
+        shown = (
+            default.get_secret_value() and "***"
+            if hasattr(default, "get_secret_value")
+            else default
+        )
+        parser.add_argument(
+            flag,
+            dest=name,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=f"{field.description} (env {ENV_PREFIX}{name.upper()}; default {shown})",
+        )
+    return parser
+
+
+def load_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
+    """Settings from the environment, overridden by the flags in ``argv``.
+
+    Exits with status 2 and one line on stderr when a value is invalid.
+    """
+    parser = build_parser()
+    flags = vars(parser.parse_args(argv))
+    try:
+        return GatewaySettings(**flags)
+    except ValidationError as err:
+        parser.error(_describe(err, set(flags)))
+
+
+def _describe(err: ValidationError, given: set[str]) -> str:
+    parts = []
+    for problem in err.errors():
+        name = str(problem["loc"][0]) if problem["loc"] else "?"
+        where = "--" + name.replace("_", "-") if name in given else f"{ENV_PREFIX}{name.upper()}"
+        parts.append(f"{where}: {problem['msg']} (got {problem.get('input')!r})")
+    return "; ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``ai-gateway`` console script."""
+    settings = load_settings(argv)
+    logging.basicConfig(
+        level=settings.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from ai_gateway.server import serve  # after logging is set up; keeps --help fast
+
+    try:
+        asyncio.run(serve(settings))
+    except (OSError, RuntimeError) as err:
+        print(f"ai-gateway: error: {err}", file=sys.stderr)
+        sys.exit(1)

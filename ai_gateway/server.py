@@ -1,0 +1,116 @@
+"""Build, run and stop the gateway's gRPC server (with health and reflection)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
+
+from ai_gateway.backends.base import Backend
+from ai_gateway.backends.instant import InstantBackend
+from ai_gateway.backends.local.backend import LocalBackend
+from ai_gateway.backends.openai import OpenAIBackend
+from ai_gateway.calllog import CallLog
+from ai_gateway.faults import FaultInjector
+from ai_gateway.gateway import Gateway
+from ai_gateway.limits import ConcurrencyLimiter, RateLimiter
+from ai_gateway.servicer import AiGatewayServicer
+from ai_gateway.settings import GatewaySettings
+
+logger = logging.getLogger("ai_gateway")
+
+SERVICE_NAME = ai_gateway_pb2.DESCRIPTOR.services_by_name["AiGatewayService"].full_name
+
+
+def make_backend(settings: GatewaySettings) -> Backend:
+    """The backend named by ``settings.backend``."""
+    if settings.backend == "openai":
+        return OpenAIBackend(
+            base_url=settings.openai_base_url,
+            api_key=settings.openai_api_key.get_secret_value(),
+            chat_model=settings.openai_chat_model,
+            embedding_model=settings.openai_embedding_model,
+            max_input_tokens=settings.max_input_tokens,
+        )
+    if settings.backend == "instant":
+        return InstantBackend()
+    return LocalBackend()
+
+
+class GatewayServer:
+    """The gRPC server with its backend, limits and call log; start, then stop once."""
+
+    def __init__(self, settings: GatewaySettings, backend: Backend | None = None) -> None:
+        self.settings = settings
+        self.backend = backend or make_backend(settings)
+        faults = settings.faults()
+        self.call_log = CallLog(settings.call_log)
+        self.gateway = Gateway(
+            self.backend,
+            max_input_tokens=settings.max_input_tokens,
+            rate_limiter=RateLimiter(settings.rate_limit, settings.burst),
+            concurrency=ConcurrencyLimiter(settings.max_concurrency),
+            faults=FaultInjector(faults),
+            min_deadline=settings.min_deadline,
+        )
+        # so_reuseport off: a second gateway on the same port must fail, not share it.
+        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self.health = HealthServicer()
+        ai_gateway_pb2_grpc.add_AiGatewayServiceServicer_to_server(
+            AiGatewayServicer(self.gateway, self.call_log), self.server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), self.server
+        )
+        self.port = 0
+
+    async def start(self) -> int:
+        """Bind, start serving, mark SERVING; return the bound port."""
+        self.port = self.server.add_insecure_port(self.settings.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.settings.listen}")
+        await self.server.start()
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        faults = self.settings.faults()
+        if faults.enabled:
+            logger.warning("FAULT INJECTION IS ON: %s", faults.describe())
+        host = self.settings.listen.rpartition(":")[0]
+        logger.info(
+            "ai-gateway listening on %s:%d (backend=%s)", host, self.port, self.backend.name
+        )
+        return self.port
+
+    async def stop(self, grace: float | None = None) -> None:
+        """NOT_SERVING, let calls in flight finish within ``grace``, then release all."""
+        await self.health.enter_graceful_shutdown()
+        grace = self.settings.grace if grace is None else grace
+        logger.info("ai-gateway stopping (grace %.1f s)", grace)
+        await self.server.stop(grace)
+        await self.backend.aclose()
+        self.call_log.close()
+        logger.info("ai-gateway stopped")
+
+
+async def serve(settings: GatewaySettings) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    server = GatewayServer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except BaseException:
+        await server.backend.aclose()
+        server.call_log.close()
+        raise
+    await stop.wait()
+    await server.stop()

@@ -1,0 +1,119 @@
+"""A fake OpenAI-compatible HTTP server (starlette + uvicorn in a thread) for the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+BROKEN_CONTENT = '{\n  "summary": "ok",\n  "tags": [\n    "a",,\n  ]\n}'
+CONTEXT_MESSAGE = (
+    "This model's maximum context length is 8192 tokens. However, your messages "
+    "resulted in 9001 tokens. Please reduce the length of the messages."
+)
+
+
+def _chat_answer(system: str) -> dict[str, Any]:
+    if '"summary"' in system:
+        return {"summary": "A fake summary.", "tags": ["fake", "upstream", "tags"]}
+    if '"title"' in system:
+        return {"title": "TIL fake", "body": "## Fake\n\n- note\n"}
+    return {"questions": [{"question": "Q?", "answer": "A", "source_index": 0}]}
+
+
+async def _behave(model: str) -> Response | None:
+    """The failure a model name asks for, or None for a normal answer."""
+    if model == "rate-limited":
+        return JSONResponse(
+            {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
+            status_code=429,
+            headers={"Retry-After": "7"},
+        )
+    if model == "server-error":
+        return JSONResponse({"error": {"message": "upstream exploded"}}, status_code=500)
+    if model == "hang":
+        await asyncio.sleep(10)
+    if model == "context-length":
+        return JSONResponse(
+            {"error": {"message": CONTEXT_MESSAGE, "code": "context_length_exceeded"}},
+            status_code=400,
+        )
+    if model == "html-body":
+        return PlainTextResponse("<html>\n<body>\nBad gateway\n</body>", status_code=200)
+    if model == "unauthorized":
+        return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
+    return None
+
+
+async def chat(request: Request) -> Response:
+    body = await request.json()
+    request.app.state.requests.append(("chat", body, dict(request.headers)))
+    failure = await _behave(body["model"])
+    if failure is not None:
+        return failure
+    content = (
+        BROKEN_CONTENT
+        if body["model"] == "broken-json"
+        else json.dumps(_chat_answer(body["messages"][0]["content"]))
+    )
+    return JSONResponse({"choices": [{"message": {"role": "assistant", "content": content}}]})
+
+
+async def embeddings(request: Request) -> Response:
+    body = await request.json()
+    request.app.state.requests.append(("embeddings", body, dict(request.headers)))
+    failure = await _behave(body["model"])
+    if failure is not None:
+        return failure
+    return JSONResponse({"data": [{"embedding": [3.0, 4.0]}]})
+
+
+class FakeOpenAI:
+    """A real HTTP server on a loopback port, run by uvicorn in a thread."""
+
+    def __init__(self) -> None:
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", chat, methods=["POST"]),
+                Route("/v1/embeddings", embeddings, methods=["POST"]),
+            ]
+        )
+        self.app.state.requests = []
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def requests(self) -> list[tuple[str, dict[str, Any], dict[str, str]]]:
+        return self.app.state.requests  # type: ignore[no-any-return]
+
+    @property
+    def base_url(self) -> str:
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "fake OpenAI server did not start"
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

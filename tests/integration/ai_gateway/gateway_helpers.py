@@ -1,0 +1,78 @@
+"""Helpers for the gateway's gRPC tests: decoding rich errors, a counting backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from ai_gateway.backends.instant import InstantBackend
+from ai_gateway.models import AnalyzeInput, AnalyzeResult
+
+# start_gateway(backend_impl=None, /, **settings) -> an async AiGatewayService stub
+StartGateway = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class RichError:
+    code: grpc.StatusCode
+    message: str
+    info: error_details_pb2.ErrorInfo
+    retry: error_details_pb2.RetryInfo | None
+    quota: error_details_pb2.QuotaFailure | None
+    bad_request: error_details_pb2.BadRequest | None
+
+    @property
+    def retry_seconds(self) -> float:
+        assert self.retry is not None
+        return self.retry.retry_delay.seconds + self.retry.retry_delay.nanos / 1e9
+
+
+def rich(err: grpc.aio.AioRpcError) -> RichError:
+    """The google.rpc.Status details of a failed call."""
+    status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    assert status is not None, f"no rich status on {err.code()}: {err.details()}"
+    found: dict[str, object] = {}
+    for detail in status.details:
+        for name, cls in (
+            ("info", error_details_pb2.ErrorInfo),
+            ("retry", error_details_pb2.RetryInfo),
+            ("quota", error_details_pb2.QuotaFailure),
+            ("bad_request", error_details_pb2.BadRequest),
+        ):
+            if detail.Is(cls.DESCRIPTOR):
+                msg = cls()
+                detail.Unpack(msg)
+                found[name] = msg
+    assert "info" in found, "every gateway error carries an ErrorInfo"
+    return RichError(
+        code=err.code(),
+        message=status.message,
+        info=found["info"],  # type: ignore[arg-type]
+        retry=found.get("retry"),  # type: ignore[arg-type]
+        quota=found.get("quota"),  # type: ignore[arg-type]
+        bad_request=found.get("bad_request"),  # type: ignore[arg-type]
+    )
+
+
+class CountingBackend(InstantBackend):
+    """The instant backend, counting analyze calls, optionally slow, noting cancellation."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls = 0
+        self.delay = delay
+        self.cancelled = asyncio.Event()
+
+    async def analyze(self, request: AnalyzeInput, time_left: float | None) -> AnalyzeResult:
+        self.calls += 1
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return await super().analyze(request, time_left)

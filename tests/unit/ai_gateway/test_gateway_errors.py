@@ -1,0 +1,65 @@
+import json
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from ai_gateway.errors import (
+    DOMAIN,
+    BackendUnavailable,
+    FieldViolation,
+    InvalidRequest,
+    RateLimited,
+    TokenLimitExceeded,
+    json_error_message,
+    seconds_to_duration,
+    to_rpc_status,
+)
+
+
+def _decode(status: grpc.Status) -> status_pb2.Status:
+    details = dict(status.trailing_metadata)["grpc-status-details-bin"]
+    return status_pb2.Status.FromString(details)
+
+
+def test_token_limit_status() -> None:
+    status = to_rpc_status(TokenLimitExceeded(9000, 8192))
+    assert status.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert status.details == "Token limit exceeded (9000 > 8192)"
+    info = error_details_pb2.ErrorInfo()
+    assert _decode(status).details[0].Unpack(info)
+    assert (info.reason, info.domain) == ("TOKEN_LIMIT_EXCEEDED", DOMAIN)
+
+
+def test_rate_limited_has_retry_info_and_quota_failure() -> None:
+    err = RateLimited("slow down", retry_delay=1.2345, subject="client:x", description="1/s")
+    decoded = _decode(to_rpc_status(err))
+    retry, quota = error_details_pb2.RetryInfo(), error_details_pb2.QuotaFailure()
+    assert decoded.details[1].Unpack(retry)
+    assert decoded.details[2].Unpack(quota)
+    assert (retry.retry_delay.seconds, retry.retry_delay.nanos) == (1, 235_000_000)
+    assert quota.violations[0].subject == "client:x"
+
+
+def test_bad_request_names_fields() -> None:
+    err = InvalidRequest([FieldViolation("text", "blank"), FieldViolation("day", "bad")])
+    decoded = _decode(to_rpc_status(err))
+    bad = error_details_pb2.BadRequest()
+    assert decoded.details[1].Unpack(bad)
+    assert [v.field for v in bad.field_violations] == ["text", "day"]
+
+
+def test_unavailable_code() -> None:
+    assert to_rpc_status(BackendUnavailable("down")).code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_json_error_message_uses_parser_line() -> None:
+    with pytest.raises(json.JSONDecodeError) as caught:
+        json.loads('{\n"a": 1,\n"b": 2,\n"c": }')
+    assert json_error_message(caught.value).startswith("JSON Parse Error at line 4")
+
+
+def test_duration_rounds_up_to_millis() -> None:
+    d = seconds_to_duration(0.0001)
+    assert (d.seconds, d.nanos) == (0, 1_000_000)
+    assert seconds_to_duration(-3).seconds == 0

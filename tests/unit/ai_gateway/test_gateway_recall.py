@@ -1,0 +1,43 @@
+from gateway_texts import EN_QUEUE, KO_BREAD
+
+from ai_gateway.backends.local.recall import BLANK, generate_recall, make_cloze
+
+
+def test_make_cloze_english_blanks_whole_word() -> None:
+    made = make_cloze("Workers claim jobs from the queue.", ["job"])
+    assert made == ("Workers claim _____ from the queue.", "jobs", "job")
+
+
+def test_make_cloze_korean_keeps_particle() -> None:
+    made = make_cloze("반죽을 오븐에서 굽습니다.", ["오븐"])
+    assert made == ("반죽을 _____에서 굽습니다.", "오븐", "오븐")
+
+
+def test_questions_are_grounded_in_their_source() -> None:
+    sources = [("Queues", EN_QUEUE), ("빵", KO_BREAD)]
+    questions = generate_recall(sources, 6)
+    assert len(questions) == 6
+    assert {q.source_index for q in questions} == {0, 1}
+    for q in questions:
+        title, text = sources[q.source_index]
+        assert BLANK in q.question
+        # Putting the answer back gives a sentence of the source.
+        sentence = q.question.split(": ", 1)[1].replace(BLANK, q.answer, 1)
+        assert sentence in text
+        assert q.question.startswith(f"[{title}]")
+    korean = [q for q in questions if q.source_index == 1]
+    assert all("빈칸" in q.question for q in korean)
+
+
+def test_round_robin_and_distinct_answers() -> None:
+    questions = generate_recall([("", EN_QUEUE)], 20)
+    answers = [q.answer.lower() for q in questions]
+    assert len(answers) == len(set(answers))
+    assert 1 <= len(questions) <= 20
+
+
+def test_source_without_cloze_gets_a_gist_question() -> None:
+    questions = generate_recall([("Greeting", "Hi.")], 5)
+    assert len(questions) == 1
+    assert questions[0].question == "What is the main point of 'Greeting'?"
+    assert questions[0].answer == "Hi."
