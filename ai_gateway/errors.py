@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import Message
-from google.rpc import (  # type: ignore[import-untyped]  # ships no type stubs
+from google.rpc import (  # ships no type stubs
     code_pb2,
     error_details_pb2,
     status_pb2,

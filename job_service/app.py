@@ -115,7 +115,9 @@ class JobApplication:
             )
             return outcome
         for job_id in outcome.retried_ids:
-            log.info("job_id=%s moved FAILED -> PENDING by RetryFailed (%s)", job_id, requested_by or "-")
+            log.info(
+                "job_id=%s moved FAILED -> PENDING by RetryFailed (%s)", job_id, requested_by or "-"
+            )
         for job_id, reason in outcome.skipped:
             log.info("job_id=%s skipped by RetryFailed: %s", job_id, reason)
         if outcome.retried_ids:

@@ -19,14 +19,24 @@ from job_service.settings import ENV_PREFIX, JobServiceSettings
 # flag -> (settings field, type, help)
 FLAGS: list[tuple[str, str, type[Any], str]] = [
     ("--listen", "listen", str, "HOST:PORT to serve on (default 127.0.0.1:50051)"),
-    ("--database-url", "database_url", str, "SQLAlchemy async URL (default sqlite+aiosqlite:///var/jobs.db)"),
+    (
+        "--database-url",
+        "database_url",
+        str,
+        "SQLAlchemy async URL (default sqlite+aiosqlite:///var/jobs.db)",
+    ),
     ("--gateway", "gateway", str, "AiGateway HOST:PORT (default 127.0.0.1:50052)"),
     ("--workers", "workers", int, "jobs in flight at once (default 10)"),
     ("--lease", "lease", float, "claim lease, seconds (default 60)"),
     ("--max-attempts", "max_attempts", int, "attempts before FAILED (default 3)"),
     ("--retry-base-delay", "retry_base_delay", float, "first retry delay, seconds (default 2)"),
     ("--retry-max-delay", "retry_max_delay", float, "longest retry delay, seconds (default 300)"),
-    ("--deadline", "deadline", float, "gateway deadline for all job types, seconds (default per type: 30/60/60)"),
+    (
+        "--deadline",
+        "deadline",
+        float,
+        "gateway deadline for all job types, seconds (default per type: 30/60/60)",
+    ),
     ("--poll-interval", "poll_interval", float, "fallback poll for due jobs, seconds (default 1)"),
     ("--grace", "grace", float, "shutdown grace for in-flight jobs, seconds (default 30)"),
     ("--max-text-chars", "max_text_chars", int, "longest input text accepted (default 100000)"),
@@ -50,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_settings(args: argparse.Namespace) -> JobServiceSettings:
-    overrides = {field: getattr(args, field) for _, field, _, _ in FLAGS if getattr(args, field) is not None}
+    overrides = {
+        field: getattr(args, field) for _, field, _, _ in FLAGS if getattr(args, field) is not None
+    }
     return JobServiceSettings(**overrides)
 
 

@@ -4,8 +4,10 @@ GatewayCallError (with the ErrorInfo reason and RetryInfo delay) at this boundar
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -21,6 +23,8 @@ from job_service.domain.model import Job, JobType, JsonDict
 log = logging.getLogger(__name__)
 
 CLIENT_ID = "job-service"
+# How long a call waits for the gateway's connection before it counts as unavailable.
+CONNECT_TIMEOUT = 3.0
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
@@ -33,7 +37,7 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_metadata_size", 1024 * 1024),
     # Reconnect quickly once a stopped gateway is back.
     ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
     ("grpc.enable_retries", 0),
 ]
 
@@ -56,7 +60,8 @@ def _retry_details(status: status_pb2.Status) -> tuple[str, float | None]:
 def to_gateway_error(error: grpc.aio.AioRpcError, timeout: float) -> GatewayCallError:
     reason = ""
     delay: float | None = None
-    for key, value in error.trailing_metadata() or ():
+    trailers: Sequence[tuple[str, str | bytes]] = error.trailing_metadata() or ()  # type: ignore[assignment]
+    for key, value in trailers:
         if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
             status = status_pb2.Status.FromString(value)
             reason, delay = _retry_details(status)
@@ -78,7 +83,7 @@ class GrpcAiGateway:
         self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._channel.close(None)
 
     def _call(self, job_type: JobType) -> tuple[Callable[..., Awaitable[Message]], type[Message]]:
         match job_type:
@@ -89,9 +94,32 @@ class GrpcAiGateway:
             case JobType.RECALL_GENERATION:
                 return self._stub.GenerateRecall, gw.GenerateRecallRequest
 
-    async def run(self, job: Job, timeout: float) -> JsonDict:
+    async def _connected(self, deadline: float) -> None:
+        """Wait (briefly) for a usable connection. Failing fast on a channel that is
+        between reconnect attempts would fail jobs retried just after the gateway
+        came back; waiting for the whole deadline would report a down gateway as a
+        timeout. So: up to CONNECT_TIMEOUT, then UNAVAILABLE."""
+        if self._channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+            return
+        wait = min(CONNECT_TIMEOUT, deadline)
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), wait)
+        except TimeoutError:
+            raise GatewayCallError(
+                code="UNAVAILABLE",
+                reason="",
+                message=f"cannot connect to {self.address} (no connection within {wait:g}s)",
+                deadline_seconds=deadline,
+            ) from None
+
+    async def run(self, job: Job, deadline: float) -> JsonDict:
+        started = time.monotonic()
+        await self._connected(deadline)
+        timeout = max(deadline - (time.monotonic() - started), 0.001)
         method, request_type = self._call(job.job_type)
-        request = json_format.ParseDict(job.request_params, request_type(), ignore_unknown_fields=True)
+        request = json_format.ParseDict(
+            job.request_params, request_type(), ignore_unknown_fields=True
+        )
         metadata = (
             ("x-client-id", CLIENT_ID),
             ("x-job-id", job.id),
@@ -100,5 +128,5 @@ class GrpcAiGateway:
         try:
             response = await method(request, timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as error:
-            raise to_gateway_error(error, timeout) from None
+            raise to_gateway_error(error, deadline) from None
         return json_format.MessageToDict(response, preserving_proto_field_name=True)

@@ -55,7 +55,9 @@ class StartupError(Exception):
 def configure_logging(settings: JobServiceSettings) -> None:
     logging.basicConfig(
         level=settings.log_level,
-        format=f"%(asctime)s %(levelname)s job-service[{settings.instance_id}] %(name)s: %(message)s",
+        format="%(asctime)s %(levelname)s job-service["
+        + settings.instance_id
+        + "] %(name)s: %(message)s",
     )
 
 
@@ -101,13 +103,19 @@ class JobServiceRuntime:
         )
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         job_service_pb2_grpc.add_JobServiceServicer_to_server(
-            JobServiceServicer(self.app, EnqueueLimits(settings.max_text_chars), settings.max_attempts),
+            JobServiceServicer(
+                self.app, EnqueueLimits(settings.max_text_chars), settings.max_attempts
+            ),
             self.server,
         )
-        self.health = health.aio.HealthServicer()
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
             self.server,
         )
         self.listener: PgChangeListener | None = None
@@ -153,7 +161,9 @@ async def prepare_database(settings: JobServiceSettings) -> None:
     try:
         await migrate(settings.database_url)
     except Exception as error:
-        raise StartupError(f"cannot prepare the database at {_safe_url(settings.database_url)}: {error}") from None
+        raise StartupError(
+            f"cannot prepare the database at {_safe_url(settings.database_url)}: {error}"
+        ) from None
 
 
 async def serve(settings: JobServiceSettings) -> None:

@@ -33,7 +33,9 @@ class JobServiceSettings(BaseSettings):
     max_attempts: int = Field(3, ge=1, le=100, description="default attempts before FAILED")
     retry_base_delay: float = Field(2.0, ge=0, description="first retry delay, seconds")
     retry_max_delay: float = Field(300.0, ge=0, description="longest retry delay, seconds")
-    deadline: float | None = Field(None, gt=0, description="gateway deadline for every job type, seconds")
+    deadline: float | None = Field(
+        None, gt=0, description="gateway deadline for every job type, seconds"
+    )
     deadline_card_analysis: float = Field(30.0, gt=0)
     deadline_til_generation: float = Field(60.0, gt=0)
     deadline_recall_generation: float = Field(60.0, gt=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
@@ -155,9 +156,9 @@ class Worker:
         )
         task = asyncio.create_task(self._run_job(claim), name=f"job-{job.id}")
         self._tasks[job.id] = task
-        task.add_done_callback(lambda _t, job_id=job.id: self._job_done(job_id))
+        task.add_done_callback(functools.partial(self._job_done, job.id))
 
-    def _job_done(self, job_id: str) -> None:
+    def _job_done(self, job_id: str, _task: asyncio.Task[None]) -> None:
         self._tasks.pop(job_id, None)
         self._cancel_requested.discard(job_id)
         self._wake.set()  # a slot is free
@@ -190,7 +191,9 @@ class Worker:
         try:
             released = await self._store.release(job.id, token)
         except StorageUnavailableError as error:
-            log.warning("job_id=%s: could not give back at shutdown (%s); lease will expire", job.id, error)
+            log.warning(
+                "job_id=%s: could not give back at shutdown (%s); lease will expire", job.id, error
+            )
             return
         if released is not None:
             log.info("job_id=%s given back as PENDING at shutdown", job.id)
@@ -205,9 +208,13 @@ class Worker:
     async def _record_failure(self, job: Job, token: str, failure: Failure) -> None:
         retry_at: datetime | None = None
         if failure.transient and job.attempt_count < job.max_attempts:
-            delay = self._config.backoff.delay(job.attempt_count, failure.retry_after_seconds, self._rng)
+            delay = self._config.backoff.delay(
+                job.attempt_count, failure.retry_after_seconds, self._rng
+            )
             retry_at = datetime.now(UTC) + timedelta(seconds=delay)
-        stored = await self._write_outcome(job, lambda: self._store.fail(job.id, token, failure, retry_at))
+        stored = await self._write_outcome(
+            job, lambda: self._store.fail(job.id, token, failure, retry_at)
+        )
         if stored is None:
             return
         if retry_at is not None:

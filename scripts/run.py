@@ -64,10 +64,17 @@ def stop(procs: list[tuple[str, subprocess.Popen[str]]]) -> None:
                 proc.kill()
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     (ROOT / "var").mkdir(exist_ok=True)
     procs: list[tuple[str, subprocess.Popen[str]]] = []
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C (SIGINT) and SIGTERM both stop everything in order. SIGINT is set
+    # explicitly: a shell starting us in the background may have ignored it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         gateway, gateway_at = start("ai-gateway", ["ai-gateway"])
         procs.append(("ai-gateway", gateway))

@@ -25,7 +25,9 @@ class InvalidRequestError(JobServiceError):
 class DuplicateJobError(JobServiceError):
     def __init__(self, existing_job_id: str) -> None:
         self.existing_job_id = existing_job_id
-        super().__init__(f"an active job already exists for this job type and target: {existing_job_id}")
+        super().__init__(
+            f"an active job already exists for this job type and target: {existing_job_id}"
+        )
 
 
 class JobNotFoundError(JobServiceError):

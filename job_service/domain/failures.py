@@ -14,7 +14,9 @@ MAX_ERROR_MESSAGE_CHARS = 1000
 ELLIPSIS = "..."
 
 # Failures that may pass by themselves: retried automatically until max_attempts.
-TRANSIENT_CODES = frozenset({"DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "LEASE_EXPIRED"})
+TRANSIENT_CODES = frozenset(
+    {"DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "LEASE_EXPIRED"}
+)
 
 RATE_LIMIT_PREFIX = "Rate Limit Exceeded (Too many requests)"
 

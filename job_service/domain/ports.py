@@ -100,9 +100,9 @@ class JobStore(Protocol):
         """Move FAILED jobs matching the filter (at most `limit`, oldest failure first)
         back to PENDING, due now: attempt_count and the attempt history are kept,
         max_attempts becomes attempt_count + extra_attempts (a fresh round), the
-        error fields stay until the next outcome, failed_at is cleared. Each job moves at most once however many
-        calls race. A job whose (job_type, target_id) already has an active job is
-        skipped with a reason."""
+        error fields stay until the next outcome, failed_at is cleared. Each job
+        moves at most once however many calls race. A job whose (job_type,
+        target_id) already has an active job is skipped with a reason."""
         ...
 
     async def stats(self) -> JobStats:
@@ -122,8 +122,8 @@ class JobStore(Protocol):
 class AiGateway(Protocol):
     """The model-side port: run one job's AI work."""
 
-    async def run(self, job: Job, timeout: float) -> JsonDict:
-        """Do the job's work within `timeout` seconds and return its result as a JSON
+    async def run(self, job: Job, deadline: float) -> JsonDict:
+        """Do the job's work within `deadline` seconds and return its result as a JSON
         object keyed by the job type's result message field names. Failures raise
         `job_service.domain.failures.GatewayCallError`."""
         ...

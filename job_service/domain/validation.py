@@ -63,7 +63,9 @@ def _check_til(params: JsonDict, limits: EnqueueLimits, out: list[FieldViolation
             out.append(FieldViolation("til_generation_input.day", f"{day} is not a real date"))
     notes = [str(n) for n in params.get("notes", [])]
     if not any(n.strip() for n in notes):
-        out.append(FieldViolation("til_generation_input.notes", "at least one non-blank note is required"))
+        out.append(
+            FieldViolation("til_generation_input.notes", "at least one non-blank note is required")
+        )
     if sum(len(n) for n in notes) > limits.max_text_chars:
         out.append(
             FieldViolation(
@@ -76,14 +78,19 @@ def _check_til(params: JsonDict, limits: EnqueueLimits, out: list[FieldViolation
 def _check_recall(params: JsonDict, limits: EnqueueLimits, out: list[FieldViolation]) -> None:
     sources = params.get("sources", [])
     if not sources:
-        out.append(FieldViolation("recall_generation_input.sources", "at least one source is required"))
+        out.append(
+            FieldViolation("recall_generation_input.sources", "at least one source is required")
+        )
     total = 0
     for index, source in enumerate(sources):
         text = str(source.get("text", ""))
         total += len(text)
         if not text.strip():
             out.append(
-                FieldViolation(f"recall_generation_input.sources[{index}].text", "is required and must not be blank")
+                FieldViolation(
+                    f"recall_generation_input.sources[{index}].text",
+                    "is required and must not be blank",
+                )
             )
     if total > limits.max_text_chars:
         out.append(
@@ -97,7 +104,8 @@ def _check_recall(params: JsonDict, limits: EnqueueLimits, out: list[FieldViolat
         out.append(
             FieldViolation(
                 "recall_generation_input.question_count",
-                f"must be between 1 and {MAX_QUESTION_COUNT} (0 means {DEFAULT_QUESTION_COUNT}); got {count}",
+                f"must be between 1 and {MAX_QUESTION_COUNT} "
+                f"(0 means {DEFAULT_QUESTION_COUNT}); got {count}",
             )
         )
 
@@ -128,15 +136,24 @@ def validate_enqueue(
         out.append(FieldViolation("target_id", "is required and must not be blank"))
     elif len(target_id) > MAX_TARGET_ID_CHARS:
         out.append(
-            FieldViolation("target_id", f"is {len(target_id)} characters long; at most {MAX_TARGET_ID_CHARS} allowed")
+            FieldViolation(
+                "target_id",
+                f"is {len(target_id)} characters long; at most {MAX_TARGET_ID_CHARS} allowed",
+            )
         )
     if len(request_id) > MAX_REQUEST_ID_CHARS:
-        out.append(FieldViolation("request_id", f"at most {MAX_REQUEST_ID_CHARS} characters allowed"))
+        out.append(
+            FieldViolation("request_id", f"at most {MAX_REQUEST_ID_CHARS} characters allowed")
+        )
     if len(requested_by) > MAX_REQUESTED_BY_CHARS:
-        out.append(FieldViolation("requested_by", f"at most {MAX_REQUESTED_BY_CHARS} characters allowed"))
+        out.append(
+            FieldViolation("requested_by", f"at most {MAX_REQUESTED_BY_CHARS} characters allowed")
+        )
     if max_attempts < 0 or max_attempts > MAX_ATTEMPTS_LIMIT:
         out.append(
-            FieldViolation("max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT} (0 means the default)")
+            FieldViolation(
+                "max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT} (0 means the default)"
+            )
         )
     if job_type is None:
         return out
@@ -145,7 +162,9 @@ def validate_enqueue(
         out.append(FieldViolation(expected, f"is required for {job_type.value} jobs"))
     elif input_case != expected:
         out.append(
-            FieldViolation(input_case, f"does not match job_type {job_type.value}; set {expected} instead")
+            FieldViolation(
+                input_case, f"does not match job_type {job_type.value}; set {expected} instead"
+            )
         )
     else:
         _INPUT_CHECKS[job_type](params, limits, out)

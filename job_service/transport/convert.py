@@ -63,7 +63,9 @@ def job_to_pb(job: Job) -> pb.Job:
     )
     if job.result is not None:
         json_format.ParseDict(
-            job.result, getattr(message, RESULT_CASE_BY_TYPE[job.job_type]), ignore_unknown_fields=True
+            job.result,
+            getattr(message, RESULT_CASE_BY_TYPE[job.job_type]),
+            ignore_unknown_fields=True,
         )
     for name, value in (
         ("create_time", job.created_at),

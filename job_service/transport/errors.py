@@ -76,9 +76,7 @@ def to_status(error: JobServiceError) -> grpc.Status:
                 {"jobId": error.job_id, "status": error.status},
             )
         case StorageUnavailableError():
-            return _status(
-                code_pb2.UNAVAILABLE, f"database unavailable: {error}", "STORAGE_UNAVAILABLE", {}
-            )
+            return _status(code_pb2.UNAVAILABLE, str(error), "STORAGE_UNAVAILABLE", {})
         case _:
             return _status(code_pb2.INTERNAL, str(error), "INTERNAL", {})
 
@@ -97,7 +95,8 @@ def unary_errors(handler: Unary[Req, Resp]) -> Unary[Req, Resp]:
         except JobServiceError as error:
             if isinstance(error, StorageUnavailableError):
                 log.error("%s: %s", handler.__name__, error)
-            await context.abort_with_status(to_status(error))
+            # grpc-stubs lacks the aio context's abort_with_status.
+            await context.abort_with_status(to_status(error))  # type: ignore[attr-defined]
             raise AssertionError("unreachable") from None
 
     return wrapper
@@ -112,6 +111,6 @@ def stream_errors(handler: Streaming[Req, Resp]) -> Streaming[Req, Resp]:
             async for item in handler(self, request, context):
                 yield item
         except JobServiceError as error:
-            await context.abort_with_status(to_status(error))
+            await context.abort_with_status(to_status(error))  # type: ignore[attr-defined]
 
     return wrapper

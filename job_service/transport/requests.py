@@ -63,18 +63,24 @@ def _job_types(field: str, values: Iterable[int], out: list[FieldViolation]) -> 
     for index, value in enumerate(values):
         job_type = JOB_TYPE_FROM_PB.get(value)  # type: ignore[call-overload]
         if job_type is None:
-            out.append(FieldViolation(f"{field}[{index}]", f"unspecified or unknown job type {value}"))
+            out.append(
+                FieldViolation(f"{field}[{index}]", f"unspecified or unknown job type {value}")
+            )
         else:
             types.append(job_type)
     return tuple(types)
 
 
-def _statuses(field: str, values: Iterable[int], out: list[FieldViolation]) -> tuple[JobStatus, ...]:
+def _statuses(
+    field: str, values: Iterable[int], out: list[FieldViolation]
+) -> tuple[JobStatus, ...]:
     statuses: list[JobStatus] = []
     for index, value in enumerate(values):
         status = STATUS_FROM_PB.get(value)  # type: ignore[call-overload]
         if status is None:
-            out.append(FieldViolation(f"{field}[{index}]", f"unspecified or unknown status {value}"))
+            out.append(
+                FieldViolation(f"{field}[{index}]", f"unspecified or unknown status {value}")
+            )
         else:
             statuses.append(status)
     return tuple(statuses)
@@ -86,7 +92,11 @@ def enqueue(
     out: list[FieldViolation] = []
     job_type = JOB_TYPE_FROM_PB.get(request.job_type)
     if job_type is None:
-        what = "is required" if request.job_type == pb.JOB_TYPE_UNSPECIFIED else f"unknown value {request.job_type}"
+        what = (
+            "is required"
+            if request.job_type == pb.JOB_TYPE_UNSPECIFIED
+            else f"unknown value {request.job_type}"
+        )
         out.append(FieldViolation("job_type", what))
     on_duplicate = _ON_DUPLICATE.get(request.on_duplicate)
     if on_duplicate is None:
@@ -131,7 +141,9 @@ def stream(request: pb.StreamJobUpdatesRequest) -> StreamRequest:
     out: list[FieldViolation] = []
     if len(request.job_ids) > MAX_STREAM_JOB_IDS:
         out.append(
-            FieldViolation("job_ids", f"at most {MAX_STREAM_JOB_IDS} ids; got {len(request.job_ids)}")
+            FieldViolation(
+                "job_ids", f"at most {MAX_STREAM_JOB_IDS} ids; got {len(request.job_ids)}"
+            )
         )
     ids = _job_ids("job_ids", request.job_ids, out)
     types = _job_types("job_types", request.job_types, out)
@@ -149,8 +161,12 @@ def list_jobs(request: pb.ListJobsRequest) -> tuple[JobFilter, int, str | None]:
         job_types=_job_types("job_types", request.job_types, out),
         target_ids=(request.target_id,) if request.target_id else (),
         error_message_contains=request.error_message_contains or None,
-        created_after=from_timestamp(request.created_after) if request.HasField("created_after") else None,
-        created_before=from_timestamp(request.created_before) if request.HasField("created_before") else None,
+        created_after=from_timestamp(request.created_after)
+        if request.HasField("created_after")
+        else None,
+        created_before=from_timestamp(request.created_before)
+        if request.HasField("created_before")
+        else None,
     )
     _raise_if(out)
     return job_filter, request.page_size or DEFAULT_PAGE_SIZE, request.page_token or None
@@ -164,8 +180,12 @@ def retry_failed(request: pb.RetryFailedRequest) -> tuple[JobFilter, int]:
         job_types=_job_types("job_types", request.job_types, out),
         target_ids=tuple(request.target_ids),
         error_message_contains=request.error_message_contains or None,
-        failed_after=from_timestamp(request.failed_after) if request.HasField("failed_after") else None,
-        failed_before=from_timestamp(request.failed_before) if request.HasField("failed_before") else None,
+        failed_after=from_timestamp(request.failed_after)
+        if request.HasField("failed_after")
+        else None,
+        failed_before=from_timestamp(request.failed_before)
+        if request.HasField("failed_before")
+        else None,
     )
     has_criterion = any(
         (
@@ -179,9 +199,15 @@ def retry_failed(request: pb.RetryFailedRequest) -> tuple[JobFilter, int]:
     )
     if not has_criterion and not request.all_failed and not out:
         out.append(
-            FieldViolation("all_failed", "give at least one filter criterion, or set all_failed to true")
+            FieldViolation(
+                "all_failed", "give at least one filter criterion, or set all_failed to true"
+            )
         )
     if request.limit < 0 or request.limit > MAX_RETRY_LIMIT:
-        out.append(FieldViolation("limit", f"must be between 0 and {MAX_RETRY_LIMIT} (0 means {DEFAULT_RETRY_LIMIT})"))
+        out.append(
+            FieldViolation(
+                "limit", f"must be between 0 and {MAX_RETRY_LIMIT} (0 means {DEFAULT_RETRY_LIMIT})"
+            )
+        )
     _raise_if(out)
     return job_filter, request.limit or DEFAULT_RETRY_LIMIT

@@ -24,7 +24,9 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 class JobServiceServicer(pb_grpc.JobServiceServicer):
-    def __init__(self, app: JobApplication, limits: EnqueueLimits, default_max_attempts: int) -> None:
+    def __init__(
+        self, app: JobApplication, limits: EnqueueLimits, default_max_attempts: int
+    ) -> None:
         self._app = app
         self._limits = limits
         self._default_max_attempts = default_max_attempts
@@ -44,10 +46,14 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         job_filter, page_size, token = requests.list_jobs(request)
         jobs, next_token = await self._app.list_jobs(job_filter, page_size, token)
-        return pb.ListJobsResponse(jobs=[job_to_pb(j) for j in jobs], next_page_token=next_token or "")
+        return pb.ListJobsResponse(
+            jobs=[job_to_pb(j) for j in jobs], next_page_token=next_token or ""
+        )
 
     @unary_errors
-    async def CancelJob(self, request: pb.CancelJobRequest, context: Context) -> pb.CancelJobResponse:
+    async def CancelJob(
+        self, request: pb.CancelJobRequest, context: Context
+    ) -> pb.CancelJobResponse:
         job = await self._app.cancel(requests.job_id("job_id", request.job_id), request.reason)
         return pb.CancelJobResponse(job=job_to_pb(job))
 
@@ -56,7 +62,9 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         self, request: pb.RetryFailedRequest, context: Context
     ) -> pb.RetryFailedResponse:
         job_filter, limit = requests.retry_failed(request)
-        outcome = await self._app.retry_failed(job_filter, limit, request.dry_run, request.requested_by)
+        outcome = await self._app.retry_failed(
+            job_filter, limit, request.dry_run, request.requested_by
+        )
         return pb.RetryFailedResponse(
             matched_count=outcome.matched_count,
             retried_count=0 if request.dry_run else len(outcome.retried_ids),
@@ -116,5 +124,3 @@ def _not_newer(job: Job, previous: Job) -> bool:
     if job.updated_at != previous.updated_at:
         return job.updated_at < previous.updated_at
     return job.status == previous.status and job.attempt_count == previous.attempt_count
-
-

@@ -47,19 +47,27 @@ async def enqueue_cards(
 
     async def one(index: int) -> str:
         async with semaphore:
-            response = await stub.Enqueue(card_request(f"{prefix}-{index}", f"{SAMPLE_TEXT} Item {index}."), timeout=30)
+            response = await stub.Enqueue(
+                card_request(f"{prefix}-{index}", f"{SAMPLE_TEXT} Item {index}."), timeout=30
+            )
             return str(response.job.id)
 
     return list(await asyncio.gather(*(one(i) for i in range(count))))
 
 
-async def wait_terminal(stub: pb_grpc.JobServiceStub, job_ids: Iterable[str], timeout: float) -> dict[str, pb.Job]:
+async def wait_terminal(
+    stub: pb_grpc.JobServiceStub,
+    job_ids: Iterable[str],
+    timeout: float,  # noqa: ASYNC109 - the gRPC deadline of the streams
+) -> dict[str, pb.Job]:
     """Watch the jobs with StreamJobUpdates until all are terminal; the latest state of each."""
     ids = list(job_ids)
     latest: dict[str, pb.Job] = {}
 
     async def watch(chunk: list[str]) -> None:
-        async for update in stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=chunk), timeout=timeout):
+        async for update in stub.StreamJobUpdates(
+            pb.StreamJobUpdatesRequest(job_ids=chunk), timeout=timeout
+        ):
             latest[update.job.id] = update.job
 
     await asyncio.wait_for(
@@ -72,7 +80,9 @@ async def list_all(stub: pb_grpc.JobServiceStub, **filters: object) -> list[pb.J
     jobs: list[pb.Job] = []
     token = ""
     while True:
-        page = await stub.ListJobs(pb.ListJobsRequest(page_size=1000, page_token=token, **filters), timeout=30)  # type: ignore[arg-type]
+        page = await stub.ListJobs(
+            pb.ListJobsRequest(page_size=1000, page_token=token, **filters), timeout=30
+        )  # type: ignore[arg-type]
         jobs.extend(page.jobs)
         token = page.next_page_token
         if not token:

@@ -44,7 +44,9 @@ class RunningService:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-                raise AssertionError(f"{self.name} did not stop within {timeout}s:\n{self.log()}")
+                raise AssertionError(
+                    f"{self.name} did not stop within {timeout}s:\n{self.log()}"
+                ) from None
         return self.proc.returncode
 
     def kill(self) -> None:
@@ -84,9 +86,13 @@ def start_service(
     raise AssertionError(f"{name} did not listen within {timeout}s:\n{log_path.read_text()}")
 
 
-def start_gateway(log_dir: Path, *args: str, env: Mapping[str, str] | None = None) -> RunningService:
+def start_gateway(
+    log_dir: Path, *args: str, env: Mapping[str, str] | None = None
+) -> RunningService:
     """A real `ai-gateway` on a free port (local backend unless args say otherwise)."""
-    return start_service("ai-gateway", ["ai-gateway", "--listen", "127.0.0.1:0", *args], log_dir, env)
+    return start_service(
+        "ai-gateway", ["ai-gateway", "--listen", "127.0.0.1:0", *args], log_dir, env
+    )
 
 
 def start_job_service(

@@ -31,7 +31,11 @@ def rich_error(error: grpc.aio.AioRpcError) -> RichError:
             if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
-                result.reason, result.domain, result.metadata = info.reason, info.domain, dict(info.metadata)
+                result.reason, result.domain, result.metadata = (
+                    info.reason,
+                    info.domain,
+                    dict(info.metadata),
+                )
             elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
                 bad = error_details_pb2.BadRequest()
                 detail.Unpack(bad)

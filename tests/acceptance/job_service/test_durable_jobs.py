@@ -41,15 +41,18 @@ def _calls_per_job(call_log: Path) -> Counter[str]:
 
 
 async def test_200_jobs_all_complete(tmp_path: Path) -> None:
-    with running(start_gateway(tmp_path)) as gateway, running(
-        start_job_service(tmp_path, gateway=gateway.address)
-    ) as jobs:
+    with (
+        running(start_gateway(tmp_path)) as gateway,
+        running(start_job_service(tmp_path, gateway=gateway.address)) as jobs,
+    ):
         async with channel(jobs.address) as chan:
             stub = pb_grpc.JobServiceStub(chan)
             ids = await enqueue_cards(stub, 200, "scrap")
             final = await wait_terminal(stub, ids, timeout=90)
             assert len(final) == 200
-            assert Counter(pb.JobStatus.Name(j.status) for j in final.values()) == {"JOB_STATUS_COMPLETED": 200}
+            assert Counter(pb.JobStatus.Name(j.status) for j in final.values()) == {
+                "JOB_STATUS_COMPLETED": 200
+            }
             listed = await list_all(stub)
             assert {j.id for j in listed} == set(ids)
             for job in listed:
@@ -68,9 +71,17 @@ async def test_200_jobs_all_complete(tmp_path: Path) -> None:
 async def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path: Path) -> None:
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}"
     call_log = tmp_path / "calls.jsonl"
-    with running(start_gateway(tmp_path, "--fault-latency", "0.3", "--call-log", str(call_log))) as gateway:
+    with running(
+        start_gateway(tmp_path, "--fault-latency", "0.3", "--call-log", str(call_log))
+    ) as gateway:
         first = start_job_service(
-            tmp_path, "--lease", "2", "--workers", "8", gateway=gateway.address, database_url=database_url
+            tmp_path,
+            "--lease",
+            "2",
+            "--workers",
+            "8",
+            gateway=gateway.address,
+            database_url=database_url,
         )
         async with channel(first.address) as chan:
             stub = pb_grpc.JobServiceStub(chan)
@@ -85,7 +96,9 @@ async def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path: Path) -> None
         first.kill()
         assert in_flight, "the kill should land while jobs are PROCESSING"
         with running(
-            start_job_service(tmp_path, "--lease", "2", gateway=gateway.address, database_url=database_url)
+            start_job_service(
+                tmp_path, "--lease", "2", gateway=gateway.address, database_url=database_url
+            )
         ) as second:
             async with channel(second.address) as chan:
                 stub = pb_grpc.JobServiceStub(chan)
@@ -106,7 +119,9 @@ async def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path: Path) -> None
 
 @pytest.mark.postgres
 @pytest.mark.timeout(300)
-async def test_three_instances_on_postgres_never_call_twice(tmp_path: Path, postgres_database: str) -> None:
+async def test_three_instances_on_postgres_never_call_twice(
+    tmp_path: Path, postgres_database: str
+) -> None:
     call_log = tmp_path / "calls.jsonl"
     with running(start_gateway(tmp_path, "--call-log", str(call_log))) as gateway:
         instances: list[RunningService] = []
@@ -114,16 +129,25 @@ async def test_three_instances_on_postgres_never_call_twice(tmp_path: Path, post
             for name in ("a", "b", "c"):
                 instances.append(
                     start_job_service(
-                        tmp_path, "--instance-id", name, gateway=gateway.address, database_url=postgres_database
+                        tmp_path,
+                        "--instance-id",
+                        name,
+                        gateway=gateway.address,
+                        database_url=postgres_database,
                     )
                 )
-            async with channel(instances[0].address) as chan_a, channel(instances[1].address) as chan_b, channel(
-                instances[2].address
-            ) as chan_c:
+            async with (
+                channel(instances[0].address) as chan_a,
+                channel(instances[1].address) as chan_b,
+                channel(instances[2].address) as chan_c,
+            ):
                 stubs = [pb_grpc.JobServiceStub(c) for c in (chan_a, chan_b, chan_c)]
                 # Enqueue through all three; watch everything from instance a only.
                 batches = await asyncio.gather(
-                    *(enqueue_cards(stub, 334 if i < 2 else 332, f"pg-{i}") for i, stub in enumerate(stubs))
+                    *(
+                        enqueue_cards(stub, 334 if i < 2 else 332, f"pg-{i}")
+                        for i, stub in enumerate(stubs)
+                    )
                 )
                 ids = [job_id for batch in batches for job_id in batch]
                 assert len(ids) == 1000
@@ -180,7 +204,9 @@ async def test_gateway_outage_then_one_retry_failed_heals_all(tmp_path: Path) ->
             failed = [j for j in final.values() if j.status == pb.JOB_STATUS_FAILED]
             assert failed, "with the gateway gone, jobs must fail"
             for job in failed:
-                assert job.error_message.startswith(("AI gateway unavailable:", "Timeout:")), job.error_message
+                assert job.error_message.startswith(("AI gateway unavailable:", "Timeout:")), (
+                    job.error_message
+                )
                 assert job.attempt_count == 2
                 assert job.error_code in {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
             # The operator's SQL from the contract, as written.
@@ -189,17 +215,23 @@ async def test_gateway_outage_then_one_retry_failed_heals_all(tmp_path: Path) ->
                     "SELECT target_id FROM async_jobs WHERE status = 'FAILED' "
                     "AND error_message LIKE '%AI gateway unavailable%'"
                 ).fetchall()
-            unavailable = {j.target_id for j in failed if "AI gateway unavailable" in j.error_message}
+            unavailable = {
+                j.target_id for j in failed if "AI gateway unavailable" in j.error_message
+            }
             assert {r[0] for r in rows} == unavailable and unavailable
             # The provider is back.
             with running(start_service_on(tmp_path, port)):
                 retried = await stub.RetryFailed(
-                    pb.RetryFailedRequest(error_message_contains="AI gateway unavailable", requested_by="ops"),
+                    pb.RetryFailedRequest(
+                        error_message_contains="AI gateway unavailable", requested_by="ops"
+                    ),
                     timeout=30,
                 )
                 timeouts = [j.id for j in failed if j.error_message.startswith("Timeout:")]
                 if timeouts:
-                    more = await stub.RetryFailed(pb.RetryFailedRequest(job_ids=timeouts), timeout=30)
+                    more = await stub.RetryFailed(
+                        pb.RetryFailedRequest(job_ids=timeouts), timeout=30
+                    )
                     assert more.retried_count == len(timeouts)
                 assert retried.retried_count == len(unavailable)
                 healed = await wait_terminal(stub, ids, timeout=120)
@@ -211,7 +243,11 @@ async def test_gateway_outage_then_one_retry_failed_heals_all(tmp_path: Path) ->
 
 
 def start_service_on(tmp_path: Path, port: int) -> RunningService:
-    return start_service("ai-gateway", ["ai-gateway", "--listen", f"127.0.0.1:{port}", "--fault-latency", "0.2"], tmp_path)
+    return start_service(
+        "ai-gateway",
+        ["ai-gateway", "--listen", f"127.0.0.1:{port}", "--fault-latency", "0.2"],
+        tmp_path,
+    )
 
 
 async def test_clean_stop_leaves_nothing_processing(tmp_path: Path) -> None:
@@ -219,7 +255,15 @@ async def test_clean_stop_leaves_nothing_processing(tmp_path: Path) -> None:
     without an attempt charged; a restart completes them."""
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}"
     with running(start_gateway(tmp_path, "--fault-latency", "3")) as gateway:
-        jobs = start_job_service(tmp_path, "--grace", "0.5", "--workers", "4", gateway=gateway.address, database_url=database_url)
+        jobs = start_job_service(
+            tmp_path,
+            "--grace",
+            "0.5",
+            "--workers",
+            "4",
+            gateway=gateway.address,
+            database_url=database_url,
+        )
         async with channel(jobs.address) as chan:
             stub = pb_grpc.JobServiceStub(chan)
             ids = await enqueue_cards(stub, 6, "grace")
@@ -234,7 +278,9 @@ async def test_clean_stop_leaves_nothing_processing(tmp_path: Path) -> None:
         assert Counter(status for status, _ in rows) == {"PENDING": 6}
         assert {attempts for _, attempts in rows} == {0}
         assert "given back as PENDING at shutdown" in jobs.log()
-        with running(start_job_service(tmp_path, gateway=gateway.address, database_url=database_url)) as again:
+        with running(
+            start_job_service(tmp_path, gateway=gateway.address, database_url=database_url)
+        ) as again:
             async with channel(again.address) as chan:
                 final = await wait_terminal(pb_grpc.JobServiceStub(chan), ids, timeout=60)
         assert {j.status for j in final.values()} == {pb.JOB_STATUS_COMPLETED}

@@ -51,7 +51,9 @@ async def test_every_job_type_runs(service: Service) -> None:
         pb.EnqueueRequest(
             job_type=pb.JOB_TYPE_TIL_GENERATION,
             target_id="2026-11-29",
-            til_generation_input=pb.TilGenerationInput(day="2026-11-29", notes=["gRPC 스트림", "SKIP LOCKED"]),
+            til_generation_input=pb.TilGenerationInput(
+                day="2026-11-29", notes=["gRPC 스트림", "SKIP LOCKED"]
+            ),
         )
     )
     recall = await service.stub.Enqueue(
@@ -59,7 +61,10 @@ async def test_every_job_type_runs(service: Service) -> None:
             job_type=pb.JOB_TYPE_RECALL_GENERATION,
             target_id="deck-1",
             recall_generation_input=pb.RecallGenerationInput(
-                sources=[pb.RecallSource(title="Lease", text="A lease expires."), pb.RecallSource(title="WAL", text="Write-ahead log.")],
+                sources=[
+                    pb.RecallSource(title="Lease", text="A lease expires."),
+                    pb.RecallSource(title="WAL", text="Write-ahead log."),
+                ],
                 question_count=2,
             ),
         )
@@ -74,7 +79,11 @@ async def test_every_job_type_runs(service: Service) -> None:
 async def test_bad_input_names_each_field(service: Service) -> None:
     error = await call_error(
         service.stub.Enqueue(
-            pb.EnqueueRequest(job_type=pb.JOB_TYPE_UNSPECIFIED, target_id="", card_analysis_input=pb.CardAnalysisInput(text=""))
+            pb.EnqueueRequest(
+                job_type=pb.JOB_TYPE_UNSPECIFIED,
+                target_id="",
+                card_analysis_input=pb.CardAnalysisInput(text=""),
+            )
         )
     )
     rich = rich_error(error)
@@ -115,7 +124,8 @@ async def test_duplicate_active_job_is_rejected_or_returned(service: Service) ->
 async def test_double_click_race_makes_one_job(service: Service) -> None:
     service.gateway.script = lambda _job, _attempt: Hang()
     results = await asyncio.gather(
-        *(service.stub.Enqueue(card_request("scrap-race", "Text.")) for _ in range(10)), return_exceptions=True
+        *(service.stub.Enqueue(card_request("scrap-race", "Text.")) for _ in range(10)),
+        return_exceptions=True,
     )
     made = [r for r in results if isinstance(r, pb.EnqueueResponse)]
     rejected = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
@@ -151,7 +161,9 @@ async def test_get_job_errors(service: Service) -> None:
 async def test_list_jobs_pages_newest_first_with_filters(service: Service) -> None:
     ids = []
     for index in range(7):
-        ids.append((await service.stub.Enqueue(card_request(f"list-{index}", f"Text {index}."))).job.id)
+        ids.append(
+            (await service.stub.Enqueue(card_request(f"list-{index}", f"Text {index}."))).job.id
+        )
     await wait_terminal(service.stub, ids, timeout=20)
     seen: list[str] = []
     token = ""
@@ -183,10 +195,14 @@ async def test_cancel_pending_processing_and_terminal(start_service: StartServic
     running_job = (await service.stub.Enqueue(card_request("c-1", "Text."))).job
     waiting_job = (await service.stub.Enqueue(card_request("c-2", "Text."))).job
     for _ in range(100):
-        if (await service.stub.GetJob(pb.GetJobRequest(job_id=running_job.id))).job.status == pb.JOB_STATUS_PROCESSING:
+        if (
+            await service.stub.GetJob(pb.GetJobRequest(job_id=running_job.id))
+        ).job.status == pb.JOB_STATUS_PROCESSING:
             break
         await asyncio.sleep(0.02)
-    cancelled = (await service.stub.CancelJob(pb.CancelJobRequest(job_id=waiting_job.id, reason="user left"))).job
+    cancelled = (
+        await service.stub.CancelJob(pb.CancelJobRequest(job_id=waiting_job.id, reason="user left"))
+    ).job
     assert cancelled.status == pb.JOB_STATUS_CANCELLED
     assert cancelled.cancel_reason == "user left" and cancelled.HasField("cancel_time")
     stopped = (await service.stub.CancelJob(pb.CancelJobRequest(job_id=running_job.id))).job
@@ -198,7 +214,9 @@ async def test_cancel_pending_processing_and_terminal(start_service: StartServic
     assert running_job.id in service.gateway.cancelled, "the in-flight gateway call must be stopped"
     await asyncio.sleep(0.2)
     still = (await service.stub.GetJob(pb.GetJobRequest(job_id=running_job.id))).job
-    assert still.status == pb.JOB_STATUS_CANCELLED, "a cancelled job's late outcome must not be written"
+    assert still.status == pb.JOB_STATUS_CANCELLED, (
+        "a cancelled job's late outcome must not be written"
+    )
     error = await call_error(service.stub.CancelJob(pb.CancelJobRequest(job_id=running_job.id)))
     rich = rich_error(error)
     assert rich.code == grpc.StatusCode.FAILED_PRECONDITION and rich.reason == "INVALID_JOB_STATE"

@@ -24,7 +24,9 @@ async def test_stream_sends_snapshot_then_every_change_then_ends(service: Servic
     job = (await service.stub.Enqueue(card_request("st-1", "Text."))).job
     seen = [
         (pb.JobStatus.Name(u.job.status), u.job.attempt_count)
-        async for u in service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20)
+        async for u in service.stub.StreamJobUpdates(
+            pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20
+        )
     ]
     # The first message is the state at subscription; then changes in order; it ends by itself.
     assert seen[-1] == ("JOB_STATUS_COMPLETED", 2)
@@ -37,14 +39,21 @@ async def test_stream_sends_snapshot_then_every_change_then_ends(service: Servic
 async def test_stream_of_a_finished_job_sends_its_state_and_ends(service: Service) -> None:
     job = (await service.stub.Enqueue(card_request("st-2", "Text."))).job
     await wait_terminal(service.stub, [job.id], timeout=20)
-    updates = [u async for u in service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=5)]
+    updates = [
+        u
+        async for u in service.stub.StreamJobUpdates(
+            pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=5
+        )
+    ]
     assert [u.job.status for u in updates] == [pb.JOB_STATUS_COMPLETED]
 
 
 async def test_stream_errors(service: Service) -> None:
     unknown = str(uuid.uuid4())
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        async for _ in service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[unknown]), timeout=5):
+        async for _ in service.stub.StreamJobUpdates(
+            pb.StreamJobUpdatesRequest(job_ids=[unknown]), timeout=5
+        ):
             pass
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -56,8 +65,12 @@ async def test_stream_errors(service: Service) -> None:
 
 
 async def test_feed_streams_matching_changes(service: Service) -> None:
-    service.gateway.script = lambda _j, _a: Fail(grpc.StatusCode.INTERNAL, "JSON Parse Error at line 1", "MALFORMED_RESPONSE")
-    feed = service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(statuses=[pb.JOB_STATUS_FAILED]))
+    service.gateway.script = lambda _j, _a: Fail(
+        grpc.StatusCode.INTERNAL, "JSON Parse Error at line 1", "MALFORMED_RESPONSE"
+    )
+    feed = service.stub.StreamJobUpdates(
+        pb.StreamJobUpdatesRequest(statuses=[pb.JOB_STATUS_FAILED])
+    )
     reader = asyncio.create_task(anext(aiter(feed)))
     await asyncio.sleep(0.2)
     job = (await service.stub.Enqueue(card_request("feed-1", "Text."))).job
@@ -83,10 +96,17 @@ async def test_client_that_goes_away_is_cleaned_up(service: Service) -> None:
 async def test_a_thousand_streams_at_once_are_all_served(start_service: StartService) -> None:
     service = await start_service(workers=50)
     service.gateway.script = lambda _j, _a: Slow(0.5)
-    ids = [(await service.stub.Enqueue(card_request(f"many-{i}", "Text."))).job.id for i in range(50)]
+    ids = [
+        (await service.stub.Enqueue(card_request(f"many-{i}", "Text."))).job.id for i in range(50)
+    ]
 
     async def watch(job_id: str) -> int:
-        statuses = [u.job.status async for u in service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job_id]), timeout=60)]
+        statuses = [
+            u.job.status
+            async for u in service.stub.StreamJobUpdates(
+                pb.StreamJobUpdatesRequest(job_ids=[job_id]), timeout=60
+            )
+        ]
         assert statuses[-1] == pb.JOB_STATUS_COMPLETED
         return len(statuses)
 
@@ -96,16 +116,27 @@ async def test_a_thousand_streams_at_once_are_all_served(start_service: StartSer
 
 
 async def test_retry_failed_moves_each_failed_job_once(service: Service) -> None:
-    service.gateway.script = lambda _j, _a: Fail(grpc.StatusCode.INTERNAL, "JSON Parse Error at line 4", "MALFORMED_RESPONSE")
+    service.gateway.script = lambda _j, _a: Fail(
+        grpc.StatusCode.INTERNAL, "JSON Parse Error at line 4", "MALFORMED_RESPONSE"
+    )
     ids = [(await service.stub.Enqueue(card_request(f"rf-{i}", "Text."))).job.id for i in range(20)]
     failed = await wait_terminal(service.stub, ids, timeout=20)
     assert {j.status for j in failed.values()} == {pb.JOB_STATUS_FAILED}
-    dry = await service.stub.RetryFailed(pb.RetryFailedRequest(error_message_contains="JSON Parse", dry_run=True))
+    dry = await service.stub.RetryFailed(
+        pb.RetryFailedRequest(error_message_contains="JSON Parse", dry_run=True)
+    )
     assert (dry.matched_count, dry.retried_count, len(dry.job_ids)) == (20, 0, 20)
-    assert (await service.stub.GetJob(pb.GetJobRequest(job_id=ids[0]))).job.status == pb.JOB_STATUS_FAILED
+    assert (
+        await service.stub.GetJob(pb.GetJobRequest(job_id=ids[0]))
+    ).job.status == pb.JOB_STATUS_FAILED
     service.gateway.script = lambda _j, _a: Hang()
     racers = await asyncio.gather(
-        *(service.stub.RetryFailed(pb.RetryFailedRequest(error_message_contains="JSON Parse", requested_by=f"op-{i}")) for i in range(8))
+        *(
+            service.stub.RetryFailed(
+                pb.RetryFailedRequest(error_message_contains="JSON Parse", requested_by=f"op-{i}")
+            )
+            for i in range(8)
+        )
     )
     moved = [job_id for r in racers for job_id in r.job_ids]
     assert sorted(moved) == sorted(ids), "every failed job moved exactly once across racing calls"
@@ -113,7 +144,9 @@ async def test_retry_failed_moves_each_failed_job_once(service: Service) -> None
 
 
 async def test_retry_failed_filters_limit_history_and_skips(service: Service) -> None:
-    service.gateway.script = lambda _j, _a: Fail(grpc.StatusCode.INTERNAL, "JSON Parse Error at line 4", "MALFORMED_RESPONSE")
+    service.gateway.script = lambda _j, _a: Fail(
+        grpc.StatusCode.INTERNAL, "JSON Parse Error at line 4", "MALFORMED_RESPONSE"
+    )
     ids = [(await service.stub.Enqueue(card_request(f"rh-{i}", "Text."))).job.id for i in range(4)]
     await wait_terminal(service.stub, ids, timeout=20)
     # Retried jobs now succeed; the new job below hangs, holding its target's slot.
@@ -166,6 +199,11 @@ async def test_stream_on_one_instance_sees_work_of_another(start_service: StartS
     await watcher.runtime.worker.stop(0)  # this instance only serves streams
     runner = await start_service(instance_id="runner")
     job = (await watcher.stub.Enqueue(card_request("x-inst", "Text."))).job
-    updates = [u.job async for u in watcher.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20)]
+    updates = [
+        u.job
+        async for u in watcher.stub.StreamJobUpdates(
+            pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20
+        )
+    ]
     assert updates[-1].status == pb.JOB_STATUS_COMPLETED
     assert runner.gateway.calls[job.id] == 1

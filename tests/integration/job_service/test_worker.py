@@ -29,8 +29,22 @@ async def run_one(start_service: StartService, script: object, **settings: objec
 @pytest.mark.parametrize(
     ("failure", "prefix", "code", "reason"),
     [
-        (Fail(grpc.StatusCode.INVALID_ARGUMENT, "Token limit exceeded (9001 > 8192)", "TOKEN_LIMIT_EXCEEDED"), "Token limit exceeded (9001 > 8192)", "INVALID_ARGUMENT", "TOKEN_LIMIT_EXCEEDED"),
-        (Fail(grpc.StatusCode.INTERNAL, "JSON Parse Error at line 4", "MALFORMED_RESPONSE"), "JSON Parse Error at line 4", "INTERNAL", "MALFORMED_RESPONSE"),
+        (
+            Fail(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "Token limit exceeded (9001 > 8192)",
+                "TOKEN_LIMIT_EXCEEDED",
+            ),
+            "Token limit exceeded (9001 > 8192)",
+            "INVALID_ARGUMENT",
+            "TOKEN_LIMIT_EXCEEDED",
+        ),
+        (
+            Fail(grpc.StatusCode.INTERNAL, "JSON Parse Error at line 4", "MALFORMED_RESPONSE"),
+            "JSON Parse Error at line 4",
+            "INTERNAL",
+            "MALFORMED_RESPONSE",
+        ),
     ],
 )
 async def test_permanent_failures_fail_at_once(
@@ -65,7 +79,9 @@ async def test_transient_failure_then_success(start_service: StartService) -> No
 
 
 async def test_rate_limit_waits_at_least_retry_info(start_service: StartService) -> None:
-    limited = Fail(grpc.StatusCode.RESOURCE_EXHAUSTED, "5 requests/s", "RATE_LIMITED", retry_delay=0.8)
+    limited = Fail(
+        grpc.StatusCode.RESOURCE_EXHAUSTED, "5 requests/s", "RATE_LIMITED", retry_delay=0.8
+    )
     service = await start_service()
     service.gateway.script = lambda _j, attempt: limited if attempt == 1 else None
     job = (await service.stub.Enqueue(card_request("rl", "Text."))).job
@@ -102,7 +118,9 @@ async def test_deadline_becomes_timeout_message(start_service: StartService) -> 
 
 
 async def test_long_gateway_message_is_truncated(start_service: StartService) -> None:
-    job = await run_one(start_service, lambda _j, _a: Fail(grpc.StatusCode.INTERNAL, "é" * 5000), max_attempts=1)
+    job = await run_one(
+        start_service, lambda _j, _a: Fail(grpc.StatusCode.INTERNAL, "é" * 5000), max_attempts=1
+    )
     assert len(job.error_message) == 1003
     assert job.error_message.endswith("...")
     assert len(job.attempts[0].error_message) == 1003
@@ -141,7 +159,9 @@ async def test_concurrency_is_bounded(start_service: StartService) -> None:
     async def sample() -> None:
         nonlocal peak
         while True:
-            page = await service.stub.ListJobs(pb.ListJobsRequest(statuses=[pb.JOB_STATUS_PROCESSING]))
+            page = await service.stub.ListJobs(
+                pb.ListJobsRequest(statuses=[pb.JOB_STATUS_PROCESSING])
+            )
             peak = max(peak, len(page.jobs), service.runtime.worker.in_flight)
             await asyncio.sleep(0.01)
 

@@ -31,7 +31,11 @@ def fields(request: pb.EnqueueRequest) -> dict[str, str]:
 
 def test_valid_card_request() -> None:
     new, on_duplicate = requests.enqueue(
-        card(card_analysis_input=pb.CardAnalysisInput(text="Some text.", url="https://x", title="T")), LIMITS, 3
+        card(
+            card_analysis_input=pb.CardAnalysisInput(text="Some text.", url="https://x", title="T")
+        ),
+        LIMITS,
+        3,
     )
     assert new.job_type is JobType.CARD_ANALYSIS
     assert new.request_params == {"text": "Some text.", "url": "https://x", "title": "T"}
@@ -75,10 +79,15 @@ def test_missing_input() -> None:
 
 
 def test_text_over_the_limit_and_blank() -> None:
-    assert "101 characters" in fields(card(card_analysis_input=pb.CardAnalysisInput(text="x" * 101)))[
-        "card_analysis_input.text"
-    ]
-    assert "card_analysis_input.text" in fields(card(card_analysis_input=pb.CardAnalysisInput(text=" \n")))
+    assert (
+        "101 characters"
+        in fields(card(card_analysis_input=pb.CardAnalysisInput(text="x" * 101)))[
+            "card_analysis_input.text"
+        ]
+    )
+    assert "card_analysis_input.text" in fields(
+        card(card_analysis_input=pb.CardAnalysisInput(text=" \n"))
+    )
 
 
 def test_til_needs_notes_and_a_real_day() -> None:

@@ -40,11 +40,35 @@ def test_short_message_untouched() -> None:
     ("code", "reason", "message", "prefix", "transient"),
     [
         ("DEADLINE_EXCEEDED", "", "Deadline Exceeded", "Timeout:", True),
-        ("RESOURCE_EXHAUSTED", "RATE_LIMITED", "rate limit of 5/s", "Rate Limit Exceeded (Too many requests)", True),
+        (
+            "RESOURCE_EXHAUSTED",
+            "RATE_LIMITED",
+            "rate limit of 5/s",
+            "Rate Limit Exceeded (Too many requests)",
+            True,
+        ),
         ("UNAVAILABLE", "", "failed to connect to all addresses", "AI gateway unavailable:", True),
-        ("INVALID_ARGUMENT", "TOKEN_LIMIT_EXCEEDED", "Token limit exceeded (9000 > 8192)", "Token limit exceeded (9000 > 8192)", False),
-        ("INTERNAL", "MALFORMED_RESPONSE", "JSON Parse Error at line 4", "JSON Parse Error at line 4", False),
-        ("INVALID_ARGUMENT", "INVALID_REQUEST", "text: must not be blank", "INVALID_ARGUMENT: text", False),
+        (
+            "INVALID_ARGUMENT",
+            "TOKEN_LIMIT_EXCEEDED",
+            "Token limit exceeded (9000 > 8192)",
+            "Token limit exceeded (9000 > 8192)",
+            False,
+        ),
+        (
+            "INTERNAL",
+            "MALFORMED_RESPONSE",
+            "JSON Parse Error at line 4",
+            "JSON Parse Error at line 4",
+            False,
+        ),
+        (
+            "INVALID_ARGUMENT",
+            "INVALID_REQUEST",
+            "text: must not be blank",
+            "INVALID_ARGUMENT: text",
+            False,
+        ),
         ("UNKNOWN", "", "boom", "UNKNOWN: boom", False),
     ],
 )
@@ -57,12 +81,16 @@ def test_error_table(code: str, reason: str, message: str, prefix: str, transien
 
 
 def test_timeout_names_the_deadline() -> None:
-    failure = describe_gateway_error(GatewayCallError("DEADLINE_EXCEEDED", "", "Deadline Exceeded", deadline_seconds=2.5))
+    failure = describe_gateway_error(
+        GatewayCallError("DEADLINE_EXCEEDED", "", "Deadline Exceeded", deadline_seconds=2.5)
+    )
     assert failure.message == "Timeout: the AI gateway did not answer within 2.5s"
 
 
 def test_rate_limit_keeps_retry_delay() -> None:
-    failure = describe_gateway_error(GatewayCallError("RESOURCE_EXHAUSTED", "RATE_LIMITED", "slow down", 7.5))
+    failure = describe_gateway_error(
+        GatewayCallError("RESOURCE_EXHAUSTED", "RATE_LIMITED", "slow down", 7.5)
+    )
     assert failure.retry_after_seconds == 7.5
     assert failure.message == "Rate Limit Exceeded (Too many requests): slow down"
 
@@ -80,6 +108,8 @@ def test_unexpected_failure_is_final() -> None:
 
 
 def test_resource_exhausted_without_rate_limit_details_is_not_called_a_rate_limit() -> None:
-    failure = describe_gateway_error(GatewayCallError("RESOURCE_EXHAUSTED", "", "received message larger than max"))
+    failure = describe_gateway_error(
+        GatewayCallError("RESOURCE_EXHAUSTED", "", "received message larger than max")
+    )
     assert failure.message == "RESOURCE_EXHAUSTED: received message larger than max"
     assert failure.transient

@@ -27,4 +27,10 @@ def test_terminal_and_active_sets() -> None:
 
 
 def test_values_are_plain_words() -> None:
-    assert [s.value for s in JobStatus] == ["PENDING", "PROCESSING", "COMPLETED", "FAILED", "CANCELLED"]
+    assert [s.value for s in JobStatus] == [
+        "PENDING",
+        "PROCESSING",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+    ]

@@ -12,7 +12,12 @@ from job_service.updates import UpdateHub
 T0 = datetime(2026, 11, 29, tzinfo=UTC)
 
 
-def job(job_id: str, status: JobStatus = JobStatus.PENDING, seconds: int = 0, job_type: JobType = JobType.CARD_ANALYSIS) -> Job:
+def job(
+    job_id: str,
+    status: JobStatus = JobStatus.PENDING,
+    seconds: int = 0,
+    job_type: JobType = JobType.CARD_ANALYSIS,
+) -> Job:
     return Job(
         id=job_id,
         job_type=job_type,
@@ -51,7 +56,9 @@ async def test_named_subscription_gets_only_its_jobs() -> None:
 async def test_slow_subscriber_keeps_latest_state_only_and_never_blocks() -> None:
     hub = UpdateHub()
     sub = hub.subscribe(job_ids=["a"])
-    for second, status in enumerate([JobStatus.PROCESSING, JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.COMPLETED]):
+    for second, status in enumerate(
+        [JobStatus.PROCESSING, JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.COMPLETED]
+    ):
         hub.publish([job("a", status, second)])  # returns at once: nobody reads yet
     got = await sub.get()
     assert [(j.id, j.status) for j in got] == [("a", JobStatus.COMPLETED)]
@@ -106,6 +113,8 @@ async def test_order_of_changes_is_kept_per_job() -> None:
     first = job("a", JobStatus.PROCESSING, 1)
     hub.publish([first])
     assert await sub.get() == [first]
-    second = replace(first, status=JobStatus.COMPLETED, updated_at=first.updated_at + timedelta(seconds=1))
+    second = replace(
+        first, status=JobStatus.COMPLETED, updated_at=first.updated_at + timedelta(seconds=1)
+    )
     hub.publish([second])
     assert await sub.get() == [second]

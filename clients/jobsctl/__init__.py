@@ -1,0 +1,1 @@
+"""jobsctl: the operators' command line for JobService (see ``jobsctl --help``)."""

@@ -1,0 +1,3 @@
+from clients.jobsctl.cli import main
+
+main()

@@ -1,0 +1,217 @@
+"""How jobsctl shows things: rich tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from san.jobs.v1 import job_service_pb2 as pb
+
+from clients.jobsctl._values import format_age, format_time, job_type_name, status_name
+from clients.sdk import JobsError
+
+STATUS_STYLE = {
+    "PENDING": "yellow",
+    "PROCESSING": "cyan",
+    "COMPLETED": "green",
+    "FAILED": "red",
+    "CANCELLED": "magenta",
+}
+
+
+def make_console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    console = Console(file=stream, highlight=False)
+    if not console.is_terminal:
+        # Piped output is read by people too (less, CI logs); never cut job ids to 80 columns.
+        console = Console(file=stream, highlight=False, width=200)
+    return console
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    """The canonical proto3 JSON mapping (camelCase names, enum names, RFC 3339 times)."""
+    return MessageToDict(message, always_print_fields_with_no_presence=False)
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def error_dict(error: JobsError) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": error.code.name, "message": error.message}
+    if error.reason:
+        body["reason"] = error.reason
+    if error.metadata:
+        body["metadata"] = error.metadata
+    violations = getattr(error, "field_violations", ())
+    if violations:
+        body["fieldViolations"] = [
+            {"field": v.field, "description": v.description} for v in violations
+        ]
+    return {"error": body}
+
+
+def _status(job: pb.Job) -> str:
+    name = status_name(job.status)
+    return f"[{STATUS_STYLE.get(name, '')}]{name}[/]"
+
+
+def result_lines(job: pb.Job) -> list[tuple[str, str]]:
+    """The job's result as (label, text) rows."""
+    case = job.WhichOneof("result")
+    if case == "card_analysis_result":
+        card = job.card_analysis_result
+        return [
+            ("summary", card.summary),
+            ("tags", ", ".join(card.tags)),
+            ("embedding", f"{len(card.embedding)} dimensions"),
+            ("model", card.model),
+        ]
+    if case == "til_generation_result":
+        til = job.til_generation_result
+        return [("title", til.title), ("body", til.body), ("model", til.model)]
+    if case == "recall_generation_result":
+        recall = job.recall_generation_result
+        rows = [(f"Q{i}", f"{q.question}\n→ {q.answer}") for i, q in enumerate(recall.questions, 1)]
+        return [*rows, ("model", recall.model)]
+    return []
+
+
+def job_detail(console: Console, job: pb.Job) -> None:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    rows: list[tuple[str, str]] = [
+        ("id", job.id),
+        ("type", job_type_name(job.job_type)),
+        ("status", _status(job)),
+        ("target", escape(job.target_id)),
+        ("attempts", f"{job.attempt_count}/{job.max_attempts}"),
+        ("created", format_time(job.create_time)),
+        ("updated", format_time(job.update_time)),
+    ]
+    if job.requested_by:
+        rows.append(("requested by", escape(job.requested_by)))
+    if job.HasField("next_attempt_time"):
+        rows.append(("next attempt", format_time(job.next_attempt_time)))
+    if job.HasField("complete_time"):
+        rows.append(("completed", format_time(job.complete_time)))
+    if job.HasField("fail_time"):
+        rows.append(("failed", format_time(job.fail_time)))
+    if job.HasField("cancel_time"):
+        reason = f" ({escape(job.cancel_reason)})" if job.cancel_reason else ""
+        rows.append(("cancelled", format_time(job.cancel_time) + reason))
+    if job.error_message:
+        code = " / ".join(c for c in (job.error_code, job.error_reason) if c)
+        rows.append(
+            ("error", f"[red]{escape(job.error_message)}[/]" + (f" [{code}]" if code else ""))
+        )
+    rows.extend((label, escape(text)) for label, text in result_lines(job))
+    for label, value in rows:
+        grid.add_row(label, value)
+    console.print(grid)
+    if job.attempts:
+        table = Table(
+            "attempt", "started", "ended", "error", title="attempts", title_justify="left"
+        )
+        for attempt in job.attempts:
+            error = " ".join(p for p in (attempt.error_code, attempt.error_message) if p)
+            table.add_row(
+                str(attempt.attempt),
+                format_time(attempt.start_time),
+                format_time(attempt.end_time),
+                escape(error) or "-",
+            )
+        console.print(table)
+
+
+def jobs_table(console: Console, jobs: Sequence[pb.Job]) -> None:
+    table = Table("id", "type", "status", "target", "attempts", "created", "error")
+    table.columns[0].no_wrap = True
+    table.columns[6].overflow = "ellipsis"
+    table.columns[6].max_width = 60
+    table.columns[6].no_wrap = True
+    for job in jobs:
+        table.add_row(
+            job.id,
+            job_type_name(job.job_type),
+            _status(job),
+            escape(job.target_id),
+            f"{job.attempt_count}/{job.max_attempts}",
+            format_time(job.create_time),
+            escape(job.error_message),
+        )
+    console.print(table)
+
+
+def watch_line(job: pb.Job) -> str:
+    """One line per state change: time, status, attempt, error."""
+    parts = [
+        format_time(job.update_time),
+        f"{status_name(job.status):<10}",
+        f"attempt {job.attempt_count}/{job.max_attempts}",
+    ]
+    if job.error_message:
+        parts.append(job.error_message.replace("\n", " "))
+    return "  ".join(parts)
+
+
+def stats_table(console: Console, stats: pb.GetJobStatsResponse, now: datetime) -> None:
+    statuses = [s for s in pb.JobStatus.values() if s != pb.JOB_STATUS_UNSPECIFIED]
+    types = [t for t in pb.JobType.values() if t != pb.JOB_TYPE_UNSPECIFIED]
+    counts = {(c.job_type, c.status): c.count for c in stats.counts}
+    table = Table("type", *(status_name(s) for s in statuses), "total")
+    for column in table.columns[1:]:
+        column.justify = "right"
+    for job_type in types:
+        row = [counts.get((job_type, s), 0) for s in statuses]
+        table.add_row(job_type_name(job_type), *(str(n) for n in row), str(sum(row)))
+    totals = [sum(counts.get((t, s), 0) for t in types) for s in statuses]
+    table.add_row("[bold]all[/]", *(f"[bold]{n}[/]" for n in totals), f"[bold]{sum(totals)}[/]")
+    console.print(table)
+    console.print(f"oldest pending job: {oldest_pending(stats, now)}")
+
+
+def oldest_pending(stats: pb.GetJobStatsResponse, now: datetime) -> str:
+    if not stats.HasField("oldest_pending_create_time"):
+        return "none pending"
+    created = stats.oldest_pending_create_time.ToDatetime(tzinfo=UTC)
+    age = format_age((now - created).total_seconds())
+    return f"{age} old (created {format_time(stats.oldest_pending_create_time)})"
+
+
+def stats_dict(stats: pb.GetJobStatsResponse, now: datetime) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "counts": [
+            {
+                "jobType": job_type_name(c.job_type),
+                "status": status_name(c.status),
+                "count": c.count,
+            }
+            for c in stats.counts
+        ],
+        "oldestPendingCreateTime": None,
+        "oldestPendingAgeSeconds": None,
+    }
+    if stats.HasField("oldest_pending_create_time"):
+        created = stats.oldest_pending_create_time.ToDatetime(tzinfo=UTC)
+        body["oldestPendingCreateTime"] = format_time(stats.oldest_pending_create_time)
+        body["oldestPendingAgeSeconds"] = round((now - created).total_seconds(), 3)
+    return body
+
+
+def skipped_table(console: Console, skipped: Iterable[pb.SkippedJob]) -> None:
+    table = Table("skipped job", "reason", title_justify="left")
+    for item in skipped:
+        table.add_row(item.job_id, escape(item.reason))
+    if table.row_count:
+        console.print(table)

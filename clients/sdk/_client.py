@@ -1,0 +1,316 @@
+"""The synchronous JobService client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import closing
+from datetime import datetime
+from types import TracebackType
+from typing import Self, TypeVar
+
+import grpc
+from san.jobs.v1 import job_service_pb2 as pb
+from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
+
+from clients.sdk import _requests
+from clients.sdk._channel import DEFAULT_TIMEOUT, ChannelSettings
+from clients.sdk._errors import (
+    InvalidRequestError,
+    JobNotFoundError,
+    JobsError,
+    ServiceUnavailableError,
+    error_from_rpc,
+)
+
+T = TypeVar("T")
+
+POLL_INTERVAL = 0.5
+"""Seconds between GetJob polls once StreamJobUpdates has broken."""
+MAX_POLL_FAILURES = 10
+"""Consecutive failed polls after which wait()/watch() give up (without a timeout)."""
+
+
+class JobsClient:
+    """A blocking client of JobService.
+
+    Every method raises a :class:`~clients.sdk.JobsError` subclass on failure. Unary
+    calls get ``timeout`` seconds unless told otherwise. Use as a context manager, or
+    call :meth:`close`.
+
+    >>> with JobsClient("127.0.0.1:50051") as client:  # doctest: +SKIP
+    ...     job = client.enqueue("scrap-1", CardAnalysisInput(text="...")).job
+    ...     done = client.wait(job.id, timeout=60)
+    """
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        """Connect to ``target`` (HOST:PORT), or use ``channel`` as given (tests)."""
+        self.settings = ChannelSettings(
+            target=target,
+            tls=tls,
+            root_certificates=root_certificates,
+            token=token,
+            timeout=timeout,
+        )
+        if channel is None:
+            if tls:
+                credentials = grpc.ssl_channel_credentials(root_certificates)
+                channel = grpc.secure_channel(target, credentials, self.settings.options())
+            else:
+                channel = grpc.insecure_channel(target, self.settings.options())
+        self._channel = channel
+        self._stub = pb_grpc.JobServiceStub(channel)
+        self._metadata = self.settings.call_metadata()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    def _call(self, method: Callable[..., T], request: object, timeout: float | None) -> T:
+        try:
+            return method(
+                request,
+                timeout=self.settings.timeout if timeout is None else timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as error:
+            raise error_from_rpc(error) from None
+
+    def enqueue(
+        self,
+        target_id: str,
+        job_input: _requests.JobInput,
+        *,
+        job_type: pb.JobType.ValueType | None = None,
+        requested_by: str = "",
+        request_id: str | None = None,
+        max_attempts: int = 0,
+        return_existing: bool = False,
+        timeout: float | None = None,
+    ) -> pb.EnqueueResponse:
+        """Store a job as PENDING; its type follows from ``job_input`` unless given.
+
+        A ``request_id`` makes the call idempotent (a fresh one is generated otherwise).
+        With ``return_existing``, an active job for the same (type, target) is returned
+        with ``deduplicated = True`` instead of raising :class:`DuplicateJobError`.
+        """
+        request = _requests.enqueue_request(
+            target_id,
+            job_input,
+            job_type=job_type,
+            requested_by=requested_by,
+            request_id=request_id,
+            max_attempts=max_attempts,
+            return_existing=return_existing,
+        )
+        return self._call(self._stub.Enqueue, request, timeout)
+
+    def get_job(self, job_id: str, *, timeout: float | None = None) -> pb.Job:
+        """One job by id; :class:`JobNotFoundError` when unknown."""
+        return self._call(self._stub.GetJob, pb.GetJobRequest(job_id=job_id), timeout).job
+
+    def stream_job_updates(
+        self,
+        job_ids: Iterable[str] = (),
+        *,
+        job_types: Iterable[pb.JobType.ValueType] = (),
+        statuses: Iterable[pb.JobStatus.ValueType] = (),
+        timeout: float | None = None,
+    ) -> Generator[pb.Job, None, None]:
+        """The current state of each named job, then every change, as they happen.
+
+        With ``job_ids`` the iterator ends once every job is terminal; without, it is
+        a live feed filtered by ``job_types`` and ``statuses``. No deadline by default.
+        """
+        request = pb.StreamJobUpdatesRequest(
+            job_ids=list(job_ids), job_types=list(job_types), statuses=list(statuses)
+        )
+        call = self._stub.StreamJobUpdates(request, timeout=timeout, metadata=self._metadata)
+        try:
+            for response in call:
+                yield response.job
+        except grpc.RpcError as error:
+            raise error_from_rpc(error) from None
+        finally:
+            call.cancel()  # type: ignore[no-untyped-call]
+
+    def retry_failed(
+        self,
+        *,
+        job_ids: Iterable[str] = (),
+        job_types: Iterable[pb.JobType.ValueType] = (),
+        target_ids: Iterable[str] = (),
+        error_message_contains: str = "",
+        failed_after: datetime | None = None,
+        failed_before: datetime | None = None,
+        all_failed: bool = False,
+        limit: int = 0,
+        dry_run: bool = False,
+        requested_by: str = "",
+        timeout: float | None = None,
+    ) -> pb.RetryFailedResponse:
+        """Put FAILED jobs matching every given criterion back to PENDING."""
+        request = _requests.retry_failed_request(
+            job_ids=job_ids,
+            job_types=job_types,
+            target_ids=target_ids,
+            error_message_contains=error_message_contains,
+            failed_after=failed_after,
+            failed_before=failed_before,
+            all_failed=all_failed,
+            limit=limit,
+            dry_run=dry_run,
+            requested_by=requested_by,
+        )
+        return self._call(self._stub.RetryFailed, request, timeout)
+
+    def list_jobs(
+        self,
+        *,
+        statuses: Iterable[pb.JobStatus.ValueType] = (),
+        job_types: Iterable[pb.JobType.ValueType] = (),
+        target_id: str = "",
+        error_message_contains: str = "",
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> pb.ListJobsResponse:
+        """One page of jobs matching every given criterion, newest first."""
+        request = _requests.list_jobs_request(
+            statuses=statuses,
+            job_types=job_types,
+            target_id=target_id,
+            error_message_contains=error_message_contains,
+            created_after=created_after,
+            created_before=created_before,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return self._call(self._stub.ListJobs, request, timeout)
+
+    def iter_jobs(
+        self,
+        *,
+        statuses: Iterable[pb.JobStatus.ValueType] = (),
+        job_types: Iterable[pb.JobType.ValueType] = (),
+        target_id: str = "",
+        error_message_contains: str = "",
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> Iterator[pb.Job]:
+        """Every job matching the criteria, following the pages."""
+        statuses, job_types = list(statuses), list(job_types)
+        token = ""
+        while True:
+            page = self.list_jobs(
+                statuses=statuses,
+                job_types=job_types,
+                target_id=target_id,
+                error_message_contains=error_message_contains,
+                created_after=created_after,
+                created_before=created_before,
+                page_size=page_size,
+                page_token=token,
+                timeout=timeout,
+            )
+            yield from page.jobs
+            token = page.next_page_token
+            if not token:
+                return
+
+    def cancel_job(self, job_id: str, *, reason: str = "", timeout: float | None = None) -> pb.Job:
+        """Cancel a PENDING or PROCESSING job; :class:`InvalidJobStateError` if terminal."""
+        request = pb.CancelJobRequest(job_id=job_id, reason=reason)
+        return self._call(self._stub.CancelJob, request, timeout).job
+
+    def get_job_stats(self, *, timeout: float | None = None) -> pb.GetJobStatsResponse:
+        """Job counts by type and status, and the oldest pending job's creation time."""
+        return self._call(self._stub.GetJobStats, pb.GetJobStatsRequest(), timeout)
+
+    def watch(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        *,
+        poll_interval: float = POLL_INTERVAL,
+    ) -> Iterator[pb.Job]:
+        """Each new state of one job until it is terminal (the last one yielded).
+
+        Built on StreamJobUpdates; if the stream breaks, GetJob is polled every
+        ``poll_interval`` seconds instead. Raises :class:`WaitTimeoutError` after
+        ``timeout`` seconds (no limit when None).
+        """
+        deadline = _requests.Deadline(job_id, timeout)
+        changes = _requests.ChangeFilter()
+        try:
+            with closing(
+                self.stream_job_updates([job_id], timeout=deadline.remaining())
+            ) as updates:
+                for job in updates:
+                    if changes.is_new(job):
+                        yield job
+                    if _requests.is_terminal(job):
+                        return
+        except (JobNotFoundError, InvalidRequestError):
+            raise
+        except JobsError:
+            deadline.remaining()  # our own deadline passing is a timeout, not a broken stream
+        yield from self._poll(job_id, deadline, changes, poll_interval)
+
+    def _poll(
+        self,
+        job_id: str,
+        deadline: _requests.Deadline,
+        changes: _requests.ChangeFilter,
+        poll_interval: float,
+    ) -> Iterator[pb.Job]:
+        failures = 0
+        while True:
+            try:
+                job = self.get_job(job_id, timeout=deadline.cap(self.settings.timeout))
+            except ServiceUnavailableError:
+                failures += 1
+                if failures >= MAX_POLL_FAILURES:
+                    raise
+            else:
+                failures = 0
+                if changes.is_new(job):
+                    yield job
+                if _requests.is_terminal(job):
+                    return
+            time.sleep(deadline.cap(poll_interval))
+
+    def wait(
+        self, job_id: str, timeout: float | None = None, *, poll_interval: float = POLL_INTERVAL
+    ) -> pb.Job:
+        """Block until the job is terminal and return it (see :meth:`watch`)."""
+        last: pb.Job | None = None
+        for job in self.watch(job_id, timeout, poll_interval=poll_interval):
+            last = job
+        if last is None:  # pragma: no cover - watch always yields the terminal state
+            raise JobsError(f"job {job_id} was never seen")
+        return last

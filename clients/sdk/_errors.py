@@ -1,0 +1,185 @@
+"""Typed exceptions for JobService errors, and the one place that builds them.
+
+JobService reports failures with the rich error model: a ``google.rpc.Status`` in the
+``grpc-status-details-bin`` trailer carrying an ``ErrorInfo`` (domain ``jobs.san``) and,
+where they apply, ``BadRequest`` or ``RetryInfo``. :func:`error_from_rpc` turns a
+``grpc.RpcError`` (sync or asyncio) into one of these::
+
+    JobsError                      any JobService failure (code, message, reason, metadata)
+    ├── DuplicateJobError          ALREADY_EXISTS / DUPLICATE_JOB: .existing_job_id
+    ├── JobNotFoundError           NOT_FOUND: .job_id
+    ├── InvalidRequestError        INVALID_ARGUMENT: .field_violations
+    ├── InvalidJobStateError       FAILED_PRECONDITION / INVALID_JOB_STATE: .job_id, .status
+    ├── RateLimitedError           RESOURCE_EXHAUSTED: .retry_delay (seconds or None)
+    ├── ServiceUnavailableError    UNAVAILABLE (server down or unreachable), DEADLINE_EXCEEDED
+    └── WaitTimeoutError           wait()/watch() gave up before the job was terminal
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+_DETAILS_KEY = "grpc-status-details-bin"
+ERROR_DOMAIN = "jobs.san"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    """One bad field of a request, as named by the server's ``BadRequest`` detail."""
+
+    field: str
+    description: str
+
+
+class JobsError(Exception):
+    """A JobService call failed.
+
+    ``code`` is the gRPC status code; ``reason`` and ``metadata`` come from the
+    ``ErrorInfo`` detail when the server sent one (empty otherwise).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode = grpc.StatusCode.UNKNOWN,
+        reason: str = "",
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.reason = reason
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class DuplicateJobError(JobsError):
+    """An active job already exists for the same (job_type, target_id)."""
+
+    @property
+    def existing_job_id(self) -> str:
+        return self.metadata.get("existingJobId", "")
+
+
+class JobNotFoundError(JobsError):
+    """No job has the given id."""
+
+    @property
+    def job_id(self) -> str:
+        return self.metadata.get("jobId", "")
+
+
+class InvalidRequestError(JobsError):
+    """The request was rejected as invalid; ``field_violations`` names each bad field."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field_violations: Iterable[FieldViolation] = (),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.field_violations: tuple[FieldViolation, ...] = tuple(field_violations)
+
+
+class InvalidJobStateError(JobsError):
+    """The job's status does not allow the operation (e.g. cancelling a finished job)."""
+
+    @property
+    def job_id(self) -> str:
+        return self.metadata.get("jobId", "")
+
+    @property
+    def status(self) -> str:
+        return self.metadata.get("status", "")
+
+
+class RateLimitedError(JobsError):
+    """Too many requests; ``retry_delay`` (seconds) says when to try again, if known."""
+
+    def __init__(self, message: str, *, retry_delay: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_delay = retry_delay
+
+
+class ServiceUnavailableError(JobsError):
+    """JobService could not be reached, or did not answer in time."""
+
+
+class WaitTimeoutError(JobsError, TimeoutError):
+    """``wait``/``watch`` reached its timeout before the job became terminal."""
+
+
+def _status_from_trailers(trailers: Iterable[Any] | None) -> status_pb2.Status:
+    status = status_pb2.Status()
+    for key, value in trailers or ():  # (key, value) pairs, sync or aio metadata
+        if key == _DETAILS_KEY and isinstance(value, bytes):
+            status.ParseFromString(value)
+            break
+    return status
+
+
+def error_from_status(
+    code: grpc.StatusCode,
+    message: str,
+    trailers: Iterable[Any] | None = None,
+) -> JobsError:
+    """Build the typed exception for a status code, message and trailing metadata.
+
+    The rich details are read from the ``grpc-status-details-bin`` trailer, which is
+    what ``grpc_status.rpc_status.from_call`` reads too; reading it directly serves the
+    sync and the asyncio client alike.
+    """
+    status = _status_from_trailers(trailers)
+    message = status.message or message or code.name
+    reason = ""
+    metadata: dict[str, str] = {}
+    violations: list[FieldViolation] = []
+    retry_delay: float | None = None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason = info.reason
+            metadata = dict(info.metadata)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations.extend(FieldViolation(v.field, v.description) for v in bad.field_violations)
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            retry_delay = retry.retry_delay.ToTimedelta().total_seconds()
+
+    common: dict[str, Any] = {"code": code, "reason": reason, "metadata": metadata}
+    if code is grpc.StatusCode.ALREADY_EXISTS or reason == "DUPLICATE_JOB":
+        return DuplicateJobError(message, **common)
+    if code is grpc.StatusCode.NOT_FOUND:
+        return JobNotFoundError(message, **common)
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidRequestError(message, field_violations=violations, **common)
+    if code is grpc.StatusCode.FAILED_PRECONDITION:
+        return InvalidJobStateError(message, **common)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return RateLimitedError(message, retry_delay=retry_delay, **common)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ServiceUnavailableError(message, **common)
+    return JobsError(message, **common)
+
+
+def error_from_rpc(error: grpc.RpcError) -> JobsError:
+    """Turn a ``grpc.RpcError`` (or ``grpc.aio.AioRpcError``) into a typed exception."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return error_from_status(error.code(), error.details() or "", error.trailing_metadata())
+    if isinstance(error, grpc.Call):
+        return error_from_status(error.code(), error.details() or "", error.trailing_metadata())
+    return JobsError(str(error) or "gRPC call failed")

@@ -1,0 +1,174 @@
+"""Request building shared by the sync and asyncio clients (no I/O here)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from san.jobs.v1 import job_service_pb2 as pb
+
+from clients.sdk._errors import WaitTimeoutError
+
+JobInput = pb.CardAnalysisInput | pb.TilGenerationInput | pb.RecallGenerationInput
+
+TERMINAL_STATUSES: frozenset[pb.JobStatus.ValueType] = frozenset(
+    {pb.JOB_STATUS_COMPLETED, pb.JOB_STATUS_FAILED, pb.JOB_STATUS_CANCELLED}
+)
+
+
+def is_terminal(job: pb.Job) -> bool:
+    """True when the job is COMPLETED, FAILED or CANCELLED."""
+    return job.status in TERMINAL_STATUSES
+
+
+def timestamp(value: datetime) -> Timestamp:
+    """A protobuf Timestamp from an aware datetime (a naive one is taken as UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    stamp = Timestamp()
+    stamp.FromDatetime(value.astimezone(UTC))
+    return stamp
+
+
+def enqueue_request(
+    target_id: str,
+    job_input: JobInput,
+    *,
+    job_type: pb.JobType.ValueType | None,
+    requested_by: str,
+    request_id: str | None,
+    max_attempts: int,
+    return_existing: bool,
+) -> pb.EnqueueRequest:
+    request = pb.EnqueueRequest(
+        target_id=target_id,
+        requested_by=requested_by,
+        # Always an idempotency key, so that the channel's automatic retry of an
+        # UNAVAILABLE Enqueue can never store the job twice.
+        request_id=request_id or str(uuid.uuid4()),
+        max_attempts=max_attempts,
+        on_duplicate=(
+            pb.ON_DUPLICATE_RETURN_EXISTING if return_existing else pb.ON_DUPLICATE_REJECT
+        ),
+    )
+    if isinstance(job_input, pb.CardAnalysisInput):
+        request.card_analysis_input.CopyFrom(job_input)
+        inferred = pb.JOB_TYPE_CARD_ANALYSIS
+    elif isinstance(job_input, pb.TilGenerationInput):
+        request.til_generation_input.CopyFrom(job_input)
+        inferred = pb.JOB_TYPE_TIL_GENERATION
+    else:
+        request.recall_generation_input.CopyFrom(job_input)
+        inferred = pb.JOB_TYPE_RECALL_GENERATION
+    request.job_type = inferred if job_type is None else job_type
+    return request
+
+
+def list_jobs_request(
+    *,
+    statuses: Iterable[pb.JobStatus.ValueType],
+    job_types: Iterable[pb.JobType.ValueType],
+    target_id: str,
+    error_message_contains: str,
+    created_after: datetime | None,
+    created_before: datetime | None,
+    page_size: int,
+    page_token: str,
+) -> pb.ListJobsRequest:
+    request = pb.ListJobsRequest(
+        statuses=list(statuses),
+        job_types=list(job_types),
+        target_id=target_id,
+        error_message_contains=error_message_contains,
+        page_size=page_size,
+        page_token=page_token,
+    )
+    if created_after is not None:
+        request.created_after.CopyFrom(timestamp(created_after))
+    if created_before is not None:
+        request.created_before.CopyFrom(timestamp(created_before))
+    return request
+
+
+def retry_failed_request(
+    *,
+    job_ids: Iterable[str],
+    job_types: Iterable[pb.JobType.ValueType],
+    target_ids: Iterable[str],
+    error_message_contains: str,
+    failed_after: datetime | None,
+    failed_before: datetime | None,
+    all_failed: bool,
+    limit: int,
+    dry_run: bool,
+    requested_by: str,
+) -> pb.RetryFailedRequest:
+    request = pb.RetryFailedRequest(
+        job_ids=list(job_ids),
+        job_types=list(job_types),
+        target_ids=list(target_ids),
+        error_message_contains=error_message_contains,
+        all_failed=all_failed,
+        limit=limit,
+        dry_run=dry_run,
+        requested_by=requested_by,
+    )
+    if failed_after is not None:
+        request.failed_after.CopyFrom(timestamp(failed_after))
+    if failed_before is not None:
+        request.failed_before.CopyFrom(timestamp(failed_before))
+    return request
+
+
+class ChangeFilter:
+    """Lets through only observations of a job that differ from the last one let through.
+
+    The stream and the polling fallback may both report the same state; a watcher
+    should see each state once.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[object, ...] | None = None
+
+    def is_new(self, job: pb.Job) -> bool:
+        key = (
+            job.status,
+            job.attempt_count,
+            job.update_time.seconds,
+            job.update_time.nanos,
+            job.error_message,
+        )
+        if key == self._last:
+            return False
+        self._last = key
+        return True
+
+
+class Deadline:
+    """The time left to watch a job; raises WaitTimeoutError once it is used up."""
+
+    def __init__(self, job_id: str, timeout: float | None) -> None:
+        self._job_id = job_id
+        self._timeout = timeout
+        self._end = None if timeout is None else time.monotonic() + timeout
+
+    def remaining(self) -> float | None:
+        """Seconds left (None without a timeout); raises once none are left."""
+        if self._end is None:
+            return None
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise WaitTimeoutError(
+                f"job {self._job_id} was not finished after {self._timeout:g}s",
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
+            )
+        return left
+
+    def cap(self, seconds: float) -> float:
+        """``seconds``, or less if the deadline comes sooner."""
+        left = self.remaining()
+        return seconds if left is None else min(seconds, left)

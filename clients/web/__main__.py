@@ -1,0 +1,3 @@
+from clients.web.cli import main
+
+main()

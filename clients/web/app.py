@@ -1,0 +1,312 @@
+"""The san-web ASGI app (Starlette): scraps, job status, live job events, the page.
+
+Errors from JobService become HTTP statuses in one place (:func:`jobs_error_response`):
+409 duplicate or wrong state, 404 unknown, 422 bad input, 429 rate limited, 503
+JobService down, 502 anything else; always with a JSON body ``{"error": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from clients.jobsctl._values import format_time, job_type_name, status_name
+from clients.sdk import (
+    AsyncJobsClient,
+    CardAnalysisInput,
+    DuplicateJobError,
+    InvalidJobStateError,
+    InvalidRequestError,
+    Job,
+    JobNotFoundError,
+    JobsError,
+    JobStatus,
+    JobType,
+    RateLimitedError,
+    ServiceUnavailableError,
+)
+from clients.web._store import ScrapStore
+
+STATIC = Path(__file__).parent / "static"
+REQUESTED_BY = "san-web"
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    """The JSON shape of a job for the browser."""
+    result: dict[str, Any] | None = None
+    case = job.WhichOneof("result")
+    if case == "card_analysis_result":
+        card = job.card_analysis_result
+        result = {"summary": card.summary, "tags": list(card.tags), "model": card.model}
+    elif case == "til_generation_result":
+        til = job.til_generation_result
+        result = {"title": til.title, "body": til.body, "model": til.model}
+    elif case == "recall_generation_result":
+        recall = job.recall_generation_result
+        result = {
+            "questions": [
+                {"question": q.question, "answer": q.answer, "sourceIndex": q.source_index}
+                for q in recall.questions
+            ],
+            "model": recall.model,
+        }
+    return {
+        "jobId": job.id,
+        "jobType": job_type_name(job.job_type),
+        "status": status_name(job.status),
+        "errorMessage": job.error_message or None,
+        "result": result,
+        "targetId": job.target_id,
+        "errorCode": job.error_code or None,
+        "attemptCount": job.attempt_count,
+        "maxAttempts": job.max_attempts,
+        "updateTime": format_time(job.update_time),
+    }
+
+
+def error_body(error: JobsError) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": error.code.name, "message": error.message}
+    if error.reason:
+        body["reason"] = error.reason
+    if isinstance(error, DuplicateJobError):
+        body["existingJobId"] = error.existing_job_id
+    if isinstance(error, InvalidRequestError):
+        body["fieldViolations"] = [
+            {"field": v.field, "description": v.description} for v in error.field_violations
+        ]
+    if isinstance(error, RateLimitedError) and error.retry_delay is not None:
+        body["retryDelaySeconds"] = error.retry_delay
+    return {"error": body}
+
+
+def jobs_error_response(error: JobsError) -> JSONResponse:
+    headers: dict[str, str] = {}
+    if isinstance(error, DuplicateJobError | InvalidJobStateError):
+        status = 409
+    elif isinstance(error, JobNotFoundError):
+        status = 404
+    elif isinstance(error, InvalidRequestError):
+        status = 422
+    elif isinstance(error, RateLimitedError):
+        status = 429
+        if error.retry_delay is not None:
+            headers["Retry-After"] = str(max(1, round(error.retry_delay)))
+    elif isinstance(error, ServiceUnavailableError):
+        status = 503
+        error.message = f"JobService is unavailable: {error.message}"
+    else:
+        status = 502
+    return JSONResponse(error_body(error), status_code=status, headers=headers)
+
+
+def invalid(message: str, *violations: tuple[str, str]) -> JSONResponse:
+    body = {
+        "code": "INVALID_ARGUMENT",
+        "message": message,
+        "fieldViolations": [{"field": f, "description": d} for f, d in violations],
+    }
+    return JSONResponse({"error": body}, status_code=422)
+
+
+def not_found(message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": "NOT_FOUND", "message": message}}, status_code=404)
+
+
+def _client(request: Request) -> AsyncJobsClient:
+    client: AsyncJobsClient = request.app.state.jobs
+    return client
+
+
+def _store(request: Request) -> ScrapStore:
+    store: ScrapStore = request.app.state.store
+    return store
+
+
+async def _read_scrap_body(request: Request) -> dict[str, str] | JSONResponse:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
+    if not isinstance(body, dict):
+        return invalid("the body must be a JSON object", ("body", "is not a JSON object"))
+    violations: list[tuple[str, str]] = []
+    values: dict[str, str] = {}
+    for name in ("url", "title", "text"):
+        value = body.get(name, "")
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            violations.append((name, "must be a string"))
+        values[name] = value if isinstance(value, str) else ""
+    if not values["text"].strip() and not any(f == "text" for f, _ in violations):
+        violations.append(("text", "is required and must not be blank"))
+    if violations:
+        return invalid("invalid scrap", *violations)
+    return values
+
+
+async def _enqueue_analysis(
+    request: Request, scrap_id: str, text: str, url: str, title: str
+) -> str:
+    response = await _client(request).enqueue(
+        scrap_id,
+        CardAnalysisInput(text=text, url=url, title=title),
+        requested_by=REQUESTED_BY,
+    )
+    await _store(request).set_job(scrap_id, response.job.id)
+    return response.job.id
+
+
+async def create_scrap(request: Request) -> Response:
+    values = await _read_scrap_body(request)
+    if isinstance(values, JSONResponse):
+        return values
+    store = _store(request)
+    scrap = await store.add(**values)
+    try:
+        job_id = await _enqueue_analysis(request, scrap.id, **values)
+    except JobsError:
+        # No job, no scrap: the caller can simply post again.
+        await store.delete(scrap.id)
+        raise
+    return JSONResponse({"scrapId": scrap.id, "jobId": job_id}, status_code=202)
+
+
+async def get_scrap(request: Request) -> Response:
+    scrap = await _store(request).get(request.path_params["scrap_id"])
+    if scrap is None:
+        return not_found("no such scrap")
+    return JSONResponse(
+        {
+            "scrapId": scrap.id,
+            "url": scrap.url,
+            "title": scrap.title,
+            "text": scrap.text,
+            "jobId": scrap.job_id,
+            "createdAt": scrap.created_at.isoformat(),
+        }
+    )
+
+
+async def analyze_scrap(request: Request) -> Response:
+    """Analyse a scrap again; 409 while its previous analysis is still active."""
+    scrap = await _store(request).get(request.path_params["scrap_id"])
+    if scrap is None:
+        return not_found("no such scrap")
+    job_id = await _enqueue_analysis(request, scrap.id, scrap.text, scrap.url, scrap.title)
+    return JSONResponse({"scrapId": scrap.id, "jobId": job_id}, status_code=202)
+
+
+async def delete_scrap(request: Request) -> Response:
+    scrap_id = request.path_params["scrap_id"]
+    store = _store(request)
+    if await store.get(scrap_id) is None:
+        return not_found("no such scrap")
+    client = _client(request)
+    active = await client.list_jobs(
+        target_id=scrap_id,
+        job_types=[JobType.JOB_TYPE_CARD_ANALYSIS],
+        statuses=[JobStatus.JOB_STATUS_PENDING, JobStatus.JOB_STATUS_PROCESSING],
+        page_size=1000,
+    )
+    cancelled: list[str] = []
+    for job in active.jobs:
+        try:
+            await client.cancel_job(job.id, reason="scrap deleted")
+        except (InvalidJobStateError, JobNotFoundError):
+            continue  # it finished meanwhile: nothing to cancel
+        cancelled.append(job.id)
+    await store.delete(scrap_id)
+    return JSONResponse({"scrapId": scrap_id, "deleted": True, "cancelledJobIds": cancelled})
+
+
+async def get_async_job(request: Request) -> Response:
+    job = await _client(request).get_job(request.path_params["job_id"])
+    return JSONResponse(job_view(job))
+
+
+def _sse(event: str, data: Any) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def async_job_events(request: Request) -> Response:
+    """Server-Sent Events: one ``job`` event per state, then ``end``.
+
+    A broken JobService stream is bridged by the SDK (it polls instead); if JobService
+    is gone for good, a ``problem`` event says so before ``end``.
+    """
+    client = _client(request)
+    job_id = request.path_params["job_id"]
+    await client.get_job(job_id)  # unknown or malformed id: a plain 404/422, not a stream
+
+    async def stream() -> AsyncIterator[str]:
+        yield "retry: 2000\n\n"
+        try:
+            async for job in client.watch(job_id):
+                yield _sse("job", job_view(job))
+        except JobsError as error:
+            yield _sse("problem", error_body(error))
+        yield _sse("end", {"jobId": job_id})
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def index(request: Request) -> Response:
+    return FileResponse(STATIC / "index.html")
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _on_jobs_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, JobsError)
+    return jobs_error_response(error)
+
+
+def create_app(
+    *,
+    job_service: str,
+    database_url: str,
+    client_factory: Callable[[str], AsyncJobsClient] | None = None,
+) -> Starlette:
+    """The app; JobService at ``job_service`` (HOST:PORT), scraps in ``database_url``."""
+    make_client = client_factory or AsyncJobsClient
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.store = await ScrapStore.open(database_url)
+        app.state.jobs = make_client(job_service)
+        try:
+            yield
+        finally:
+            await app.state.jobs.close()
+            await app.state.store.close()
+
+    routes = [
+        Route("/", index),
+        Route("/healthz", health),
+        Route("/api/scraps", create_scrap, methods=["POST"]),
+        Route("/api/scraps/{scrap_id}", get_scrap, methods=["GET"]),
+        Route("/api/scraps/{scrap_id}", delete_scrap, methods=["DELETE"]),
+        Route("/api/scraps/{scrap_id}/analyze", analyze_scrap, methods=["POST"]),
+        Route("/api/async-jobs/{job_id}", get_async_job),
+        Route("/api/async-jobs/{job_id}/events", async_job_events),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={JobsError: _on_jobs_error}
+    )

@@ -1,0 +1,97 @@
+"""san-web's command line: ``san-web --listen HOST:PORT --job-service HOST:PORT
+--database-url URL``; each flag has a ``SAN_WEB_*`` environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+import uvicorn
+
+from clients.web.app import create_app
+
+DEFAULT_LISTEN = "127.0.0.1:8000"
+DEFAULT_JOB_SERVICE = "127.0.0.1:50051"
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/san-web.db"
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="san-web", description="The san web backend and its live job page."
+    )
+    env = os.environ.get
+    parser.add_argument(
+        "--listen", default=env("SAN_WEB_LISTEN") or DEFAULT_LISTEN, metavar="HOST:PORT",
+        help=f"where to serve HTTP (default {DEFAULT_LISTEN}; port 0 picks a free one) "
+        "[env SAN_WEB_LISTEN]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--job-service", default=env("SAN_WEB_JOB_SERVICE") or DEFAULT_JOB_SERVICE,
+        metavar="HOST:PORT",
+        help=f"JobService address (default {DEFAULT_JOB_SERVICE}) [env SAN_WEB_JOB_SERVICE]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--database-url", default=env("SAN_WEB_DATABASE_URL") or DEFAULT_DATABASE_URL,
+        metavar="URL",
+        help=f"SQLAlchemy async URL of san-web's own scraps table (default "
+        f"{DEFAULT_DATABASE_URL}) [env SAN_WEB_DATABASE_URL]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--log-level", default=env("SAN_WEB_LOG_LEVEL") or "warning",
+        help="uvicorn log level (default warning) [env SAN_WEB_LOG_LEVEL]",
+    )  # fmt: skip
+    return parser
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, announcing the real address once the app has started."""
+
+    def __init__(self, config: uvicorn.Config, sock: socket.socket) -> None:
+        super().__init__(config)
+        self._sock = sock
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit:
+            host, port = self._sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            print(f"san-web listening on http://{shown}:{port}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    args = build_parser().parse_args(argv)
+    try:
+        host, port = _split(args.listen)
+    except argparse.ArgumentTypeError as error:
+        sys.stderr.write(f"san-web: error: --listen: {error}\n")
+        sys.exit(2)
+    # Binding here, not in uvicorn, lets --listen HOST:0 report the port it really got.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sys.stderr.write(f"san-web: error: cannot listen on {args.listen}: {error.strerror}\n")
+        sys.exit(1)
+    app = create_app(job_service=args.job_service, database_url=args.database_url)
+    config = uvicorn.Config(
+        app,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=3,
+        lifespan="on",
+    )
+    server = _Server(config, sock)
+    server.run(sockets=[sock])
+    sys.exit(0 if server.started else 1)

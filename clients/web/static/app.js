@@ -1,0 +1,117 @@
+// The san page: post a scrap, then follow its job live over Server-Sent Events.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
+let source = null;
+let pollTimer = null;
+
+function problemText(body, fallback) {
+  const error = body && body.error;
+  if (!error) return fallback;
+  const fields = (error.fieldViolations || []).map((v) => `${v.field} ${v.description}`);
+  return fields.length ? `${error.message}: ${fields.join("; ")}` : error.message;
+}
+
+function show(job) {
+  $("status").textContent = job.status;
+  $("status").className = `status ${job.status}`;
+  $("attempt").textContent = job.maxAttempts ? `(attempt ${job.attemptCount} of ${job.maxAttempts})` : "";
+  const item = document.createElement("li");
+  const when = job.updateTime && job.updateTime !== "-" ? job.updateTime.slice(11, 19) : "";
+  item.textContent = `${when} ${job.status}` + (job.errorMessage ? ` — ${job.errorMessage}` : "");
+  $("timeline").appendChild(item);
+  if (!TERMINAL.has(job.status)) return;
+  finish();
+  if (job.status === "COMPLETED" && job.result) {
+    $("summary").textContent = job.result.summary;
+    $("tags").replaceChildren(...job.result.tags.map((tag) => {
+      const li = document.createElement("li");
+      li.textContent = tag;
+      return li;
+    }));
+    $("result").hidden = false;
+  } else {
+    const reason = job.status === "CANCELLED" ? "The job was cancelled." : (job.errorMessage || "The job failed.");
+    $("error").textContent = `${reason} (after ${job.attemptCount} attempt${job.attemptCount === 1 ? "" : "s"})`;
+    $("failure").hidden = false;
+  }
+}
+
+function finish() {
+  if (source) { source.close(); source = null; }
+  if (pollTimer) { clearTimeout(pollTimer); pollTimer = null; }
+  $("submit").disabled = false;
+}
+
+function fail(message) {
+  finish();
+  $("error").textContent = message;
+  $("failure").hidden = false;
+}
+
+// If the live stream is lost for good, ask for the job once a second instead.
+async function poll(jobId, lastStatus) {
+  try {
+    const response = await fetch(`/api/async-jobs/${jobId}`);
+    const body = await response.json();
+    if (!response.ok) return fail(problemText(body, `HTTP ${response.status}`));
+    if (body.status !== lastStatus) show(body);
+    if (!TERMINAL.has(body.status)) pollTimer = setTimeout(() => poll(jobId, body.status), 1000);
+  } catch (error) {
+    pollTimer = setTimeout(() => poll(jobId, lastStatus), 2000);
+  }
+}
+
+function follow(jobId) {
+  let last = null;
+  source = new EventSource(`/api/async-jobs/${jobId}/events`);
+  source.addEventListener("job", (event) => {
+    last = JSON.parse(event.data);
+    show(last);
+  });
+  source.addEventListener("problem", (event) => fail(problemText(JSON.parse(event.data), "Lost the job service.")));
+  source.addEventListener("end", () => { if (source) { source.close(); source = null; } });
+  source.addEventListener("error", () => {
+    if (source && source.readyState === EventSource.CLOSED) {
+      source = null;
+      poll(jobId, last && last.status);
+    }
+  });
+}
+
+$("scrap-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  finish();
+  $("form-error").hidden = true;
+  $("submit").disabled = true;
+  const payload = { title: $("title").value, url: $("url").value, text: $("text").value };
+  let response, body;
+  try {
+    response = await fetch("/api/scraps", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(payload),
+    });
+    body = await response.json();
+  } catch (error) {
+    $("submit").disabled = false;
+    $("form-error").textContent = "Could not reach san-web.";
+    $("form-error").hidden = false;
+    return;
+  }
+  if (!response.ok) {
+    $("submit").disabled = false;
+    $("form-error").textContent = problemText(body, `HTTP ${response.status}`);
+    $("form-error").hidden = false;
+    return;
+  }
+  $("job-id").textContent = body.jobId;
+  $("timeline").replaceChildren();
+  $("result").hidden = true;
+  $("failure").hidden = true;
+  $("status").textContent = "-";
+  $("status").className = "status";
+  $("job").hidden = false;
+  follow(body.jobId);
+});

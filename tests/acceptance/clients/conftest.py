@@ -1,0 +1,142 @@
+"""Real ai-gateway, job-service and san-web processes for the clients' acceptance tests.
+
+Three stacks, started once per session and only when a test asks for them:
+``ok_stack`` (the local backend), ``slow_stack`` (every gateway call takes 10 s, so jobs
+stay active long enough to collide with) and ``failing_stack`` (the gateway always
+answers UNAVAILABLE and job-service gives up after one attempt).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import (
+    RunningService,
+    start_gateway,
+    start_job_service,
+    start_service,
+)
+
+
+@dataclass
+class Stack:
+    gateway: RunningService
+    job_service: RunningService
+    log_dir: Path
+
+    @property
+    def address(self) -> str:
+        return self.job_service.address
+
+
+def _stop(*services: RunningService) -> None:
+    for service in services:
+        try:
+            service.stop()
+        except AssertionError:
+            service.kill()
+
+
+def _stack(log_dir: Path, gateway_args: list[str], job_args: list[str]) -> Iterator[Stack]:
+    gateway = start_gateway(log_dir, *gateway_args)
+    try:
+        job_service = start_job_service(
+            log_dir, *job_args, "--poll-interval", "0.2", "--grace", "1", gateway=gateway.address
+        )
+    except BaseException:
+        _stop(gateway)
+        raise
+    try:
+        yield Stack(gateway, job_service, log_dir)
+    finally:
+        _stop(job_service, gateway)
+
+
+@pytest.fixture(scope="session")
+def ok_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    yield from _stack(tmp_path_factory.mktemp("ok-stack"), [], [])
+
+
+@pytest.fixture(scope="session")
+def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    yield from _stack(tmp_path_factory.mktemp("slow-stack"), ["--fault-latency", "10"], [])
+
+
+@pytest.fixture(scope="session")
+def failing_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    yield from _stack(
+        tmp_path_factory.mktemp("failing-stack"),
+        ["--fault-unavailable-rate", "1.0"],
+        ["--max-attempts", "1"],
+    )
+
+
+@pytest.fixture(scope="session")
+def dead_address() -> str:
+    """HOST:PORT where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"127.0.0.1:{port}"
+
+
+def start_web(log_dir: Path, job_service: str) -> RunningService:
+    """A real san-web process (python -m, so it works before the console script exists)."""
+    database = log_dir / "san-web.db"
+    return start_service(
+        "san-web",
+        [
+            "python",
+            "-m",
+            "clients.web",
+            "--listen",
+            "127.0.0.1:0",
+            "--job-service",
+            job_service,
+            "--database-url",
+            f"sqlite+aiosqlite:///{database}",
+        ],
+        log_dir,
+    )
+
+
+@pytest.fixture(scope="session")
+def web_ok(ok_stack: Stack) -> Iterator[str]:
+    web = start_web(ok_stack.log_dir, ok_stack.address)
+    yield f"http://{web.address}"
+    _stop(web)
+
+
+@pytest.fixture(scope="session")
+def web_slow(slow_stack: Stack) -> Iterator[str]:
+    web = start_web(slow_stack.log_dir, slow_stack.address)
+    yield f"http://{web.address}"
+    _stop(web)
+
+
+@pytest.fixture(scope="session")
+def web_failing(failing_stack: Stack) -> Iterator[str]:
+    web = start_web(failing_stack.log_dir, failing_stack.address)
+    yield f"http://{web.address}"
+    _stop(web)
+
+
+@pytest.fixture(scope="session")
+def web_down(tmp_path_factory: pytest.TempPathFactory, dead_address: str) -> Iterator[str]:
+    web = start_web(tmp_path_factory.mktemp("web-down"), dead_address)
+    yield f"http://{web.address}"
+    _stop(web)
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None

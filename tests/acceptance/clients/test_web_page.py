@@ -1,0 +1,118 @@
+"""The san page in headless Chromium, used as a person would: paste, submit, watch.
+
+Chromium is Debian's `chromium` and `chromium-driver`, driven with Selenium through
+/usr/bin/chromedriver (nothing is downloaded). Without them the tests are skipped
+locally, and fail under CI=true.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import chromium_path
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
+
+TEXT = (
+    "Background jobs keep web requests fast. A job queue stores each job before any "
+    "worker sees it. Workers claim jobs with a lease, and failures are written down "
+    "with their reason so operators can retry them."
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1200,900",
+]
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    binary, driver_path = chromium_path(), shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        reason = "Chromium or chromedriver is missing (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in FLAGS:
+        options.add_argument(flag)
+    profile: Path = tmp_path_factory.mktemp("chromium-profile")
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def submit_text(driver: object, base: str, text: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(base + "/")  # type: ignore[attr-defined]
+    driver.find_element(By.ID, "title").send_keys("Background jobs")  # type: ignore[attr-defined]
+    driver.find_element(By.ID, "text").send_keys(text)  # type: ignore[attr-defined]
+    driver.find_element(By.ID, "submit").click()  # type: ignore[attr-defined]
+
+
+def wait_visible(driver: object, element_id: str, timeout: float = 30) -> str:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    element = WebDriverWait(driver, timeout).until(  # type: ignore[arg-type]
+        expected_conditions.visibility_of_element_located((By.ID, element_id))
+    )
+    return str(element.text)
+
+
+def test_paste_submit_and_see_summary(browser: object, web_ok: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    submit_text(browser, web_ok, TEXT)
+    summary = wait_visible(browser, "summary")
+    assert summary and summary.split(".")[0] in TEXT  # an extractive summary of the text
+    status = browser.find_element(By.ID, "status").text  # type: ignore[attr-defined]
+    assert status == "COMPLETED"
+    tags = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#tags li")]  # type: ignore[attr-defined]
+    assert tags and all(tags)
+    timeline = browser.find_element(By.ID, "timeline").text  # type: ignore[attr-defined]
+    assert "COMPLETED" in timeline
+    assert not browser.find_element(By.ID, "failure").is_displayed()  # type: ignore[attr-defined]
+
+
+def test_failure_is_shown_readably(browser: object, web_failing: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    submit_text(browser, web_failing, TEXT)
+    error = wait_visible(browser, "error")
+    assert error.startswith("AI gateway unavailable")
+    assert "after 1 attempt" in error
+    assert browser.find_element(By.ID, "status").text == "FAILED"  # type: ignore[attr-defined]
+    assert not browser.find_element(By.ID, "result").is_displayed()  # type: ignore[attr-defined]
+
+
+def test_blank_text_is_refused_on_the_page(browser: object, web_ok: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(web_ok + "/")  # type: ignore[attr-defined]
+    # Bypass the browser's own `required` check to see the server's answer shown.
+    browser.execute_script("document.getElementById('text').removeAttribute('required')")  # type: ignore[attr-defined]
+    browser.find_element(By.ID, "text").send_keys("   ")  # type: ignore[attr-defined]
+    browser.find_element(By.ID, "submit").click()  # type: ignore[attr-defined]
+    message = wait_visible(browser, "form-error", timeout=10)
+    assert "text is required" in message

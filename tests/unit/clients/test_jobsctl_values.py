@@ -1,0 +1,91 @@
+"""jobsctl's value parsing and command line, without a server."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+from san.jobs.v1 import job_service_pb2 as pb
+
+from clients.jobsctl import cli
+from clients.jobsctl._values import (
+    format_age,
+    format_time,
+    parse_job_type,
+    parse_since,
+    parse_status,
+)
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30m", NOW - timedelta(minutes=30)),
+        ("1h", NOW - timedelta(hours=1)),
+        ("2d", NOW - timedelta(days=2)),
+        ("45s", NOW - timedelta(seconds=45)),
+        ("1w", NOW - timedelta(weeks=1)),
+        ("2026-11-29T10:00:00Z", datetime(2026, 11, 29, 10, tzinfo=UTC)),
+        ("2026-11-29T10:00:00+09:00", datetime(2026, 11, 29, 1, tzinfo=UTC)),
+    ],
+)
+def test_parse_since(text: str, expected: datetime) -> None:
+    assert parse_since(text, now=NOW) == expected
+
+
+def test_parse_since_rejects_nonsense() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot read time"):
+        parse_since("yesterday")
+
+
+def test_enum_names() -> None:
+    assert parse_job_type("card-analysis") == pb.JOB_TYPE_CARD_ANALYSIS
+    assert parse_job_type("TIL_GENERATION") == pb.JOB_TYPE_TIL_GENERATION
+    assert parse_job_type("job_type_recall_generation") == pb.JOB_TYPE_RECALL_GENERATION
+    assert parse_status("Failed") == pb.JOB_STATUS_FAILED
+    for bad in ("unspecified", "nope"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_job_type(bad)
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_status(bad)
+
+
+def test_formatting() -> None:
+    assert format_time(Timestamp()) == "-"
+    stamp = Timestamp()
+    stamp.FromDatetime(datetime(2026, 11, 29, 12, 0, 1))
+    assert format_time(stamp) == "2026-11-29T12:00:01Z"
+    assert [format_age(s) for s in (12, 250, 7500, 90000)] == ["12s", "4m 10s", "2h 5m", "1d 1h"]
+
+
+def test_json_flag_goes_before_or_after_the_subcommand() -> None:
+    parser = cli.build_parser()
+    assert parser.parse_args(["--json", "stats"]).json is True
+    assert parser.parse_args(["stats", "--json"]).json is True
+    assert parser.parse_args(["stats"]).json is False
+
+
+def test_target_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAN_JOBSCTL_TARGET", "jobs.internal:6000")
+    assert cli.build_parser().parse_args(["stats"]).target == "jobs.internal:6000"
+    monkeypatch.delenv("SAN_JOBSCTL_TARGET")
+    assert cli.build_parser().parse_args(["stats"]).target == "127.0.0.1:50051"
+
+
+def test_usage_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.run(["get"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "JOB_ID" in err
+
+
+def test_retry_refuses_over_100_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = argparse.Namespace(yes=False)
+    assert cli._confirm(100, args)
+    monkeypatch.setattr("sys.stdin", None)
+    with pytest.raises(cli.UsageError, match="--yes"):
+        cli._confirm(101, args)
+    assert cli._confirm(101, argparse.Namespace(yes=True))

@@ -1,0 +1,64 @@
+"""san-web's mapping of JobService errors to HTTP, and its job JSON."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from _clients_support import make_job
+from san.jobs.v1 import job_service_pb2 as pb
+
+from clients.sdk import (
+    DuplicateJobError,
+    FieldViolation,
+    InvalidJobStateError,
+    InvalidRequestError,
+    JobNotFoundError,
+    JobsError,
+    RateLimitedError,
+    ServiceUnavailableError,
+)
+from clients.web.app import job_view, jobs_error_response
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (DuplicateJobError("dup", code=grpc.StatusCode.ALREADY_EXISTS), 409),
+        (InvalidJobStateError("done", code=grpc.StatusCode.FAILED_PRECONDITION), 409),
+        (JobNotFoundError("gone", code=grpc.StatusCode.NOT_FOUND), 404),
+        (InvalidRequestError("bad", code=grpc.StatusCode.INVALID_ARGUMENT), 422),
+        (RateLimitedError("slow", code=grpc.StatusCode.RESOURCE_EXHAUSTED, retry_delay=1.5), 429),
+        (ServiceUnavailableError("down", code=grpc.StatusCode.UNAVAILABLE), 503),
+        (JobsError("boom", code=grpc.StatusCode.INTERNAL), 502),
+    ],
+)
+def test_status_per_error(error: JobsError, status: int) -> None:
+    response = jobs_error_response(error)
+    assert response.status_code == status
+    body = json.loads(bytes(response.body))
+    assert body["error"]["code"] == error.code.name
+    if status == 429:
+        assert response.headers["Retry-After"] == "2"
+
+
+def test_duplicate_and_invalid_bodies() -> None:
+    duplicate = DuplicateJobError(
+        "dup", code=grpc.StatusCode.ALREADY_EXISTS, metadata={"existingJobId": "j1"}
+    )
+    assert json.loads(bytes(jobs_error_response(duplicate).body))["error"]["existingJobId"] == "j1"
+    invalid = InvalidRequestError(
+        "bad", code=grpc.StatusCode.INVALID_ARGUMENT, field_violations=[FieldViolation("t", "x")]
+    )
+    body = json.loads(bytes(jobs_error_response(invalid).body))
+    assert body["error"]["fieldViolations"] == [{"field": "t", "description": "x"}]
+
+
+def test_job_view() -> None:
+    done = job_view(make_job(pb.JOB_STATUS_COMPLETED, job_id="j1", summary="S.", tags=["a"]))
+    assert done["jobId"] == "j1" and done["jobType"] == "CARD_ANALYSIS"
+    assert done["status"] == "COMPLETED" and done["errorMessage"] is None
+    assert done["result"] == {"summary": "S.", "tags": ["a"], "model": ""}
+    failed = job_view(make_job(pb.JOB_STATUS_FAILED, error="Timeout: 30s"))
+    assert failed["result"] is None and failed["errorMessage"] == "Timeout: 30s"
