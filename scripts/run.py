@@ -1,6 +1,9 @@
 """`make run`: AiGateway, JobService (SQLite under ./var/) and, when installed,
 the san-web page, side by side. Prints where each listens; Ctrl-C stops all.
 
+Each service reads its own environment variables (SAN_GATEWAY_*, SAN_JOBS_*,
+SAN_WEB_*), so `SAN_GATEWAY_FAULT_UNAVAILABLE_RATE=1.0 make run` is a bad day.
+
 Each service is a child process with its own console script; their logs are
 interleaved here, each line prefixed with the service's name.
 """
@@ -78,11 +81,12 @@ def main() -> None:
     try:
         gateway, gateway_at = start("ai-gateway", ["ai-gateway"])
         procs.append(("ai-gateway", gateway))
+        database = os.environ.get("SAN_JOBS_DATABASE_URL", "sqlite+aiosqlite:///var/jobs.db")
         jobs, jobs_at = start("job-service", ["job-service", "--gateway", gateway_at])
         procs.append(("job-service", jobs))
         lines = [
             f"AiGateway  (gRPC)  {gateway_at}  built-in local models",
-            f"JobService (gRPC)  {jobs_at}  database var/jobs.db",
+            f"JobService (gRPC)  {jobs_at}  database {database}",
         ]
         if shutil.which("san-web", path=str(BIN)):
             web, web_at = start("san-web", ["san-web", "--job-service", jobs_at])

@@ -165,6 +165,29 @@ def watch_line(job: pb.Job) -> str:
     return "  ".join(parts)
 
 
+def history_lines(job: pb.Job) -> list[str]:
+    """The states a job went through before `job` (its current state), rebuilt from
+    its timestamps and attempts, so `watch` started late still shows the whole road:
+    PENDING at creation, PROCESSING at each attempt's start, and each failed
+    attempt's outcome."""
+    lines = [f"{format_time(job.create_time)}  {'PENDING':<10}  attempt 0/{job.max_attempts}"]
+    for attempt in job.attempts:
+        is_current = attempt.attempt == job.attempt_count and not attempt.HasField("end_time")
+        if is_current and job.status == pb.JOB_STATUS_PROCESSING:
+            break  # the current state itself; `watch` prints it next
+        lines.append(
+            f"{format_time(attempt.start_time)}  {'PROCESSING':<10}  "
+            f"attempt {attempt.attempt}/{job.max_attempts}"
+        )
+        if attempt.error_code and attempt.HasField("end_time"):
+            message = attempt.error_message.replace("\n", " ")
+            lines.append(
+                f"{format_time(attempt.end_time)}  {'(failed)':<10}  "
+                f"attempt {attempt.attempt}/{job.max_attempts}  {message}"
+            )
+    return lines
+
+
 def stats_table(console: Console, stats: pb.GetJobStatsResponse, now: datetime) -> None:
     statuses = [s for s in pb.JobStatus.values() if s != pb.JOB_STATUS_UNSPECIFIED]
     types = [t for t in pb.JobType.values() if t != pb.JOB_TYPE_UNSPECIFIED]

@@ -301,6 +301,10 @@ def cmd_list(client: JobsClient, args: argparse.Namespace) -> int:
 def cmd_watch(client: JobsClient, args: argparse.Namespace) -> int:
     last: pb.Job | None = None
     for job in client.watch(args.job_id, args.wait_timeout):
+        if last is None and not args.json and job.status != pb.JOB_STATUS_PENDING:
+            # Started late: show the road so far before the live changes.
+            for line in _render.history_lines(job):
+                print(line, flush=True)
         last = job
         if args.json:
             _render.print_json(_render.to_dict(job))

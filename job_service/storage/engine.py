@@ -1,0 +1,84 @@
+"""Async engines for SQLite (aiosqlite, WAL) and PostgreSQL (asyncpg)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import URL, event, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+# Execution option read by the SQLite "begin" hook: writers take the write lock at
+# BEGIN (IMMEDIATE) so a read-then-write transaction never fails to upgrade its lock.
+SQLITE_BEGIN_OPTION = "san_sqlite_begin"
+
+
+def normalize_url(database_url: str | URL) -> URL:
+    """Pick the async driver for a plain `sqlite://` or `postgresql://` URL."""
+    url = make_url(database_url)
+    backend = url.get_backend_name()
+    if backend == "sqlite" and url.get_driver_name() != "aiosqlite":
+        url = url.set(drivername="sqlite+aiosqlite")
+    elif backend in {"postgresql", "postgres"} and url.get_driver_name() != "asyncpg":
+        url = url.set(drivername="postgresql+asyncpg")
+    elif backend not in {"sqlite", "postgresql"}:
+        raise ValueError(f"unsupported database URL {url.render_as_string()!r}")
+    return url
+
+
+def _json_dumps(value: Any) -> str:
+    # Korean text stays readable in the database (and in operators' SQL).
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def create_engine(
+    database_url: str | URL,
+    *,
+    pool_size: int = 10,
+    max_overflow: int = 10,
+    pool_timeout: float = 10.0,
+    echo: bool = False,
+) -> AsyncEngine:
+    """An engine for `database_url`. PostgreSQL: a pool of `pool_size` (+ overflow)
+    connections. SQLite: WAL, busy_timeout, synchronous=NORMAL, foreign keys, and
+    transactions begun by SQLAlchemy (IMMEDIATE for writers, see SQLITE_BEGIN_OPTION)."""
+    url = normalize_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        engine = create_async_engine(url, echo=echo, json_serializer=_json_dumps)
+        _setup_sqlite(engine)
+        return engine
+    return create_async_engine(
+        url,
+        echo=echo,
+        json_serializer=_json_dumps,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_timeout=pool_timeout,
+        pool_recycle=1800,
+    )
+
+
+def _setup_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+        # Take BEGIN away from the driver; the "begin" hook below emits it.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "DEFERRED")
+        if mode == "NONE":  # autocommit: each statement is its own transaction
+            return
+        conn.exec_driver_sql(f"BEGIN {mode}")

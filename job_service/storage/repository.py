@@ -1,0 +1,532 @@
+"""SqlJobStore: the one class that reads and writes `async_jobs` (the JobStore port).
+
+Every hot-path write is one atomic `UPDATE/INSERT ... RETURNING` statement, claim
+included, run without BEGIN/COMMIT round trips (statements.py builds them once). The
+attempt history is a JSON list on the row, edited in SQL in that same statement, so a
+batch claim or an outcome never needs a read first. On PostgreSQL the same statement
+also sends the change notification. Timestamps come from the injected clock, never
+from the database, so tests can move time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import URL, ColumnElement, RowMapping, and_, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from job_service.domain.errors import (
+    DuplicateJobError,
+    FieldViolation,
+    InvalidJobStateError,
+    InvalidRequestError,
+    JobNotFoundError,
+    LeaseLostError,
+    StorageUnavailableError,
+)
+from job_service.domain.model import (
+    Claim,
+    Failure,
+    Job,
+    JobAttempt,
+    JobCount,
+    JobFilter,
+    JobStats,
+    JobStatus,
+    JobType,
+    JsonDict,
+    NewJob,
+    OnDuplicate,
+    RetryOutcome,
+)
+from job_service.storage.engine import SQLITE_BEGIN_OPTION, create_engine
+from job_service.storage.errors import storage_errors
+from job_service.storage.statements import (
+    ACTIVE,
+    IS_FAILED,
+    IS_PENDING,
+    LEASE_EXPIRED_CODE,
+    LEASE_EXPIRED_MESSAGE,
+    Statements,
+)
+from job_service.storage.tables import async_jobs
+
+__all__ = ["LEASE_EXPIRED_CODE", "LEASE_EXPIRED_MESSAGE", "SqlJobStore", "utc_now"]
+
+t = async_jobs
+
+_CHUNK = 1_000  # ids per IN (...) list
+MAX_INSTANCE_ID_BYTES = 200
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime: {value!r}")
+    return value.astimezone(UTC)
+
+
+def _row_to_job(row: RowMapping) -> Job:
+    attempts = row["attempts"] or []
+    return Job(
+        id=row["id"],
+        job_type=JobType(row["job_type"]),
+        status=JobStatus(row["status"]),
+        target_id=row["target_id"],
+        request_params=row["request_params"] or {},
+        requested_by=row["requested_by"],
+        request_id=row["request_id"],
+        result=row["result"],
+        error_message=row["error_message"],
+        error_code=row["error_code"],
+        error_reason=row["error_reason"],
+        attempt_count=row["attempt_count"],
+        max_attempts=row["max_attempts"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        started_at=row["started_at"],
+        completed_at=row["completed_at"],
+        failed_at=row["failed_at"],
+        cancelled_at=row["cancelled_at"],
+        cancel_reason=row["cancel_reason"],
+        next_attempt_at=row["next_attempt_at"],
+        lease_expires_at=row["lease_expires_at"],
+        claim_token=row["claim_token"],
+        attempts=tuple(JobAttempt.from_json(a) for a in attempts),
+    )
+
+
+def _chunks(items: Sequence[str], size: int = _CHUNK) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def encode_page_token(created_at: datetime, job_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), job_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_page_token(token: str) -> tuple[datetime, str]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        created, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        moment = datetime.fromisoformat(created)
+        if moment.tzinfo is None or not isinstance(job_id, str):
+            raise ValueError("bad page token")
+        return moment, job_id
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(
+            [FieldViolation("page_token", "malformed page token; pass one from a previous page")]
+        ) from exc
+
+
+class SqlJobStore:
+    """JobStore on SQLAlchemy 2 async: SQLite (aiosqlite, WAL) or PostgreSQL (asyncpg).
+
+    On PostgreSQL every write that changes jobs also sends `pg_notify('san_jobs', ...)`
+    in the same statement or transaction (see notify.py), naming `instance_id` as its
+    origin."""
+
+    def __init__(
+        self,
+        database: AsyncEngine | str | URL,
+        *,
+        instance_id: str = "local",
+        clock: Callable[[], datetime] = utc_now,
+        pool_size: int = 10,
+        max_overflow: int = 10,
+    ) -> None:
+        """`database` is an engine (the store disposes of it on close) or a URL
+        (sqlite[+aiosqlite]:///path or postgresql[+asyncpg]://...)."""
+        if "|" in instance_id or len(instance_id.encode()) > MAX_INSTANCE_ID_BYTES:
+            raise ValueError(f"instance_id: no '|', at most {MAX_INSTANCE_ID_BYTES} bytes")
+        if isinstance(database, AsyncEngine):
+            self._engine = database
+        else:
+            self._engine = create_engine(database, pool_size=pool_size, max_overflow=max_overflow)
+        self._instance_id = instance_id
+        self._clock = clock
+        self._pg = self._engine.dialect.name == "postgresql"
+        self._sql = Statements(self._pg, instance_id)
+        # Same pool, no BEGIN/COMMIT: a single statement is its own transaction, so a
+        # hot-path call is one round trip (PostgreSQL) or one statement (SQLite).
+        if self._pg:
+            self._autocommit = self._engine.execution_options(isolation_level="AUTOCOMMIT")
+        else:
+            self._autocommit = self._engine.execution_options(**{SQLITE_BEGIN_OPTION: "NONE"})
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    @property
+    def is_postgres(self) -> bool:
+        return self._pg
+
+    @property
+    def instance_id(self) -> str:
+        return self._instance_id
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _now(self) -> datetime:
+        return _aware(self._clock())
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[AsyncConnection]:
+        """One multi-statement write transaction (BEGIN IMMEDIATE on SQLite)."""
+        with storage_errors():
+            async with self._engine.connect() as conn:
+                if not self._pg:
+                    await conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+                async with conn.begin():
+                    yield conn
+
+    @asynccontextmanager
+    async def _single(self) -> AsyncIterator[AsyncConnection]:
+        """A connection whose statements each commit on their own (reads, and writes
+        that are one atomic statement)."""
+        with storage_errors():
+            async with self._autocommit.connect() as conn:
+                yield conn
+
+    async def _jobs(self, conn: AsyncConnection, stmt: Any, params: dict[str, Any]) -> list[Job]:
+        result = await conn.execute(stmt, params)
+        return [_row_to_job(row) for row in result.mappings()]
+
+    async def _write(self, stmt: Any, params: dict[str, Any]) -> list[Job]:
+        async with self._single() as conn:
+            return await self._jobs(conn, stmt, params)
+
+    def _times(self, lease_seconds: float = 0.0) -> dict[str, Any]:
+        now = self._now()
+        return {
+            "p_now": now,
+            "p_now_iso": now.isoformat(),
+            "p_until": now + timedelta(seconds=lease_seconds),
+        }
+
+    # -- enqueue and reads ----------------------------------------------------------
+
+    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        now = self._now()
+        params: dict[str, Any] = {f"p_{c.name}": None for c in t.c}
+        params |= {
+            "p_id": str(uuid.uuid4()),
+            "p_job_type": new.job_type.value,
+            "p_status": JobStatus.PENDING.value,
+            "p_target_id": new.target_id,
+            "p_request_params": new.request_params,
+            "p_requested_by": new.requested_by,
+            "p_request_id": new.request_id,
+            "p_attempt_count": 0,
+            "p_max_attempts": new.max_attempts,
+            "p_attempts": [],
+            "p_created_at": now,
+            "p_updated_at": now,
+            "p_due_at": now,
+        }
+        sql = self._sql
+        # ON CONFLICT DO NOTHING: the unique indexes stop duplicates without an error;
+        # the winner is then read. If it left the active states in between, nothing
+        # conflicts any more: insert again.
+        for _ in range(5):
+            async with self._single() as conn:
+                inserted = await self._jobs(conn, sql.enqueue, params)
+                if inserted:
+                    return inserted[0], False
+                if new.request_id is not None:
+                    same = await self._jobs(
+                        conn, sql.by_request_id, {"p_request_id": new.request_id}
+                    )
+                    if same:
+                        return same[0], True
+                active = await self._jobs(
+                    conn,
+                    sql.active_for_target,
+                    {"p_job_type": new.job_type.value, "p_target_id": new.target_id},
+                )
+                if active:
+                    if on_duplicate is OnDuplicate.RETURN_EXISTING:
+                        return active[0], True
+                    raise DuplicateJobError(active[0].id)
+        raise StorageUnavailableError("enqueue kept conflicting with jobs that changed state")
+
+    async def get(self, job_id: str) -> Job:
+        async with self._single() as conn:
+            jobs = await self._jobs(conn, self._sql.by_id, {"p_id": job_id})
+        if not jobs:
+            raise JobNotFoundError(job_id)
+        return jobs[0]
+
+    async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
+        unique_ids = list(dict.fromkeys(job_ids))
+        found: dict[str, Job] = {}
+        async with self._single() as conn:
+            for chunk in _chunks(unique_ids):
+                for job in await self._jobs(conn, self._sql.by_ids, {"p_ids": list(chunk)}):
+                    found[job.id] = job
+        return [found[i] for i in unique_ids if i in found]
+
+    def _filter(self, job_filter: JobFilter) -> list[ColumnElement[bool]]:
+        conds: list[ColumnElement[bool]] = []
+        f = job_filter
+        if f.job_ids:
+            conds.append(t.c.id.in_(list(f.job_ids)))
+        if f.statuses:
+            conds.append(t.c.status.in_([s.value for s in f.statuses]))
+        if f.job_types:
+            conds.append(t.c.job_type.in_([jt.value for jt in f.job_types]))
+        if f.target_ids:
+            conds.append(t.c.target_id.in_(list(f.target_ids)))
+        if f.error_message_contains:
+            needle = f.error_message_contains
+            conds.append(t.c.error_message.contains(needle, autoescape=True))
+            if not self._pg:
+                # SQLite's LIKE ignores ASCII case; PostgreSQL's does not. Be exact on both.
+                conds.append(func.instr(t.c.error_message, needle) > 0)
+        if f.created_after is not None:
+            conds.append(t.c.created_at >= _aware(f.created_after))
+        if f.created_before is not None:
+            conds.append(t.c.created_at < _aware(f.created_before))
+        if f.failed_after is not None:
+            conds.append(t.c.failed_at >= _aware(f.failed_after))
+        if f.failed_before is not None:
+            conds.append(t.c.failed_at < _aware(f.failed_before))
+        return conds
+
+    async def list_jobs(
+        self, job_filter: JobFilter, page_size: int, page_token: str | None
+    ) -> tuple[list[Job], str | None]:
+        page_size = max(1, page_size)
+        conds = self._filter(job_filter)
+        if page_token:
+            created, last_id = decode_page_token(page_token)
+            conds.append(
+                or_(t.c.created_at < created, and_(t.c.created_at == created, t.c.id < last_id))
+            )
+        stmt = (
+            select(t)
+            .where(*conds)
+            .order_by(t.c.created_at.desc(), t.c.id.desc())
+            .limit(page_size + 1)
+        )
+        async with self._single() as conn:
+            jobs = await self._jobs(conn, stmt, {})
+        if len(jobs) <= page_size:
+            return jobs, None
+        jobs = jobs[:page_size]
+        return jobs, encode_page_token(jobs[-1].created_at, jobs[-1].id)
+
+    # -- the worker's writes --------------------------------------------------------
+
+    async def claim(self, limit: int, lease_seconds: float) -> list[Claim]:
+        if limit <= 0:
+            return []
+        jobs = await self._write(self._sql.claim, self._times(lease_seconds) | {"p_limit": limit})
+        jobs.sort(key=lambda j: (j.created_at, j.id))
+        return [Claim(job=j, token=j.claim_token or "") for j in jobs]
+
+    async def fail_exhausted_leases(self) -> list[Job]:
+        return await self._write(self._sql.fail_exhausted_leases, self._times())
+
+    async def renew_lease(self, job_id: str, token: str, lease_seconds: float) -> bool:
+        params = self._times(lease_seconds) | {"p_id": job_id, "p_token": token}
+        async with self._single() as conn:
+            renewed = (await conn.execute(self._sql.renew_lease, params)).first() is not None
+        return renewed
+
+    async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
+        params = self._times() | {"p_id": job_id, "p_token": token, "p_result": result}
+        jobs = await self._write(self._sql.complete, params)
+        if not jobs:
+            raise LeaseLostError(job_id)
+        return jobs[0]
+
+    async def fail(
+        self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
+    ) -> Job:
+        params = self._times() | {
+            "p_id": job_id,
+            "p_token": token,
+            "p_code": failure.code,
+            "p_reason": failure.reason,
+            "p_message": failure.message,
+        }
+        if retry_at is not None:
+            params["p_retry_at"] = _aware(retry_at)
+            jobs = await self._write(self._sql.fail_retry, params)
+        else:
+            jobs = await self._write(self._sql.fail_final, params)
+        if not jobs:
+            raise LeaseLostError(job_id)
+        return jobs[0]
+
+    async def release(self, job_id: str, token: str) -> Job | None:
+        params = self._times() | {"p_id": job_id, "p_token": token}
+        jobs = await self._write(self._sql.release, params)
+        return jobs[0] if jobs else None
+
+    # -- operators ------------------------------------------------------------------
+
+    async def cancel(self, job_id: str, reason: str) -> Job:
+        params = self._times() | {
+            "p_id": job_id,
+            "p_cancel_reason": reason,
+            "p_cancel_message": f"Cancelled: {reason}" if reason else "Cancelled",
+        }
+        async with self._single() as conn:
+            jobs = await self._jobs(conn, self._sql.cancel, params)
+            if jobs:
+                return jobs[0]
+            current = await self._jobs(conn, self._sql.by_id, {"p_id": job_id})
+        if not current:
+            raise JobNotFoundError(job_id)
+        raise InvalidJobStateError(
+            job_id, current[0].status.value, "only PENDING or PROCESSING jobs can be cancelled"
+        )
+
+    async def retry_failed(
+        self, job_filter: JobFilter, limit: int, dry_run: bool, extra_attempts: int
+    ) -> RetryOutcome:
+        now = self._now()
+        candidates_stmt = (
+            select(t.c.id, t.c.job_type, t.c.target_id)
+            .where(IS_FAILED, *self._filter(job_filter))
+            .order_by(t.c.failed_at, t.c.id)
+            .limit(max(0, limit))
+        )
+        if self._pg and not dry_run:
+            # Concurrent callers split the FAILED jobs between them instead of queueing
+            # on each other's row locks (or deadlocking on lock order).
+            candidates_stmt = candidates_stmt.with_for_update(skip_locked=True)
+        async with self._single() if dry_run else self._tx() as conn:
+            candidates = [
+                (r.id, r.job_type, r.target_id) for r in await conn.execute(candidates_stmt)
+            ]
+            active = await self._active_by_target(conn, {c[2] for c in candidates})
+            to_move: list[str] = []
+            skipped: list[tuple[str, str]] = []
+            for job_id, job_type, target_id in candidates:
+                holder = active.get((job_type, target_id))
+                if holder is not None:
+                    skipped.append((job_id, _active_reason(holder)))
+                else:
+                    # Two FAILED jobs of one target: the first (oldest failure) goes.
+                    active[(job_type, target_id)] = job_id
+                    to_move.append(job_id)
+            if dry_run or not to_move:
+                return RetryOutcome(len(candidates), tuple(to_move), tuple(skipped))
+            values: dict[str, Any] = {
+                "status": JobStatus.PENDING.value,
+                "max_attempts": t.c.attempt_count + max(1, extra_attempts),
+                "failed_at": None,
+                "next_attempt_at": None,
+                "due_at": now,
+                "updated_at": now,
+            }
+            moved = await self._move_failed(conn, to_move, values, skipped)
+        moved_ids = {job.id for job in moved}
+        retried = tuple(i for i in to_move if i in moved_ids)
+        for job_id in to_move:
+            if job_id not in moved_ids and all(s[0] != job_id for s in skipped):
+                skipped.append((job_id, "no longer FAILED: another call retried it"))
+        return RetryOutcome(len(candidates), retried, tuple(skipped))
+
+    async def _active_by_target(
+        self, conn: AsyncConnection, target_ids: set[str]
+    ) -> dict[tuple[str, str], str]:
+        found: dict[tuple[str, str], str] = {}
+        for chunk in _chunks(sorted(target_ids)):
+            stmt = select(t.c.id, t.c.job_type, t.c.target_id).where(
+                ACTIVE, t.c.target_id.in_(chunk)
+            )
+            for row in await conn.execute(stmt):
+                found[(row.job_type, row.target_id)] = row.id
+        return found
+
+    async def _move_failed(
+        self,
+        conn: AsyncConnection,
+        job_ids: list[str],
+        values: dict[str, Any],
+        skipped: list[tuple[str, str]],
+    ) -> list[Job]:
+        """FAILED -> PENDING for `job_ids` (only those still FAILED). If an active job
+        appeared since the pre-check, the unique index refuses the batch: then job by
+        job, each in a savepoint, skipping the refused ones."""
+        moved: list[Job] = []
+        try:
+            async with conn.begin_nested():
+                for chunk in _chunks(job_ids):
+                    stmt = update(t).where(t.c.id.in_(chunk), IS_FAILED).values(**values)
+                    moved.extend(await self._jobs(conn, self._sql.returning(stmt), {}))
+            return moved
+        except IntegrityError:
+            moved = []
+        for job_id in job_ids:
+            stmt = update(t).where(t.c.id == job_id, IS_FAILED).values(**values)
+            try:
+                async with conn.begin_nested():
+                    moved.extend(await self._jobs(conn, self._sql.returning(stmt), {}))
+            except IntegrityError:
+                holder = await self._active_holder(conn, job_id)
+                skipped.append((job_id, _active_reason(holder or "unknown")))
+        return moved
+
+    async def _active_holder(self, conn: AsyncConnection, job_id: str) -> str | None:
+        """The id of the active job holding the (job_type, target_id) slot of `job_id`."""
+        job = await self._jobs(conn, self._sql.by_id, {"p_id": job_id})
+        if not job:
+            return None
+        params = {"p_job_type": job[0].job_type.value, "p_target_id": job[0].target_id}
+        holders = await self._jobs(conn, self._sql.active_for_target, params)
+        return holders[0].id if holders else None
+
+    async def stats(self) -> JobStats:
+        counts_stmt = select(t.c.job_type, t.c.status, func.count()).group_by(
+            t.c.job_type, t.c.status
+        )
+        oldest_stmt = select(func.min(t.c.created_at)).where(ACTIVE, IS_PENDING)
+        async with self._single() as conn:
+            rows = (await conn.execute(counts_stmt)).all()
+            oldest = (await conn.execute(oldest_stmt)).scalar_one_or_none()
+        counts = tuple(
+            sorted(
+                (JobCount(JobType(jt), JobStatus(st), int(n)) for jt, st, n in rows),
+                key=lambda c: (c.job_type.value, c.status.value),
+            )
+        )
+        return JobStats(counts=counts, oldest_pending_created_at=_as_utc(oldest))
+
+    async def next_due_at(self) -> datetime | None:
+        stmt = select(func.min(t.c.due_at)).where(ACTIVE)
+        async with self._single() as conn:
+            value = (await conn.execute(stmt)).scalar_one_or_none()
+        return _as_utc(value)
+
+
+def _active_reason(holder_id: str) -> str:
+    return f"an active job exists for this job type and target: {holder_id}"
+
+
+def _as_utc(value: Any) -> datetime | None:
+    """Aggregates (min) lose the column type on SQLite: parse and mark as UTC."""
+    if value is None:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

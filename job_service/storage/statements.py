@@ -1,0 +1,356 @@
+"""The SQL of the hot paths, built once per store with bound parameters.
+
+Building a SQLAlchemy statement costs more than running it on a fast database, so the
+statements the worker and Enqueue run thousands of times a second are made here once
+(per dialect and instance id) and executed with a parameter dict. Parameter names all
+start with `p_` (column names are reserved in SET clauses).
+
+The attempt history is a JSON list on the row. Its edits are done in SQL, in the same
+statement as the state change: `jsonb_*` functions on PostgreSQL, `json_*` on SQLite.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    String,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    literal_column,
+    null,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+from job_service.domain.model import JobStatus
+from job_service.storage.notify import CHANNEL
+from job_service.storage.tables import ACTIVE_SQL, JsonType, UtcDateTime, async_jobs
+
+t = async_jobs
+
+LEASE_EXPIRED_CODE = "LEASE_EXPIRED"
+LEASE_EXPIRED_MESSAGE = "Lease expired: the worker was lost"
+CANCELLED_CODE = "CANCELLED"
+
+# Literal SQL (not bound parameters) so the planners can match the partial indexes.
+ACTIVE = text(ACTIVE_SQL)
+IS_PENDING = t.c.status == literal_column("'PENDING'")
+IS_PROCESSING = t.c.status == literal_column("'PROCESSING'")
+IS_FAILED = t.c.status == literal_column("'FAILED'")
+
+# Ids per notification: 150 x 37 bytes + the prefix stays below notify.MAX_PAYLOAD_BYTES.
+IDS_PER_NOTIFICATION = 150
+
+Value = ColumnElement[Any] | str | None
+
+
+class array_of(FunctionElement[Any]):
+    """`ARRAY(SELECT ...)` on PostgreSQL (from a scalar subquery)."""
+
+    inherit_cache = True
+    name = "array_of"
+
+
+@compiles(array_of, "postgresql")
+def _compile_array_of(element: array_of, compiler: SQLCompiler, **kw: Any) -> str:
+    (subquery,) = element.clauses
+    return f"ARRAY{compiler.process(subquery, **kw)}"
+
+
+def p_str(name: str) -> ColumnElement[Any]:
+    return bindparam(name, type_=String)
+
+
+def p_time(name: str) -> ColumnElement[Any]:
+    return bindparam(name, type_=UtcDateTime)
+
+
+class JsonSql:
+    """The few JSON edits on the `attempts` list, per dialect."""
+
+    def __init__(self, postgres: bool) -> None:
+        self.pg = postgres
+
+    @staticmethod
+    def _value(value: Value, pg: bool) -> ColumnElement[Any]:
+        if value is None:
+            return cast(null(), String) if pg else null()
+        if isinstance(value, str):
+            return literal(value, String)
+        return value
+
+    def obj(self, pairs: dict[str, Value]) -> ColumnElement[Any]:
+        args: list[ColumnElement[Any]] = []
+        for key, value in pairs.items():
+            args += [literal(key, String), self._value(value, self.pg)]
+        return func.jsonb_build_object(*args) if self.pg else func.json_object(*args)
+
+    def append(self, array: ColumnElement[Any], item: ColumnElement[Any]) -> ColumnElement[Any]:
+        if self.pg:
+            return array.op("||")(func.jsonb_build_array(item))
+        return func.json_insert(array, literal("$[#]", String), item)
+
+    def patch_last(self, array: ColumnElement[Any], fields: dict[str, Value]) -> ColumnElement[Any]:
+        """Set `fields` on the last element (the open attempt)."""
+        if self.pg:
+            last = func.coalesce(array.op("->")(literal(-1)), literal_column("'{}'::jsonb"))
+            return func.jsonb_set(
+                array, literal_column("'{-1}'::text[]"), last.op("||")(self.obj(fields))
+            )
+        args: list[ColumnElement[Any]] = []
+        for key, value in fields.items():
+            args += [literal(f"$[#-1].{key}", String), self._value(value, False)]
+        return func.json_set(array, *args)
+
+    def drop_last(self, array: ColumnElement[Any]) -> ColumnElement[Any]:
+        if self.pg:
+            return array.op("-")(literal(-1))
+        return func.json_remove(array, literal("$[#-1]", String))
+
+    def random_token(self) -> ColumnElement[Any]:
+        if self.pg:
+            return cast(func.gen_random_uuid(), String)
+        return func.lower(func.hex(func.randomblob(16)))
+
+
+class Statements:
+    """Prebuilt statements for one dialect; writes return every column (`RETURNING *`)
+    and, on PostgreSQL, send their change notification within the same statement."""
+
+    def __init__(self, postgres: bool, instance_id: str) -> None:
+        self.pg = postgres
+        self.instance_id = instance_id
+        self.json = js = JsonSql(postgres)
+        now, now_iso = p_time("p_now"), p_str("p_now_iso")
+        owned = and_(t.c.id == p_str("p_id"), t.c.claim_token == p_str("p_token"), IS_PROCESSING)
+        released = {"claim_token": None, "lease_expires_at": None}
+
+        insert = postgresql.insert(t) if postgres else sqlite.insert(t)
+        self.enqueue = self.returning(
+            insert.values({c.name: bindparam(f"p_{c.name}", type_=c.type) for c in t.c})
+            # Both unique indexes (active target, request_id), no error, no abort.
+            .on_conflict_do_nothing()
+        )
+
+        self.by_id = select(t).where(t.c.id == p_str("p_id"))
+        self.by_request_id = select(t).where(t.c.request_id == p_str("p_request_id"))
+        self.active_for_target = select(t).where(
+            t.c.job_type == p_str("p_job_type"), t.c.target_id == p_str("p_target_id"), ACTIVE
+        )
+        self.by_ids = select(t).where(t.c.id.in_(bindparam("p_ids", expanding=True)))
+
+        # Due: PENDING whose due_at (created_at or next_attempt_at) passed, or PROCESSING
+        # whose lease (due_at) expired with attempts left. One ordered range scan over
+        # the partial index ix_async_jobs_due.
+        due = (
+            select(t.c.id)
+            .where(ACTIVE, t.c.due_at <= now, or_(IS_PENDING, t.c.attempt_count < t.c.max_attempts))
+            .order_by(t.c.due_at)
+            .limit(bindparam("p_limit", type_=Integer))
+        )
+        if postgres:
+            due = due.with_for_update(skip_locked=True)
+        new_attempt = js.obj(
+            {
+                "attempt": t.c.attempt_count + 1,
+                "start_time": now_iso,
+                "end_time": None,
+                "error_code": "",
+                "error_reason": "",
+                "error_message": "",
+            }
+        )
+        lease_expired: dict[str, Value] = {
+            "end_time": now_iso,
+            "error_code": LEASE_EXPIRED_CODE,
+            "error_reason": "",
+            "error_message": LEASE_EXPIRED_MESSAGE,
+        }
+        until = p_time("p_until")
+        # PostgreSQL: `id = ANY(ARRAY(SELECT ...))` makes primary-key lookups for the
+        # few ids taken; `id IN (SELECT ...)` may become a hash join over the table.
+        due_ids = t.c.id == any_(array_of(due.scalar_subquery())) if postgres else t.c.id.in_(due)
+        self.claim = self.returning(
+            update(t)
+            .where(due_ids)
+            .values(
+                status=JobStatus.PROCESSING.value,
+                claim_token=js.random_token(),
+                lease_expires_at=until,
+                due_at=until,
+                started_at=now,
+                updated_at=now,
+                next_attempt_at=None,
+                attempt_count=t.c.attempt_count + 1,
+                # In SET, `status` is still the old value: PROCESSING means a re-claim.
+                error_code=case((IS_PROCESSING, LEASE_EXPIRED_CODE), else_=t.c.error_code),
+                error_reason=case((IS_PROCESSING, ""), else_=t.c.error_reason),
+                error_message=case((IS_PROCESSING, LEASE_EXPIRED_MESSAGE), else_=t.c.error_message),
+                attempts=case(
+                    (
+                        IS_PROCESSING,
+                        js.append(js.patch_last(t.c.attempts, lease_expired), new_attempt),
+                    ),
+                    else_=js.append(t.c.attempts, new_attempt),
+                ),
+            )
+        )
+
+        self.fail_exhausted_leases = self.returning(
+            update(t)
+            .where(ACTIVE, IS_PROCESSING, t.c.due_at <= now, t.c.attempt_count >= t.c.max_attempts)
+            .values(
+                status=JobStatus.FAILED.value,
+                failed_at=now,
+                updated_at=now,
+                due_at=None,
+                error_code=LEASE_EXPIRED_CODE,
+                error_reason="",
+                error_message=LEASE_EXPIRED_MESSAGE,
+                attempts=js.patch_last(t.c.attempts, lease_expired),
+                **released,
+            )
+        )
+
+        self.renew_lease = (
+            update(t).where(owned).values(lease_expires_at=until, due_at=until).returning(t.c.id)
+        )
+
+        self.complete = self.returning(
+            update(t)
+            .where(owned)
+            .values(
+                status=JobStatus.COMPLETED.value,
+                result=bindparam("p_result", type_=JsonType),
+                completed_at=now,
+                updated_at=now,
+                due_at=None,
+                attempts=js.patch_last(t.c.attempts, {"end_time": now_iso}),
+                **released,
+            )
+        )
+
+        code, reason, message = p_str("p_code"), p_str("p_reason"), p_str("p_message")
+        failed_attempt = js.patch_last(
+            t.c.attempts,
+            {
+                "end_time": now_iso,
+                "error_code": code,
+                "error_reason": reason,
+                "error_message": message,
+            },
+        )
+        failure = {
+            "error_code": code,
+            "error_reason": reason,
+            "error_message": message,
+            "updated_at": now,
+            "attempts": failed_attempt,
+            **released,
+        }
+        retry_at = p_time("p_retry_at")
+        self.fail_retry = self.returning(
+            update(t)
+            .where(owned)
+            .values(
+                status=JobStatus.PENDING.value, next_attempt_at=retry_at, due_at=retry_at, **failure
+            )
+        )
+        self.fail_final = self.returning(
+            update(t)
+            .where(owned)
+            .values(
+                status=JobStatus.FAILED.value,
+                failed_at=now,
+                next_attempt_at=None,
+                due_at=None,
+                **failure,
+            )
+        )
+
+        self.release = self.returning(
+            update(t)
+            .where(owned)
+            .values(
+                status=JobStatus.PENDING.value,
+                attempt_count=t.c.attempt_count - 1,
+                attempts=js.drop_last(t.c.attempts),
+                started_at=case((t.c.attempt_count <= 1, None), else_=t.c.started_at),
+                next_attempt_at=None,
+                due_at=now,
+                updated_at=now,
+                **released,
+            )
+        )
+
+        cancelled_attempt = js.patch_last(
+            t.c.attempts,
+            {
+                "end_time": now_iso,
+                "error_code": CANCELLED_CODE,
+                "error_reason": "",
+                "error_message": p_str("p_cancel_message"),
+            },
+        )
+        self.cancel = self.returning(
+            update(t)
+            .where(t.c.id == p_str("p_id"), ACTIVE)
+            .values(
+                status=JobStatus.CANCELLED.value,
+                cancelled_at=now,
+                cancel_reason=p_str("p_cancel_reason"),
+                updated_at=now,
+                next_attempt_at=None,
+                due_at=None,
+                attempts=case((IS_PROCESSING, cancelled_attempt), else_=t.c.attempts),
+                **released,
+            )
+        )
+
+    def returning(self, dml: Any) -> Any:
+        """`dml RETURNING *`; on PostgreSQL, in the same statement, pg_notify for the
+        changed rows (grouped by new status, at most 150 ids per notification):
+
+            WITH changed AS (dml RETURNING *),
+                 numbered AS (SELECT id, status, (row_number() OVER ...) / 150 AS grp ...),
+                 sent AS (SELECT pg_notify('san_jobs', prefix || status || '|' ||
+                                           string_agg(id, ',')) ... GROUP BY status, grp)
+            SELECT changed.* FROM changed WHERE (SELECT count(*) FROM sent) >= 0
+
+        (The WHERE makes `sent` run; PostgreSQL delivers the notices at commit.)"""
+        if not self.pg:
+            return dml.returning(*t.c)
+        changed = dml.returning(*t.c).cte("changed")
+        row_number = func.row_number().over(partition_by=changed.c.status, order_by=changed.c.id)
+        numbered = select(
+            changed.c.id,
+            changed.c.status,
+            ((row_number - 1) // IDS_PER_NOTIFICATION).label("grp"),
+        ).cte("numbered")
+        payload = (
+            literal(f"{self.instance_id}|", String)
+            + numbered.c.status
+            + literal("|", String)
+            + func.string_agg(numbered.c.id, literal(",", String))
+        )
+        sent = (
+            select(func.pg_notify(literal(CHANNEL, String), payload).label("sent"))
+            .group_by(numbered.c.status, numbered.c.grp)
+            .cte("sent")
+        )
+        forced = select(func.count()).select_from(sent).scalar_subquery()
+        return select(changed).where(forced >= 0)

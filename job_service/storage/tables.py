@@ -1,0 +1,142 @@
+"""The `async_jobs` table, declared once; the migrations must build exactly this.
+
+Plain words for `status` and `job_type` (CHECK constraints keep them honest), so an
+operator's SQL reads as written. `target_id` is a soft reference: no foreign key.
+
+`due_at` is internal (not part of the domain `Job`): the time from which an active row
+is claimable. PENDING: created_at, or next_attempt_at while a retry waits; PROCESSING:
+lease_expires_at; NULL otherwise. One partial index on it serves the claim query (new
+jobs, retries and expired leases in one ordered range scan) and `next_due_at`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator
+
+from job_service.domain.model import JobStatus, JobType
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every database.
+
+    PostgreSQL stores `timestamptz`. SQLite has no time zones: values are stored as
+    naive UTC text (fixed width, so text order is time order) and given back tz-aware."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime given to the database: {value!r}")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):  # pragma: no cover - driver gave text
+            value = datetime.fromisoformat(str(value))
+        moment: datetime = value
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)
+
+
+# JSON on SQLite (text), JSONB on PostgreSQL.
+JsonType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+ACTIVE_SQL = "status IN ('PENDING', 'PROCESSING')"
+
+
+def _words(values: list[str]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+async_jobs = Table(
+    "async_jobs",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("job_type", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("target_id", String(256), nullable=False),
+    Column("request_params", JsonType, nullable=False),
+    Column("requested_by", String(256), nullable=False, server_default=""),
+    Column("request_id", String(256), nullable=True),
+    Column("result", JsonType, nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("error_code", String(64), nullable=True),
+    Column("error_reason", String(128), nullable=True),
+    Column("attempt_count", Integer, nullable=False, server_default="0"),
+    Column("max_attempts", Integer, nullable=False),
+    # Closed and open attempt records, oldest first (JobAttempt.to_json() dicts).
+    Column("attempts", JsonType, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("started_at", UtcDateTime, nullable=True),
+    Column("completed_at", UtcDateTime, nullable=True),
+    Column("failed_at", UtcDateTime, nullable=True),
+    Column("cancelled_at", UtcDateTime, nullable=True),
+    Column("cancel_reason", Text, nullable=True),
+    Column("next_attempt_at", UtcDateTime, nullable=True),
+    Column("lease_expires_at", UtcDateTime, nullable=True),
+    Column("claim_token", String(64), nullable=True),
+    Column("due_at", UtcDateTime, nullable=True),
+    CheckConstraint(f"status IN ({_words([s.value for s in JobStatus])})", name="status"),
+    CheckConstraint(f"job_type IN ({_words([t.value for t in JobType])})", name="job_type"),
+    CheckConstraint("attempt_count >= 0", name="attempt_count"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts"),
+    # At most one PENDING or PROCESSING job per (job_type, target_id): duplicates are
+    # stopped here, not by a read-then-write.
+    Index(
+        "uq_async_jobs_active_target",
+        "job_type",
+        "target_id",
+        unique=True,
+        sqlite_where=text(ACTIVE_SQL),
+        postgresql_where=text(ACTIVE_SQL),
+    ),
+    Index("uq_async_jobs_request_id", "request_id", unique=True),
+    # The claim query and next_due_at: ORDER BY due_at over active rows.
+    Index(
+        "ix_async_jobs_due",
+        "due_at",
+        sqlite_where=text(ACTIVE_SQL),
+        postgresql_where=text(ACTIVE_SQL),
+    ),
+    # Operators: failures by time (RetryFailed, "what failed since ..."), listing
+    # newest first, everything about one target.
+    Index("ix_async_jobs_status_failed_at", "status", "failed_at"),
+    Index("ix_async_jobs_created_at_id", "created_at", "id"),
+    Index("ix_async_jobs_target_id", "target_id"),
+)

@@ -1,0 +1,101 @@
+"""Fresh, migrated databases for integration tests, on SQLite and on PostgreSQL.
+
+`database_url` and `store` are parametrized over both (ids `sqlite`, `postgres`).
+SQLite: a migrated template file copied per test. PostgreSQL: one throwaway database
+per session (SAN_TEST_POSTGRES_URL, default postgresql+asyncpg://postgres@127.0.0.1:5432/
+test, is only used to reach the server), TRUNCATEd before each test. No PostgreSQL:
+skipped locally, a failure under CI=true.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from job_service.storage.migrate import migrate
+from job_service.storage.notify import asyncpg_dsn
+from job_service.storage.repository import SqlJobStore
+from tests.support.clock import FakeClock
+from tests.support.databases import (
+    create_temp_postgres_database,
+    drop_database,
+    postgres_unreachable_reason,
+    run_sync,
+    running_in_ci,
+)
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2025, 3, 1, 9, 0, 0, tzinfo=UTC))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> None:
+    """Skip (locally) or fail (CI=true) when PostgreSQL cannot be reached."""
+    reason = run_sync(postgres_unreachable_reason)
+    if reason is None:
+        return
+    if running_in_ci():
+        pytest.fail(f"{reason}; CI requires it", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: None) -> Iterator[str]:
+    """A migrated throwaway database for the whole session."""
+    url = create_temp_postgres_database()
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    run_sync(lambda: migrate(f"sqlite+aiosqlite:///{path}"))
+    return path
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "jobs.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite+aiosqlite:///{path}"
+
+
+async def _truncate(url: str) -> None:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        await conn.execute("TRUNCATE async_jobs")
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def clean_postgres_url(postgres_url: str) -> str:
+    await _truncate(postgres_url)
+    return postgres_url
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("clean_postgres_url"))
+
+
+@pytest.fixture
+async def store(database_url: str, clock: FakeClock) -> AsyncIterator[SqlJobStore]:
+    job_store = SqlJobStore(database_url, instance_id="test-a", clock=clock)
+    yield job_store
+    await job_store.close()

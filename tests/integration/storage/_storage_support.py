@@ -1,0 +1,53 @@
+"""Helpers shared by the storage integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from job_service.domain.model import Failure, Job, JobType, NewJob, OnDuplicate
+from job_service.storage.repository import SqlJobStore
+
+
+def new_job(
+    target_id: str = "scrap-1",
+    job_type: JobType = JobType.CARD_ANALYSIS,
+    *,
+    request_id: str | None = None,
+    max_attempts: int = 3,
+    params: dict[str, Any] | None = None,
+) -> NewJob:
+    return NewJob(
+        job_type=job_type,
+        target_id=target_id,
+        request_params=params if params is not None else {"text": f"text of {target_id}"},
+        requested_by="tester",
+        request_id=request_id,
+        max_attempts=max_attempts,
+    )
+
+
+async def enqueue(store: SqlJobStore, target_id: str = "scrap-1", **kwargs: Any) -> Job:
+    job, _ = await store.enqueue(new_job(target_id, **kwargs), OnDuplicate.REJECT)
+    return job
+
+
+def failure(
+    message: str = "Timeout: the call took too long", code: str = "DEADLINE_EXCEEDED"
+) -> Failure:
+    return Failure(code=code, reason="", message=message, transient=False)
+
+
+async def make_failed(
+    store: SqlJobStore,
+    target_id: str,
+    message: str = "Timeout: the call took too long",
+    job_type: JobType = JobType.CARD_ANALYSIS,
+) -> Job:
+    """Enqueue, claim and fail for good one job."""
+    await enqueue(store, target_id, job_type=job_type)
+    claims = await store.claim(1000, 60)
+    claim = next(c for c in claims if c.job.target_id == target_id)
+    for other in claims:
+        if other is not claim:
+            await store.release(other.job.id, other.token)
+    return await store.fail(claim.job.id, claim.token, failure(message), None)

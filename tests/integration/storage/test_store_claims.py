@@ -1,0 +1,193 @@
+"""Claims, leases, outcomes and their token checks, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from _storage_support import enqueue, failure
+
+from job_service.domain.errors import InvalidJobStateError, JobNotFoundError, LeaseLostError
+from job_service.domain.model import JobStatus
+from job_service.storage.repository import LEASE_EXPIRED_CODE, SqlJobStore
+from tests.support.clock import FakeClock
+
+
+async def test_claim_takes_a_batch_oldest_first(store: SqlJobStore, clock: FakeClock) -> None:
+    jobs = []
+    for i in range(5):
+        jobs.append(await enqueue(store, f"c{i}"))
+        clock.advance(1)
+    claims = await store.claim(3, 60)
+    assert [c.job.id for c in claims] == [j.id for j in jobs[:3]]
+    for c in claims:
+        job = c.job
+        assert job.status is JobStatus.PROCESSING
+        assert c.token and job.claim_token == c.token
+        assert job.attempt_count == 1
+        assert job.started_at == clock.now
+        assert job.lease_expires_at == clock.now + timedelta(seconds=60)
+        assert len(job.attempts) == 1
+        attempt = job.attempts[0]
+        assert attempt.attempt == 1 and attempt.start_time == clock.now
+        assert attempt.end_time is None
+    assert len({c.token for c in claims}) == 3
+    rest = await store.claim(10, 60)
+    assert [c.job.id for c in rest] == [j.id for j in jobs[3:]]
+    assert await store.claim(10, 60) == []
+    assert await store.claim(0, 60) == []
+
+
+async def test_complete_closes_the_attempt_and_clears_the_claim(
+    store: SqlJobStore, clock: FakeClock
+) -> None:
+    await enqueue(store, "done")
+    (claim,) = await store.claim(1, 60)
+    clock.advance(2)
+    result = {"summary": "요약", "tags": ["큐"], "embedding": [1.0, 0.0], "model": "local"}
+    job = await store.complete(claim.job.id, claim.token, result)
+    assert job.status is JobStatus.COMPLETED
+    assert job.result == result
+    assert job.completed_at == clock.now
+    assert job.claim_token is None and job.lease_expires_at is None
+    assert job.attempts[0].end_time == clock.now and job.attempts[0].error_code == ""
+    assert await store.get(job.id) == job
+    assert await store.next_due_at() is None
+    with pytest.raises(LeaseLostError):
+        await store.complete(claim.job.id, claim.token, result)
+
+
+async def test_fail_with_retry_waits_until_due_then_fails_for_good(
+    store: SqlJobStore, clock: FakeClock
+) -> None:
+    await enqueue(store, "flaky")
+    (claim,) = await store.claim(1, 60)
+    retry_at = clock.now + timedelta(seconds=30)
+    job = await store.fail(claim.job.id, claim.token, failure("Timeout: 30s"), retry_at)
+    assert job.status is JobStatus.PENDING
+    assert job.next_attempt_at == retry_at
+    assert job.error_code == "DEADLINE_EXCEEDED" and job.error_message == "Timeout: 30s"
+    assert job.claim_token is None and job.lease_expires_at is None
+    assert job.attempts[0].error_message == "Timeout: 30s" and job.attempts[0].end_time == clock.now
+    assert await store.next_due_at() == retry_at
+
+    assert await store.claim(5, 60) == []  # not due yet
+    clock.advance(30)
+    (again,) = await store.claim(5, 60)
+    assert again.job.attempt_count == 2 and again.job.next_attempt_at is None
+    assert [a.attempt for a in again.job.attempts] == [1, 2]
+
+    final = await store.fail(
+        again.job.id, again.token, failure("JSON Parse Error", "INTERNAL"), None
+    )
+    assert final.status is JobStatus.FAILED
+    assert final.failed_at == clock.now and final.next_attempt_at is None
+    assert final.error_code == "INTERNAL"
+    assert [a.error_code for a in final.attempts] == ["DEADLINE_EXCEEDED", "INTERNAL"]
+    assert await store.next_due_at() is None
+
+
+async def test_expired_lease_is_claimed_again_as_a_new_attempt(
+    store: SqlJobStore, clock: FakeClock
+) -> None:
+    await enqueue(store, "lost", max_attempts=3)
+    (first,) = await store.claim(1, 10)
+    clock.advance(5)
+    assert await store.claim(1, 10) == []  # lease still valid
+    clock.advance(6)
+    (second,) = await store.claim(1, 10)
+    job = second.job
+    assert job.id == first.job.id and second.token != first.token
+    assert job.attempt_count == 2
+    assert job.error_code == LEASE_EXPIRED_CODE
+    assert job.error_message == "Lease expired: the worker was lost"
+    lost, current = job.attempts
+    assert lost.end_time == clock.now and lost.error_code == LEASE_EXPIRED_CODE
+    assert current.attempt == 2 and current.end_time is None
+
+    # The old owner comes back: none of its writes land.
+    with pytest.raises(LeaseLostError):
+        await store.complete(job.id, first.token, {"summary": "stale"})
+    with pytest.raises(LeaseLostError):
+        await store.fail(job.id, first.token, failure(), None)
+    assert await store.release(job.id, first.token) is None
+    assert not await store.renew_lease(job.id, first.token, 60)
+
+    done = await store.complete(job.id, second.token, {"summary": "fresh"})
+    assert done.result == {"summary": "fresh"}
+
+
+async def test_exhausted_leases_fail_with_lease_expired(
+    store: SqlJobStore, clock: FakeClock
+) -> None:
+    job = await enqueue(store, "doomed", max_attempts=1)
+    await store.claim(1, 10)
+    clock.advance(11)
+    assert await store.claim(5, 10) == []  # attempts used up: not claimed again
+    assert await store.next_due_at() is not None
+    (failed,) = await store.fail_exhausted_leases()
+    assert failed.id == job.id and failed.status is JobStatus.FAILED
+    assert failed.error_code == LEASE_EXPIRED_CODE and failed.failed_at == clock.now
+    assert failed.claim_token is None
+    assert failed.attempts[0].error_code == LEASE_EXPIRED_CODE
+    assert failed.attempts[0].end_time == clock.now
+    assert await store.fail_exhausted_leases() == []
+    assert await store.next_due_at() is None
+
+
+async def test_renew_lease_pushes_expiry(store: SqlJobStore, clock: FakeClock) -> None:
+    await enqueue(store, "long")
+    (claim,) = await store.claim(1, 10)
+    clock.advance(8)
+    assert await store.renew_lease(claim.job.id, claim.token, 10)
+    clock.advance(8)
+    assert await store.claim(1, 10) == []  # renewed: not expired
+    job = await store.get(claim.job.id)
+    assert job.lease_expires_at == clock.now + timedelta(seconds=2)
+    assert not await store.renew_lease(claim.job.id, "wrong-token", 10)
+
+
+async def test_release_gives_the_job_back_without_charging(
+    store: SqlJobStore, clock: FakeClock
+) -> None:
+    await enqueue(store, "shutdown")
+    (claim,) = await store.claim(1, 60)
+    released = await store.release(claim.job.id, claim.token)
+    assert released is not None
+    assert released.status is JobStatus.PENDING
+    assert released.attempt_count == 0 and released.attempts == ()
+    assert released.claim_token is None and released.lease_expires_at is None
+    assert released.started_at is None
+    (again,) = await store.claim(1, 60)
+    assert again.job.attempt_count == 1 and len(again.job.attempts) == 1
+    assert await store.release(claim.job.id, claim.token) is None  # old token
+
+
+async def test_cancel_in_each_state(store: SqlJobStore, clock: FakeClock) -> None:
+    pending = await enqueue(store, "x-pending")
+    cancelled = await store.cancel(pending.id, "user asked")
+    assert cancelled.status is JobStatus.CANCELLED
+    assert cancelled.cancel_reason == "user asked" and cancelled.cancelled_at == clock.now
+
+    await enqueue(store, "x-processing")
+    (claim,) = await store.claim(1, 60)
+    stopped = await store.cancel(claim.job.id, "stop it")
+    assert stopped.status is JobStatus.CANCELLED
+    assert stopped.claim_token is None and stopped.lease_expires_at is None
+    assert stopped.attempts[-1].end_time == clock.now
+    assert stopped.attempts[-1].error_code == "CANCELLED"
+    with pytest.raises(LeaseLostError):  # the worker's late write is refused
+        await store.complete(claim.job.id, claim.token, {"summary": "late"})
+    assert (await store.get(claim.job.id)).status is JobStatus.CANCELLED
+
+    for terminal_id in (pending.id, claim.job.id):
+        with pytest.raises(InvalidJobStateError) as err:
+            await store.cancel(terminal_id, "again")
+        assert err.value.status == "CANCELLED"
+    await enqueue(store, "x-done")
+    (done_claim,) = await store.claim(1, 60)
+    await store.complete(done_claim.job.id, done_claim.token, {})
+    with pytest.raises(InvalidJobStateError):
+        await store.cancel(done_claim.job.id, "too late")
+    with pytest.raises(JobNotFoundError):
+        await store.cancel("00000000-0000-0000-0000-000000000000", "who")

@@ -1,0 +1,194 @@
+"""Enqueue, duplicates, idempotency and reads, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC
+
+import pytest
+from _storage_support import enqueue, make_failed, new_job
+from sqlalchemy import text
+
+from job_service.domain.errors import DuplicateJobError, InvalidRequestError, JobNotFoundError
+from job_service.domain.model import JobFilter, JobStatus, JobType, OnDuplicate
+from job_service.storage.repository import SqlJobStore
+from tests.support.clock import FakeClock
+
+
+async def test_enqueue_then_get_round_trips_korean_text_and_utc_times(store: SqlJobStore) -> None:
+    params = {
+        "text": "오늘은 비동기 작업 큐를 배웠다. 재시도와 리스가 핵심이다.",
+        "title": "TIL 📝",
+    }
+    job, deduplicated = await store.enqueue(
+        new_job("스크랩-42", params=params, request_id="req-1"), OnDuplicate.REJECT
+    )
+    assert not deduplicated
+    assert job.status is JobStatus.PENDING
+    assert job.attempt_count == 0 and job.attempts == ()
+
+    got = await store.get(job.id)
+    assert got == job
+    assert got.request_params == params
+    assert got.target_id == "스크랩-42"
+    assert got.created_at.tzinfo is not None and got.created_at.utcoffset() == UTC.utcoffset(None)
+    assert got.next_attempt_at is None and got.claim_token is None
+
+
+async def test_get_unknown_job_raises_not_found(store: SqlJobStore) -> None:
+    with pytest.raises(JobNotFoundError):
+        await store.get("00000000-0000-0000-0000-000000000000")
+
+
+async def test_get_many_leaves_unknown_ids_out(store: SqlJobStore) -> None:
+    a = await enqueue(store, "a")
+    b = await enqueue(store, "b")
+    got = await store.get_many([b.id, "nope", a.id, b.id])
+    assert [j.id for j in got] == [b.id, a.id]
+
+
+async def test_duplicate_active_job_is_rejected_or_returned(store: SqlJobStore) -> None:
+    first = await enqueue(store, "t1")
+    with pytest.raises(DuplicateJobError) as err:
+        await enqueue(store, "t1")
+    assert err.value.existing_job_id == first.id
+
+    same, deduplicated = await store.enqueue(new_job("t1"), OnDuplicate.RETURN_EXISTING)
+    assert deduplicated and same.id == first.id
+
+    # Another job type, or the same target once the job is terminal: allowed.
+    await enqueue(store, "t1", job_type=JobType.TIL_GENERATION)
+    await store.cancel(first.id, "test")
+    again = await enqueue(store, "t1")
+    assert again.id != first.id
+
+
+async def test_concurrent_enqueues_of_one_target_make_exactly_one_job(store: SqlJobStore) -> None:
+    results = await asyncio.gather(
+        *(enqueue(store, "same-target") for _ in range(8)), return_exceptions=True
+    )
+    jobs = [r for r in results if not isinstance(r, BaseException)]
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(jobs) == 1
+    assert len(errors) == 7 and all(isinstance(e, DuplicateJobError) for e in errors)
+    assert {e.existing_job_id for e in errors if isinstance(e, DuplicateJobError)} == {jobs[0].id}
+    listed, _ = await store.list_jobs(JobFilter(), 100, None)
+    assert len(listed) == 1
+
+
+async def test_request_id_returns_the_original_job(store: SqlJobStore) -> None:
+    job, dedup = await store.enqueue(new_job("r1", request_id="key-1"), OnDuplicate.REJECT)
+    assert not dedup
+    # Same key, even after the job is terminal and even for another target.
+    await store.cancel(job.id, "done")
+    again, dedup = await store.enqueue(new_job("other", request_id="key-1"), OnDuplicate.REJECT)
+    assert dedup and again.id == job.id
+
+
+async def test_concurrent_enqueues_with_one_request_id_return_one_job(store: SqlJobStore) -> None:
+    results = await asyncio.gather(
+        *(
+            store.enqueue(new_job(f"target-{i}", request_id="same-key"), OnDuplicate.REJECT)
+            for i in range(6)
+        )
+    )
+    assert len({job.id for job, _ in results}) == 1
+    assert sorted(dedup for _, dedup in results) == [False] + [True] * 5
+
+
+async def test_list_jobs_pages_newest_first_without_gaps(
+    store: SqlJobStore, clock: FakeClock
+) -> None:
+    ids = []
+    for i in range(25):
+        if i % 3 == 0:
+            clock.advance(1)  # several jobs share a created_at: the id breaks ties
+        ids.append((await enqueue(store, f"p{i}")).id)
+    seen = []
+    token = None
+    pages = 0
+    while True:
+        jobs, token = await store.list_jobs(JobFilter(), 10, token)
+        pages += 1
+        seen.extend(jobs)
+        if token is None:
+            break
+    assert pages == 3
+    assert len(seen) == 25 and len({j.id for j in seen}) == 25
+    keys = [(j.created_at, j.id) for j in seen]
+    assert keys == sorted(keys, reverse=True)
+
+
+async def test_list_jobs_rejects_a_malformed_page_token(store: SqlJobStore) -> None:
+    with pytest.raises(InvalidRequestError) as err:
+        await store.list_jobs(JobFilter(), 10, "not-a-token!")
+    assert err.value.violations[0].field == "page_token"
+
+
+async def test_list_jobs_filters(store: SqlJobStore, clock: FakeClock) -> None:
+    t0 = clock.now
+    card = await enqueue(store, "f1")
+    clock.advance(10)
+    til = await enqueue(store, "f2", job_type=JobType.TIL_GENERATION)
+    failed = await make_failed(store, "f3", "Rate Limit Exceeded (Too many requests)")
+
+    async def ids(f: JobFilter) -> set[str]:
+        jobs, _ = await store.list_jobs(f, 100, None)
+        return {j.id for j in jobs}
+
+    assert await ids(JobFilter(job_types=(JobType.TIL_GENERATION,))) == {til.id}
+    assert await ids(JobFilter(statuses=(JobStatus.FAILED,))) == {failed.id}
+    assert await ids(JobFilter(target_ids=("f1", "f3"))) == {card.id, failed.id}
+    assert await ids(JobFilter(error_message_contains="Rate Limit")) == {failed.id}
+    assert await ids(JobFilter(error_message_contains="rate limit")) == set()  # exact case
+    assert await ids(JobFilter(created_before=t0 + (clock.now - t0) / 2)) == {card.id}
+    assert await ids(JobFilter(created_after=clock.now)) == {til.id, failed.id}
+    assert await ids(JobFilter(failed_after=clock.now)) == {failed.id}
+
+
+async def test_error_message_contains_escapes_like_wildcards(store: SqlJobStore) -> None:
+    percent = await make_failed(store, "w1", "disk 100% full")
+    underscore = await make_failed(store, "w2", "bad field_name")
+    await make_failed(store, "w3", "disk 1000 full and fieldXname")
+
+    async def ids(needle: str) -> set[str]:
+        jobs, _ = await store.list_jobs(JobFilter(error_message_contains=needle), 100, None)
+        return {j.id for j in jobs}
+
+    assert await ids("100%") == {percent.id}
+    assert await ids("field_name") == {underscore.id}
+    assert await ids("%") == {percent.id}
+
+
+async def test_operators_sql_finds_failed_targets(store: SqlJobStore) -> None:
+    await make_failed(store, "scrap-timeout", "Timeout: deadline of 30s exceeded")
+    await make_failed(store, "scrap-other", "AI gateway unavailable: connection refused")
+    await enqueue(store, "scrap-pending")
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT target_id FROM async_jobs "
+                "WHERE status = 'FAILED' AND error_message LIKE '%Timeout%';"
+            )
+        )
+        assert [r.target_id for r in rows] == ["scrap-timeout"]
+
+
+async def test_stats_and_next_due_at(store: SqlJobStore, clock: FakeClock) -> None:
+    assert await store.next_due_at() is None
+    empty = await store.stats()
+    assert empty.counts == () and empty.oldest_pending_created_at is None
+
+    first = await enqueue(store, "s1")
+    clock.advance(5)
+    await enqueue(store, "s2")
+    await make_failed(store, "s3")
+    stats = await store.stats()
+    counts = {(c.job_type, c.status): c.count for c in stats.counts}
+    # make_failed claimed and released s1, s2 on its way.
+    assert counts == {
+        (JobType.CARD_ANALYSIS, JobStatus.PENDING): 2,
+        (JobType.CARD_ANALYSIS, JobStatus.FAILED): 1,
+    }
+    assert stats.oldest_pending_created_at == first.created_at
+    assert await store.next_due_at() == clock.now  # released jobs are due at once

@@ -1,0 +1,131 @@
+"""PostgreSQL LISTEN/NOTIFY between JobService instances."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from _storage_support import enqueue
+
+from job_service.storage.notify import PgChangeListener, asyncpg_dsn
+from job_service.storage.repository import SqlJobStore
+from tests.support.clock import FakeClock
+
+pytestmark = pytest.mark.postgres
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, str, list[str]]] = []
+        self.reconnects = 0
+        self.event = asyncio.Event()
+
+    async def on_change(self, origin: str, status: str, ids: list[str]) -> None:
+        self.changes.append((origin, status, ids))
+        self.event.set()
+
+    def on_reconnect(self) -> None:
+        self.reconnects += 1
+        self.event.set()
+
+    async def wait_for(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(5):
+            while not predicate():
+                self.event.clear()
+                await self.event.wait()
+
+
+async def test_writes_of_one_instance_reach_the_other_listener(
+    clean_postgres_url: str, clock: FakeClock
+) -> None:
+    a = SqlJobStore(clean_postgres_url, instance_id="instance-a", clock=clock)
+    b = SqlJobStore(clean_postgres_url, instance_id="instance-b", clock=clock)
+    rec = Recorder()
+    listener = PgChangeListener(clean_postgres_url, rec.on_change, on_reconnect=rec.on_reconnect)
+    await listener.start()
+    try:
+        job = await enqueue(a, "n1")
+        (claim,) = await b.claim(5, 60)
+        await b.complete(claim.job.id, claim.token, {"summary": "ok"})
+        await rec.wait_for(lambda: len(rec.changes) >= 3)
+        assert rec.changes == [
+            ("instance-a", "PENDING", [job.id]),
+            ("instance-b", "PROCESSING", [job.id]),
+            ("instance-b", "COMPLETED", [job.id]),
+        ]
+    finally:
+        await listener.stop()
+        await a.close()
+        await b.close()
+
+
+async def test_nothing_is_sent_for_a_rolled_back_write(
+    clean_postgres_url: str, clock: FakeClock
+) -> None:
+    store = SqlJobStore(clean_postgres_url, instance_id="x", clock=clock)
+    rec = Recorder()
+    listener = PgChangeListener(clean_postgres_url, rec.on_change)
+    await listener.start()
+    try:
+        await enqueue(store, "dup")
+        with pytest.raises(Exception, match="active job"):
+            await enqueue(store, "dup")
+        await enqueue(store, "marker")
+        await rec.wait_for(lambda: len(rec.changes) >= 2)
+        assert [c[1] for c in rec.changes] == ["PENDING", "PENDING"]
+    finally:
+        await listener.stop()
+        await store.close()
+
+
+async def test_listener_reconnects_after_its_connection_is_killed(
+    clean_postgres_url: str, clock: FakeClock
+) -> None:
+    store = SqlJobStore(clean_postgres_url, instance_id="x", clock=clock)
+    rec = Recorder()
+    listener = PgChangeListener(
+        clean_postgres_url, rec.on_change, on_reconnect=rec.on_reconnect, min_backoff=0.05
+    )
+    await listener.start()
+    try:
+        admin = await asyncpg.connect(asyncpg_dsn(clean_postgres_url))
+        try:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN%' AND datname = current_database()"
+            )
+        finally:
+            await admin.close()
+        await rec.wait_for(lambda: rec.reconnects > 0)
+        job = await enqueue(store, "after-reconnect")
+        await rec.wait_for(lambda: any(job.id in c[2] for c in rec.changes))
+        assert listener.connections_made == 2
+    finally:
+        await listener.stop()
+        await store.close()
+
+
+async def test_a_large_batch_is_announced_in_pieces(
+    clean_postgres_url: str, clock: FakeClock
+) -> None:
+    store = SqlJobStore(clean_postgres_url, instance_id="big", clock=clock)
+    rec = Recorder()
+    listener = PgChangeListener(clean_postgres_url, rec.on_change)
+    await listener.start()
+    try:
+        ids = {(await enqueue(store, f"big-{i}")).id for i in range(400)}
+        claims = await store.claim(400, 60)
+        assert {c.job.id for c in claims} == ids
+
+        def processing() -> list[list[str]]:
+            return [c[2] for c in rec.changes if c[1] == "PROCESSING"]
+
+        await rec.wait_for(lambda: sum(len(p) for p in processing()) >= 400)
+        pieces = processing()
+        assert len(pieces) == 3 and max(len(p) for p in pieces) <= 150
+        assert {i for p in pieces for i in p} == ids
+    finally:
+        await listener.stop()
+        await store.close()

@@ -1,0 +1,66 @@
+"""Migrations build exactly the models' schema; driver errors become our own."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect
+
+from job_service.domain.errors import StorageUnavailableError
+from job_service.domain.model import JobFilter
+from job_service.storage.engine import create_engine
+from job_service.storage.migrate import migrate
+from job_service.storage.repository import SqlJobStore
+from job_service.storage.tables import metadata
+
+
+async def test_migrated_schema_equals_the_models(database_url: str) -> None:
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+
+            def diff(sync_conn):  # type: ignore[no-untyped-def]
+                context = MigrationContext.configure(sync_conn, opts={"compare_type": True})
+                return compare_metadata(context, metadata)
+
+            assert await conn.run_sync(diff) == []
+
+            def index_names(sync_conn):  # type: ignore[no-untyped-def]
+                return {ix["name"] for ix in inspect(sync_conn).get_indexes("async_jobs")}
+
+            assert await conn.run_sync(index_names) >= {
+                "uq_async_jobs_active_target",
+                "uq_async_jobs_request_id",
+                "ix_async_jobs_due",
+            }
+    finally:
+        await engine.dispose()
+
+
+async def test_migrate_twice_is_a_no_op(database_url: str) -> None:
+    await migrate(database_url)
+    await migrate(database_url)
+
+
+async def test_an_unreachable_database_raises_storage_unavailable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    urls = [
+        f"sqlite+aiosqlite:///{tmp_path}/missing-dir/jobs.db",
+        "postgresql+asyncpg://postgres@127.0.0.1:1/nowhere",
+    ]
+    for url in urls:
+        store = SqlJobStore(url)
+        try:
+            with pytest.raises(StorageUnavailableError):
+                await store.list_jobs(JobFilter(), 10, None)
+        finally:
+            await store.close()
+
+
+async def test_an_unmigrated_database_raises_storage_unavailable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = SqlJobStore(f"sqlite+aiosqlite:///{tmp_path}/empty.db")
+    try:
+        with pytest.raises(StorageUnavailableError):
+            await store.get("x")
+    finally:
+        await store.close()

@@ -1,0 +1,110 @@
+"""Throwaway databases for tests: a fresh PostgreSQL database per caller, and the
+rule for when PostgreSQL is missing (skip locally, fail under CI=true).
+
+    url = create_temp_postgres_database()          # migrated, ready for job-service
+    ...
+    drop_database(url)
+
+Async twins: `create_temp_postgres_database_async`, `drop_database_async`. The sync
+functions run their work on a private thread, so they work inside a running loop too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import make_url
+
+from job_service.storage.migrate import migrate
+from job_service.storage.notify import asyncpg_dsn
+
+T = TypeVar("T")
+
+DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+
+
+def postgres_base_url() -> str:
+    return os.environ.get("SAN_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+
+
+def running_in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def run_sync(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run `factory()` to completion on a fresh loop in a private thread."""
+
+    async def runner() -> T:
+        return await factory()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, runner()).result()
+
+
+def _maintenance_dsn(url: str) -> str:
+    return asyncpg_dsn(make_url(url).set(database="postgres"))
+
+
+async def postgres_unreachable_reason(url: str | None = None) -> str | None:
+    """None if PostgreSQL answers at `url`, else why not."""
+    url = url or postgres_base_url()
+    try:
+        conn = await asyncpg.connect(_maintenance_dsn(url), timeout=3)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        shown = make_url(url).render_as_string(hide_password=True)
+        return f"PostgreSQL unreachable at {shown}: {type(exc).__name__}: {exc}"
+    await conn.close()
+    return None
+
+
+async def create_temp_postgres_database_async(
+    base_url: str | None = None, *, migrated: bool = True
+) -> str:
+    """CREATE DATABASE san_test_<random> next to `base_url`; returns its SQLAlchemy URL
+    (postgresql+asyncpg://...). Migrated to the latest schema unless `migrated=False`."""
+    base = make_url(base_url or postgres_base_url()).set(drivername="postgresql+asyncpg")
+    name = f"san_test_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(_maintenance_dsn(base.render_as_string(False)), timeout=10)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    url = base.set(database=name).render_as_string(hide_password=False)
+    if migrated:
+        await migrate(url)
+    return url
+
+
+async def drop_database_async(url: str) -> None:
+    """DROP DATABASE (FORCE: ends leftover sessions) for a URL made above."""
+    name = make_url(url).database
+    if not name or not name.startswith("san_test_"):
+        raise ValueError(f"refusing to drop {name!r}: not a test database")
+    conn = await asyncpg.connect(_maintenance_dsn(url), timeout=10)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def create_temp_postgres_database(base_url: str | None = None, *, migrated: bool = True) -> str:
+    return run_sync(lambda: create_temp_postgres_database_async(base_url, migrated=migrated))
+
+
+def drop_database(url: str) -> None:
+    run_sync(lambda: drop_database_async(url))
+
+
+def require_postgres(url: str | None = None) -> str | None:
+    """None if PostgreSQL is reachable; else the reason (callers skip with it). Under
+    CI=true an unreachable server is an error, never a skip."""
+    reason = run_sync(lambda: postgres_unreachable_reason(url))
+    if reason is not None and running_in_ci():
+        raise RuntimeError(f"{reason}; CI requires it")
+    return reason
