@@ -87,7 +87,11 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
     committed = _tree(ROOT / "gen")
     fresh = _tree(out)
     assert committed == fresh, f"files differ: {sorted(committed ^ fresh)}; run `make proto`"
-    stale = [name for name in sorted(fresh) if not filecmp.cmp(out / name, ROOT / "gen" / name, shallow=False)]
+    stale = [
+        name
+        for name in sorted(fresh)
+        if not filecmp.cmp(out / name, ROOT / "gen" / name, shallow=False)
+    ]
     assert not stale, f"stale generated files {stale}: run `make proto` and commit gen/"
 
 
@@ -98,7 +102,12 @@ def test_generated_packages_import_without_path_tricks() -> None:
         "print(job_service_pb2.JobType.Name(1), ai_gateway_pb2_grpc.AiGatewayServiceStub.__name__)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd="/", capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["JOB_TYPE_CARD_ANALYSIS", "AiGatewayServiceStub"]
