@@ -157,8 +157,8 @@ class JobServiceRuntime:
 
 
 async def prepare_database(settings: JobServiceSettings) -> None:
-    _ensure_sqlite_folder(settings.database_url)
     try:
+        _ensure_sqlite_folder(settings.database_url)
         await migrate(settings.database_url)
     except Exception as error:
         raise StartupError(

@@ -178,26 +178,29 @@ async def test_gateway_outage_then_one_retry_failed_heals_all(tmp_path: Path) ->
     port = free_port()
     # A fixed port, so the gateway can come back where job-service expects it.
     gateway = start_service_on(tmp_path, port)
-    with running(
-        start_job_service(
-            tmp_path,
-            "--max-attempts",
-            "2",
-            "--retry-base-delay",
-            "0.2",
-            "--retry-max-delay",
-            "0.5",
-            "--deadline",
-            "2",
-            "--workers",
-            "4",
-            gateway=f"127.0.0.1:{port}",
-            database_url=f"sqlite+aiosqlite:///{database}",
-        )
-    ) as jobs:
+    with (
+        running(gateway),
+        running(
+            start_job_service(
+                tmp_path,
+                "--max-attempts",
+                "2",
+                "--retry-base-delay",
+                "0.2",
+                "--retry-max-delay",
+                "0.5",
+                "--deadline",
+                "2",
+                "--workers",
+                "40",
+                gateway=f"127.0.0.1:{port}",
+                database_url=f"sqlite+aiosqlite:///{database}",
+            )
+        ) as jobs,
+    ):
         async with channel(jobs.address) as chan:
             stub = pb_grpc.JobServiceStub(chan)
-            ids = await enqueue_cards(stub, 40, "outage")
+            ids = await enqueue_cards(stub, 80, "outage")
             await asyncio.sleep(0.6)
             gateway.kill()  # the provider goes down mid-run
             final = await wait_terminal(stub, ids, timeout=120)
@@ -245,7 +248,7 @@ async def test_gateway_outage_then_one_retry_failed_heals_all(tmp_path: Path) ->
 def start_service_on(tmp_path: Path, port: int) -> RunningService:
     return start_service(
         "ai-gateway",
-        ["ai-gateway", "--listen", f"127.0.0.1:{port}", "--fault-latency", "0.2"],
+        ["ai-gateway", "--listen", f"127.0.0.1:{port}", "--fault-latency", "1"],
         tmp_path,
     )
 

@@ -73,7 +73,7 @@ async def start_service(
             retry_base_delay=overrides.pop("retry_base_delay", 0.05),
             retry_max_delay=overrides.pop("retry_max_delay", 0.2),
             poll_interval=overrides.pop("poll_interval", 0.2),
-            grace=overrides.pop("grace", 2.0),
+            grace=overrides.pop("grace", 0.3),
             **overrides,
         )
         await prepare_database(settings)

@@ -207,3 +207,41 @@ async def test_stream_on_one_instance_sees_work_of_another(start_service: StartS
     ]
     assert updates[-1].status == pb.JOB_STATUS_COMPLETED
     assert runner.gateway.calls[job.id] == 1
+
+
+async def test_health_turns_not_serving_at_shutdown(start_service: StartService) -> None:
+    service = await start_service(grace=1.0)
+    service.gateway.script = lambda _j, _a: Slow(0.8)
+    await service.stub.Enqueue(card_request("shut", "Text."))
+    await asyncio.sleep(0.2)  # in flight: shutdown has to wait for it
+    health = health_pb2_grpc.HealthStub(service.channel)
+    watch = health.Watch(health_pb2.HealthCheckRequest(service="san.jobs.v1.JobService"))
+    assert (await anext(aiter(watch))).status == health_pb2.HealthCheckResponse.SERVING
+    stopping = asyncio.create_task(service.runtime.stop())
+    answer = await asyncio.wait_for(anext(aiter(watch)), 5)
+    assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert not stopping.done(), "health must turn before in-flight work is finished"
+    await stopping
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_cancel_on_one_instance_stops_the_call_on_another(
+    start_service: StartService,
+) -> None:
+    front = await start_service(instance_id="front")
+    await front.runtime.worker.stop(0)  # only the back instance runs jobs
+    back = await start_service(instance_id="back")
+    back.gateway.script = lambda _j, _a: Hang()
+    job = (await front.stub.Enqueue(card_request("x-cancel", "Text."))).job
+    for _ in range(200):
+        current = (await front.stub.GetJob(pb.GetJobRequest(job_id=job.id))).job
+        if current.status == pb.JOB_STATUS_PROCESSING:
+            break
+        await asyncio.sleep(0.02)
+    await front.stub.CancelJob(pb.CancelJobRequest(job_id=job.id, reason="user left"))
+    for _ in range(200):
+        if job.id in back.gateway.cancelled:
+            break
+        await asyncio.sleep(0.02)
+    assert job.id in back.gateway.cancelled, "NOTIFY must stop the other instance's call"
+    assert back.runtime.worker.in_flight == 0
