@@ -7,6 +7,7 @@ JobService down, 502 anything else; always with a JSON body ``{"error": {...}}``
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -234,6 +235,10 @@ async def get_async_job(request: Request) -> Response:
     return JSONResponse(job_view(job))
 
 
+# A quiet job (a slow model) must not look like a dead connection to a proxy.
+SSE_HEARTBEAT_SECONDS = 15.0
+
+
 def _sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
@@ -248,14 +253,32 @@ async def async_job_events(request: Request) -> Response:
     job_id = request.path_params["job_id"]
     await client.get_job(job_id)  # unknown or malformed id: a plain 404/422, not a stream
 
-    async def stream() -> AsyncIterator[str]:
-        yield "retry: 2000\n\n"
+    async def events(out: asyncio.Queue[str | None]) -> None:
         try:
             async for job in client.watch(job_id):
-                yield _sse("job", job_view(job))
+                await out.put(_sse("job", job_view(job)))
         except JobsError as error:
-            yield _sse("problem", error_body(error))
-        yield _sse("end", {"jobId": job_id})
+            await out.put(_sse("problem", error_body(error)))
+        await out.put(_sse("end", {"jobId": job_id}))
+        await out.put(None)
+
+    async def stream() -> AsyncIterator[str]:
+        yield "retry: 2000\n\n"
+        out: asyncio.Queue[str | None] = asyncio.Queue()
+        producer = asyncio.create_task(events(out))
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(out.get(), SSE_HEARTBEAT_SECONDS)
+                except TimeoutError:
+                    # A comment line keeps proxies from closing a quiet stream.
+                    yield ": keepalive\n\n"
+                    continue
+                if item is None:
+                    return
+                yield item
+        finally:
+            producer.cancel()
 
     return StreamingResponse(
         stream(),

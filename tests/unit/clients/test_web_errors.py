@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import grpc
 import pytest
@@ -62,3 +63,46 @@ def test_job_view() -> None:
     assert done["result"] == {"summary": "S.", "tags": ["a"], "model": ""}
     failed = job_view(make_job(pb.JOB_STATUS_FAILED, error="Timeout: 30s"))
     assert failed["result"] is None and failed["errorMessage"] == "Timeout: 30s"
+
+
+class _QuietJobs:
+    """A JobService client whose job takes a while to change: the stream is quiet."""
+
+    def __init__(self, _address: str) -> None:
+        pass
+
+    async def get_job(self, job_id: str) -> pb.Job:
+        return make_job(pb.JOB_STATUS_PROCESSING, job_id=job_id)
+
+    async def watch(self, job_id: str):  # type: ignore[no-untyped-def]
+        import asyncio
+
+        yield make_job(pb.JOB_STATUS_PROCESSING, job_id=job_id)
+        await asyncio.sleep(0.35)
+        yield make_job(pb.JOB_STATUS_COMPLETED, job_id=job_id, summary="S.", tags=["a"])
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_quiet_event_stream_sends_keepalive_comments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from clients.web import app as web
+
+    monkeypatch.setattr(web, "SSE_HEARTBEAT_SECONDS", 0.1)
+    application = web.create_app(
+        job_service="127.0.0.1:1",
+        database_url=f"sqlite+aiosqlite:///{tmp_path}/web.db",
+        client_factory=_QuietJobs,  # type: ignore[arg-type]
+    )
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://web") as http:
+            response = await http.get("/api/async-jobs/j1/events")
+    text = response.text
+    assert text.count(": keepalive") >= 2
+    events = [line for line in text.splitlines() if line.startswith("event: ")]
+    assert events == ["event: job", "event: job", "event: end"]
