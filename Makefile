@@ -40,7 +40,10 @@ lint: $(STAMP) buf-lint buf-breaking ## ruff, mypy --strict and buf on everythin
 	$(VENV)/bin/mypy
 
 browser: ## Install Debian's Chromium for the page tests (needs root)
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		echo "installing Debian's chromium and chromium-driver for the page tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
 
 test: $(STAMP) browser ## Run every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
 	$(VENV)/bin/pytest
@@ -51,7 +54,7 @@ test-fast: $(STAMP) ## Unit tests only
 bench: $(STAMP) ## Print the performance figures (bench/)
 	$(PY) bench/run_all.py
 
-run: $(STAMP) ## Run AiGateway and JobService (SQLite, built-in AI backend); Ctrl-C stops both
+run: $(STAMP) ## Run AiGateway, JobService (SQLite, built-in AI backend) and san-web; Ctrl-C stops all
 	$(PY) scripts/run.py
 
 clean: ## Remove build and test leftovers (keeps .venv and var/)
