@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 import uvicorn
@@ -60,6 +61,15 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, sock: socket.socket) -> None:
         super().__init__(config)
         self._sock = sock
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, so the
+        process dies "by signal"; a clean stop on request is a normal exit (0),
+        like the other two services."""
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

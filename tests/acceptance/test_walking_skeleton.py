@@ -52,7 +52,10 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     with log.open("w") as out:
         run = subprocess.Popen(
-            [sys.executable, str(ROOT / "scripts" / "run.py")], stdout=out, stderr=subprocess.STDOUT, env=env
+            [sys.executable, str(ROOT / "scripts" / "run.py")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     try:
         deadline = time.monotonic() + 60
@@ -65,7 +68,9 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
         assert target, log.read_text()
         assert "AiGateway  (gRPC)" in log.read_text()
 
-        enqueued = jobsctl(target, "enqueue", "card-analysis", "--target-id", "scrap-1", "--text", TEXT)
+        enqueued = jobsctl(
+            target, "enqueue", "card-analysis", "--target-id", "scrap-1", "--text", TEXT
+        )
         assert enqueued.returncode == 0, enqueued.stderr
         job_id = enqueued.stdout.strip()
         assert re.fullmatch(r"[0-9a-f-]{36}", job_id)
@@ -87,7 +92,8 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
 
         with sqlite3.connect(database) as db:
             row = db.execute(
-                "SELECT job_type, status, target_id, attempt_count FROM async_jobs WHERE id = ?", (job_id,)
+                "SELECT job_type, status, target_id, attempt_count FROM async_jobs WHERE id = ?",
+                (job_id,),
             ).fetchone()
         assert row == ("CARD_ANALYSIS", "COMPLETED", "scrap-1", 1)
         assert f"job={job_id}" in log.read_text() or job_id in log.read_text()
@@ -96,4 +102,4 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
         code = run.wait(60)
     text = log.read_text()
     assert code == 0, text
-    assert re.search(r"stopped: ai-gateway \(exit 0\), job-service \(exit 0\)", text), text
+    assert "stopped: ai-gateway (exit 0), job-service (exit 0), san-web (exit 0)" in text, text
