@@ -41,6 +41,34 @@ STATIC = Path(__file__).parent / "static"
 REQUESTED_BY = "san-web"
 
 
+def job_history(job: Job) -> list[dict[str, Any]]:
+    """The road a job took before its current state, from its timestamps and
+    attempts: a page that opens late (or a job the local model finished in
+    milliseconds) still shows PENDING -> PROCESSING -> ... and every failed attempt."""
+    steps: list[dict[str, Any]] = [{"time": format_time(job.create_time), "status": "PENDING"}]
+    for attempt in job.attempts:
+        running_now = not attempt.HasField("end_time") and attempt.attempt == job.attempt_count
+        if running_now and status_name(job.status) == "PROCESSING":
+            break  # that is the current state itself
+        steps.append(
+            {
+                "time": format_time(attempt.start_time),
+                "status": "PROCESSING",
+                "attempt": attempt.attempt,
+            }
+        )
+        if attempt.error_code and attempt.HasField("end_time"):
+            steps.append(
+                {
+                    "time": format_time(attempt.end_time),
+                    "status": "ATTEMPT FAILED",
+                    "attempt": attempt.attempt,
+                    "errorMessage": attempt.error_message,
+                }
+            )
+    return steps
+
+
 def job_view(job: Job) -> dict[str, Any]:
     """The JSON shape of a job for the browser."""
     result: dict[str, Any] | None = None
@@ -71,6 +99,7 @@ def job_view(job: Job) -> dict[str, Any]:
         "attemptCount": job.attempt_count,
         "maxAttempts": job.max_attempts,
         "updateTime": format_time(job.update_time),
+        "history": job_history(job),
     }
 
 

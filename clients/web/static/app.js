@@ -17,6 +17,17 @@ function show(job) {
   $("status").textContent = job.status;
   $("status").className = `status ${job.status}`;
   $("attempt").textContent = job.maxAttempts ? `(attempt ${job.attemptCount} of ${job.maxAttempts})` : "";
+  if ($("timeline").children.length === 0) {
+    // First sight of the job: show where it has been before now.
+    for (const step of job.history || []) {
+      if (step.status === job.status && step.time === job.updateTime) continue;
+      const past = document.createElement("li");
+      const at = step.time && step.time !== "-" ? step.time.slice(11, 19) : "";
+      past.textContent = `${at} ${step.status}` + (step.errorMessage ? ` — ${step.errorMessage}` : "");
+      past.className = "past";
+      $("timeline").appendChild(past);
+    }
+  }
   const item = document.createElement("li");
   const when = job.updateTime && job.updateTime !== "-" ? job.updateTime.slice(11, 19) : "";
   item.textContent = `${when} ${job.status}` + (job.errorMessage ? ` — ${job.errorMessage}` : "");

@@ -106,3 +106,20 @@ async def test_quiet_event_stream_sends_keepalive_comments(
     assert text.count(": keepalive") >= 2
     events = [line for line in text.splitlines() if line.startswith("event: ")]
     assert events == ["event: job", "event: job", "event: end"]
+
+
+def test_job_view_history_shows_the_road_to_now() -> None:
+    job = make_job(pb.JOB_STATUS_COMPLETED, job_id="j1", summary="S.", tags=["a"])
+    job.create_time.FromSeconds(1_800_000_000)
+    first = job.attempts.add(
+        attempt=1, error_code="UNAVAILABLE", error_message="AI gateway unavailable: x"
+    )
+    first.start_time.FromSeconds(1_800_000_001)
+    first.end_time.FromSeconds(1_800_000_002)
+    second = job.attempts.add(attempt=2)
+    second.start_time.FromSeconds(1_800_000_005)
+    second.end_time.FromSeconds(1_800_000_006)
+    job.attempt_count = 2
+    steps = job_view(job)["history"]
+    assert [s["status"] for s in steps] == ["PENDING", "PROCESSING", "ATTEMPT FAILED", "PROCESSING"]
+    assert steps[2]["errorMessage"] == "AI gateway unavailable: x"
