@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from san.jobs.v1 import job_service_pb2 as pb
@@ -58,32 +59,33 @@ def _job_ids(field: str, values: Iterable[str], out: list[FieldViolation]) -> tu
     return tuple(dict.fromkeys(ids))
 
 
-def _job_types(field: str, values: Iterable[int], out: list[FieldViolation]) -> tuple[JobType, ...]:
-    types: list[JobType] = []
+E = TypeVar("E")
+
+
+def _enum_values(
+    field: str, values: Iterable[int], known: Mapping[Any, E], what: str, out: list[FieldViolation]
+) -> tuple[E, ...]:
+    """Decode repeated enum numbers; an unspecified or unknown number is a violation."""
+    decoded: list[E] = []
     for index, value in enumerate(values):
-        job_type = JOB_TYPE_FROM_PB.get(value)  # type: ignore[call-overload]
-        if job_type is None:
+        member = known.get(value)
+        if member is None:
             out.append(
-                FieldViolation(f"{field}[{index}]", f"unspecified or unknown job type {value}")
+                FieldViolation(f"{field}[{index}]", f"unspecified or unknown {what} {value}")
             )
         else:
-            types.append(job_type)
-    return tuple(types)
+            decoded.append(member)
+    return tuple(decoded)
+
+
+def _job_types(field: str, values: Iterable[int], out: list[FieldViolation]) -> tuple[JobType, ...]:
+    return _enum_values(field, values, JOB_TYPE_FROM_PB, "job type", out)
 
 
 def _statuses(
     field: str, values: Iterable[int], out: list[FieldViolation]
 ) -> tuple[JobStatus, ...]:
-    statuses: list[JobStatus] = []
-    for index, value in enumerate(values):
-        status = STATUS_FROM_PB.get(value)  # type: ignore[call-overload]
-        if status is None:
-            out.append(
-                FieldViolation(f"{field}[{index}]", f"unspecified or unknown status {value}")
-            )
-        else:
-            statuses.append(status)
-    return tuple(statuses)
+    return _enum_values(field, values, STATUS_FROM_PB, "status", out)
 
 
 def enqueue(

@@ -136,3 +136,16 @@ def test_retry_failed_needs_a_criterion() -> None:
 def test_retry_failed_limit_bounds() -> None:
     with pytest.raises(InvalidRequestError):
         requests.retry_failed(pb.RetryFailedRequest(all_failed=True, limit=10_001))
+
+
+def test_filters_reject_unspecified_and_unknown_enum_numbers() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        requests.list_jobs(pb.ListJobsRequest(statuses=[pb.JOB_STATUS_FAILED, 99], job_types=[0]))
+    bad = {v.field: v.description for v in caught.value.violations}
+    assert bad == {
+        "statuses[1]": "unspecified or unknown status 99",
+        "job_types[0]": "unspecified or unknown job type 0",
+    }
+    with pytest.raises(InvalidRequestError) as caught:
+        requests.stream(pb.StreamJobUpdatesRequest(job_ids=["nope"], statuses=[0]))
+    assert {v.field for v in caught.value.violations} == {"job_ids[0]", "statuses[0]"}
