@@ -153,7 +153,7 @@ class JobApplication:
         if origin == self.instance_id:
             return  # already published locally, right after our own commit
         if status == JobStatus.PENDING.value:
-            self.worker.wake()
+            self.worker.wake(recheck=True)  # due now, or a retry due later
         elif status == JobStatus.CANCELLED.value:
             self.worker.cancel_local(job_ids)
         watched = self.hub.watched_ids(job_ids)
@@ -163,7 +163,7 @@ class JobApplication:
 
     async def on_notifications_reconnected(self) -> None:
         """Notifications may have been missed while disconnected: re-read every watched job."""
-        self.worker.wake()
+        self.worker.wake(recheck=True)
         watched = self.hub.all_watched_ids()
         if watched:
             jobs = await self._loader.load(watched)

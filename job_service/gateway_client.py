@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from san.aigateway.v1 import ai_gateway_pb2 as gw
@@ -19,6 +18,7 @@ from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
 from job_service.domain.failures import GatewayCallError
 from job_service.domain.model import Job, JobType, JsonDict
+from job_service.transport.convert import message_from_dict, message_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,8 @@ class GrpcAiGateway:
         await self._connected(deadline)
         timeout = max(deadline - (time.monotonic() - started), 0.001)
         method, request_type = self._call(job.job_type)
-        request = json_format.ParseDict(
-            job.request_params, request_type(), ignore_unknown_fields=True
-        )
+        # ParseDict / MessageToDict semantics, built field by field (see convert.py).
+        request = message_from_dict(request_type, job.request_params)
         metadata = (
             ("x-client-id", CLIENT_ID),
             ("x-job-id", job.id),
@@ -129,4 +128,4 @@ class GrpcAiGateway:
             response = await method(request, timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as error:
             raise to_gateway_error(error, deadline) from None
-        return json_format.MessageToDict(response, preserving_proto_field_name=True)
+        return message_to_dict(response)

@@ -65,14 +65,23 @@ class Worker:
         self._cancel_requested: set[str] = set()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
+        # The database's last answer to "when is the next job due?" (next_due_at),
+        # lowered by the retries this worker schedules, and when it was asked.
+        self._due_hint: datetime | None = None
+        self._last_check = float("-inf")
+        self._recheck = False
 
     # -- control ---------------------------------------------------------------
 
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._run(), name="worker-loop")
 
-    def wake(self) -> None:
-        """A job may be due now (called after the commit that made it so)."""
+    def wake(self, recheck: bool = False) -> None:
+        """A job may be due now (called after the commit that made it so). With
+        `recheck`, due times may have changed in ways this instance did not see (another
+        instance's writes): ask the database for the next due time again."""
+        if recheck:
+            self._recheck = True
         self._wake.set()
 
     @property
@@ -127,16 +136,21 @@ class Worker:
     async def _idle(self, has_free_slots: bool) -> None:
         timeout = self._config.poll_interval
         if has_free_slots:
-            try:
-                exhausted = await self._store.fail_exhausted_leases()
-                if exhausted:
-                    for job in exhausted:
-                        log.warning("job_id=%s failed: lease expired on its last attempt", job.id)
-                    self._publish(exhausted)
-                due = await self._store.next_due_at()
-            except StorageUnavailableError as error:
-                log.warning("database unavailable: %s", error)
-                due = None
+            loop_time = asyncio.get_running_loop().time()
+            due = self._due_hint
+            if (
+                self._recheck
+                or loop_time - self._last_check >= self._config.poll_interval
+                or (due is not None and due <= datetime.now(UTC))
+            ):
+                self._recheck = False
+                self._last_check = loop_time
+                due = self._due_hint = await self._check_due()
+            # Else the last answer still holds: it lies ahead, the retries this worker
+            # schedules lower it, new and retried jobs are due at once and wake us,
+            # and changes from other instances ask for a recheck. The two queries,
+            # which cost as much as a claim, then run at least once per poll interval
+            # instead of after every claim.
             if due is not None:
                 until_due = (due - datetime.now(UTC)).total_seconds()
                 timeout = min(timeout, max(until_due, 0.0))
@@ -144,6 +158,19 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
         self._wake.clear()
+
+    async def _check_due(self) -> datetime | None:
+        """Fail the jobs whose last lease expired; then when the next job is due."""
+        try:
+            exhausted = await self._store.fail_exhausted_leases()
+            if exhausted:
+                for job in exhausted:
+                    log.warning("job_id=%s failed: lease expired on its last attempt", job.id)
+                self._publish(exhausted)
+            return await self._store.next_due_at()
+        except StorageUnavailableError as error:
+            log.warning("database unavailable: %s", error)
+            return None
 
     def _start_job(self, claim: Claim) -> None:
         job = claim.job
@@ -218,6 +245,8 @@ class Worker:
         if stored is None:
             return
         if retry_at is not None:
+            if self._due_hint is None or retry_at < self._due_hint:
+                self._due_hint = retry_at
             log.warning(
                 "job_id=%s attempt %d failed (%s), retrying in %.1fs: %s",
                 job.id,

@@ -11,17 +11,21 @@ statement as the state change: `jsonb_*` functions on PostgreSQL, `json_*` on SQ
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Integer,
     String,
+    Text,
     and_,
     any_,
     bindparam,
     case,
     cast,
+    column,
     func,
     literal,
     literal_column,
@@ -29,16 +33,19 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.types import TypeEngine
 
 from job_service.domain.model import JobStatus
 from job_service.storage.notify import CHANNEL
-from job_service.storage.tables import ACTIVE_SQL, JsonType, UtcDateTime, async_jobs
+from job_service.storage.tables import ACTIVE_SQL, UtcDateTime, async_jobs
 
 t = async_jobs
 
@@ -127,6 +134,57 @@ class JsonSql:
         return func.lower(func.hex(func.randomblob(16)))
 
 
+def json_text(value: Any) -> str:
+    """JSON as the engine writes it (compact, Korean text kept readable)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class JsonRows:
+    """A batch of rows sent as ONE bound parameter, `p_rows`: a JSON array of objects.
+
+    PostgreSQL reads it with `jsonb_to_recordset(...) AS r(name type, ...)`, SQLite
+    with `json_each(...)` and `value ->> '$.name'`. The statement text is the same for
+    any batch size, so it is compiled (and on PostgreSQL prepared) once. Values that
+    go into JSON columns travel as JSON text (`json_text`), timestamps as `time()`."""
+
+    def __init__(self, postgres: bool, fields: dict[str, TypeEngine[Any]]) -> None:
+        self.pg = postgres
+        rows = bindparam("p_rows", type_=String)
+        if postgres:
+            self.table: Any = (
+                func.jsonb_to_recordset(cast(rows, JSONB))
+                .table_valued(*(column(name, type_) for name, type_ in fields.items()))
+                .render_derived(name="r", with_types=True)
+            )
+        else:
+            self.table = func.json_each(rows).table_valued("value").alias("r")
+        self._fields = fields
+
+    def __getitem__(self, name: str) -> ColumnElement[Any]:
+        if name not in self._fields:
+            raise KeyError(name)
+        field: ColumnElement[Any]
+        if self.pg:
+            field = self.table.c[name]
+        else:
+            field = self.table.c.value.op("->>")(literal_column(f"'$.{name}'"))
+        return field
+
+    def json(self, name: str) -> ColumnElement[Any]:
+        """A field that holds JSON text, as a value for a JSON column."""
+        return cast(self[name], JSONB) if self.pg else self[name]
+
+    def time(self, value: datetime | None) -> str | None:
+        """A timestamp as the column stores it: timestamptz text on PostgreSQL, naive
+        UTC `YYYY-MM-DD HH:MM:SS.ffffff` on SQLite (what UtcDateTime binds there)."""
+        if value is None:
+            return None
+        moment = value.astimezone(UTC)
+        if self.pg:
+            return moment.isoformat()
+        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 class Statements:
     """Prebuilt statements for one dialect; writes return every column (`RETURNING *`)
     and, on PostgreSQL, send their change notification within the same statement."""
@@ -144,6 +202,46 @@ class Statements:
             insert.values({c.name: bindparam(f"p_{c.name}", type_=c.type) for c in t.c})
             # Both unique indexes (active target, request_id), no error, no abort.
             .on_conflict_do_nothing()
+        )
+
+        # Group commit: every row of the batch in one INSERT; rows refused by a unique
+        # index (including a row of the same batch) are left out of RETURNING. Rows go
+        # in array order, so the earlier caller wins a conflict inside the batch. Only
+        # the ids come back: the new rows are exactly what was sent (see repository).
+        self.enqueue_rows = new = JsonRows(
+            postgres,
+            {
+                "job_id": String(),
+                "job_type": String(),
+                "target_id": String(),
+                "params": Text(),
+                "requested_by": String(),
+                "request_id": String(),
+                "max_attempts": Integer(),
+            },
+        )
+        empty_list = cast(literal_column("'[]'"), JSONB) if postgres else literal_column("'[]'")
+        columns = {
+            "id": new["job_id"],
+            "job_type": new["job_type"],
+            "status": literal_column("'PENDING'"),
+            "target_id": new["target_id"],
+            "request_params": new.json("params"),
+            "requested_by": new["requested_by"],
+            "request_id": new["request_id"],
+            "attempt_count": literal_column("0"),
+            "max_attempts": new["max_attempts"],
+            "attempts": empty_list,
+            "created_at": now,
+            "updated_at": now,
+            "due_at": now,
+        }
+        rows = select(*columns.values()).select_from(new.table)
+        if not postgres:
+            rows = rows.where(true())  # SQLite: INSERT ... SELECT before ON CONFLICT needs a WHERE
+        self.enqueue_many = self.returning(
+            insert.from_select(list(columns), rows).on_conflict_do_nothing(),
+            (t.c.id, t.c.status),
         )
 
         self.by_id = select(t).where(t.c.id == p_str("p_id"))
@@ -230,55 +328,74 @@ class Statements:
             update(t).where(owned).values(lease_expires_at=until, due_at=until).returning(t.c.id)
         )
 
-        self.complete = self.returning(
+        # Outcomes, one statement per batch of (job id, claim token, ...) rows. Each row
+        # still needs its own token and PROCESSING: rows that do not match are simply
+        # not updated (and not returned), and their callers hear LeaseLostError. Each
+        # row carries the time of its own call (`at`, `at_iso`), as a single write
+        # would have: a retry's delay counts from the failure, not from the batch.
+        self.complete_rows = done = JsonRows(
+            postgres,
+            {
+                "job_id": String(),
+                "token": String(),
+                "at": UtcDateTime(),
+                "at_iso": String(),
+                "result": Text(),
+            },
+        )
+        self.complete_many = self.returning(
             update(t)
-            .where(owned)
+            .where(self._owned_by(done), IS_PROCESSING)
             .values(
                 status=JobStatus.COMPLETED.value,
-                result=bindparam("p_result", type_=JsonType),
-                completed_at=now,
-                updated_at=now,
+                result=done.json("result"),
+                completed_at=done["at"],
+                updated_at=done["at"],
                 due_at=None,
-                attempts=js.patch_last(t.c.attempts, {"end_time": now_iso}),
+                attempts=js.patch_last(t.c.attempts, {"end_time": done["at_iso"]}),
                 **released,
             )
         )
 
-        code, reason, message = p_str("p_code"), p_str("p_reason"), p_str("p_message")
-        failed_attempt = js.patch_last(
-            t.c.attempts,
+        # A failed attempt: with `retry_at`, back to PENDING due then; without, FAILED.
+        self.fail_rows = bad = JsonRows(
+            postgres,
             {
-                "end_time": now_iso,
-                "error_code": code,
-                "error_reason": reason,
-                "error_message": message,
+                "job_id": String(),
+                "token": String(),
+                "at": UtcDateTime(),
+                "at_iso": String(),
+                "code": String(),
+                "reason": String(),
+                "message": Text(),
+                "retry_at": UtcDateTime(),
             },
         )
-        failure = {
-            "error_code": code,
-            "error_reason": reason,
-            "error_message": message,
-            "updated_at": now,
-            "attempts": failed_attempt,
-            **released,
-        }
-        retry_at = p_time("p_retry_at")
-        self.fail_retry = self.returning(
+        code, reason, message = bad["code"], bad["reason"], bad["message"]
+        retry_at, at = bad["retry_at"], bad["at"]
+        final = retry_at.is_(None)
+        self.fail_many = self.returning(
             update(t)
-            .where(owned)
+            .where(self._owned_by(bad), IS_PROCESSING)
             .values(
-                status=JobStatus.PENDING.value, next_attempt_at=retry_at, due_at=retry_at, **failure
-            )
-        )
-        self.fail_final = self.returning(
-            update(t)
-            .where(owned)
-            .values(
-                status=JobStatus.FAILED.value,
-                failed_at=now,
-                next_attempt_at=None,
-                due_at=None,
-                **failure,
+                status=case((final, literal_column("'FAILED'")), else_=literal_column("'PENDING'")),
+                failed_at=case((final, at), else_=t.c.failed_at),
+                next_attempt_at=retry_at,
+                due_at=retry_at,
+                error_code=code,
+                error_reason=reason,
+                error_message=message,
+                updated_at=at,
+                attempts=js.patch_last(
+                    t.c.attempts,
+                    {
+                        "end_time": bad["at_iso"],
+                        "error_code": code,
+                        "error_reason": reason,
+                        "error_message": message,
+                    },
+                ),
+                **released,
             )
         )
 
@@ -321,8 +438,13 @@ class Statements:
             )
         )
 
-    def returning(self, dml: Any) -> Any:
-        """`dml RETURNING *`; on PostgreSQL, in the same statement, pg_notify for the
+    @staticmethod
+    def _owned_by(rows: JsonRows) -> ColumnElement[bool]:
+        return and_(t.c.id == rows["job_id"], t.c.claim_token == rows["token"])
+
+    def returning(self, dml: Any, columns: tuple[Any, ...] = tuple(t.c)) -> Any:
+        """`dml RETURNING *` (or just `columns`, which then must include id and
+        status); on PostgreSQL, in the same statement, pg_notify for the
         changed rows (grouped by new status, at most 150 ids per notification):
 
             WITH changed AS (dml RETURNING *),
@@ -333,8 +455,8 @@ class Statements:
 
         (The WHERE makes `sent` run; PostgreSQL delivers the notices at commit.)"""
         if not self.pg:
-            return dml.returning(*t.c)
-        changed = dml.returning(*t.c).cte("changed")
+            return dml.returning(*columns)
+        changed = dml.returning(*columns).cte("changed")
         row_number = func.row_number().over(partition_by=changed.c.status, order_by=changed.c.id)
         numbered = select(
             changed.c.id,

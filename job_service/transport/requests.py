@@ -7,13 +7,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from google.protobuf import json_format
 from san.jobs.v1 import job_service_pb2 as pb
 
 from job_service.domain.errors import FieldViolation, InvalidRequestError
 from job_service.domain.model import JobFilter, JobStatus, JobType, NewJob, OnDuplicate
 from job_service.domain.validation import EnqueueLimits, validate_enqueue
-from job_service.transport.convert import JOB_TYPE_FROM_PB, STATUS_FROM_PB, from_timestamp
+from job_service.transport.convert import (
+    JOB_TYPE_FROM_PB,
+    STATUS_FROM_PB,
+    from_timestamp,
+    message_to_dict,
+)
 
 MAX_STREAM_JOB_IDS = 1000
 DEFAULT_PAGE_SIZE = 50
@@ -104,11 +108,7 @@ def enqueue(
     if on_duplicate is None:
         out.append(FieldViolation("on_duplicate", f"unknown value {request.on_duplicate}"))
     input_case = request.WhichOneof("input")
-    params = (
-        json_format.MessageToDict(getattr(request, input_case), preserving_proto_field_name=True)
-        if input_case
-        else {}
-    )
+    params = message_to_dict(getattr(request, input_case)) if input_case else {}
     out += validate_enqueue(
         job_type=job_type,
         target_id=request.target_id,
