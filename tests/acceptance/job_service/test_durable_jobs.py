@@ -190,7 +190,7 @@ async def test_gateway_outage_then_one_retry_failed_heals_all(tmp_path: Path) ->
                 "--retry-max-delay",
                 "0.5",
                 "--deadline",
-                "2",
+                "5",  # well above the 1 s model latency, even on a loaded machine
                 "--workers",
                 "40",
                 gateway=f"127.0.0.1:{port}",
