@@ -197,16 +197,19 @@ class Worker:
         renewal = asyncio.create_task(self._renew_lease(job.id, token), name=f"lease-{job.id}")
         timeout = self._config.deadlines.get(job.job_type, DEFAULT_DEADLINES[job.job_type])
         try:
-            result = await self._gateway.run(job, timeout)
-        except GatewayCallError as error:
-            await self._record_failure(job, token, describe_gateway_error(error))
+            try:
+                result = await self._gateway.run(job, timeout)
+            except GatewayCallError as error:
+                await self._record_failure(job, token, describe_gateway_error(error))
+            except Exception as error:  # a bug of ours must not leave the job PROCESSING
+                log.exception("job_id=%s: unexpected error", job.id)
+                await self._record_failure(job, token, unexpected_failure(error))
+            else:
+                await self._record_success(job, token, result)
         except asyncio.CancelledError:
+            # Also when cancelled while the outcome was being written: if that write
+            # committed, the token no longer matches and giving back does nothing.
             await self._on_cancelled(job, token)
-        except Exception as error:  # a bug of ours must not leave the job PROCESSING
-            log.exception("job_id=%s: unexpected error", job.id)
-            await self._record_failure(job, token, unexpected_failure(error))
-        else:
-            await self._record_success(job, token, result)
         finally:
             renewal.cancel()
 

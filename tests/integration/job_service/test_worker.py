@@ -187,3 +187,27 @@ async def test_shutdown_gives_back_unfinished_jobs_uncharged(start_service: Star
     assert {j.status.value for j in jobs} == {"PENDING"}
     assert {j.attempt_count for j in jobs} == {0}
     assert all(j.attempts == () for j in jobs)
+
+
+async def test_shutdown_during_the_outcome_write_leaves_nothing_processing(
+    start_service: StartService,
+) -> None:
+    """Cancelled while its outcome is being written: the job ends COMPLETED (the write
+    committed) or PENDING (given back), never PROCESSING."""
+    service = await start_service(workers=4)
+    store = service.runtime.store
+    original = store.complete
+    writing = asyncio.Event()
+
+    async def slow_complete(job_id: str, token: str, result: dict[str, object]) -> object:
+        writing.set()
+        await asyncio.sleep(0.5)
+        return await original(job_id, token, result)
+
+    store.complete = slow_complete  # type: ignore[method-assign]
+    job = (await service.stub.Enqueue(card_request("cut", "Text."))).job
+    await asyncio.wait_for(writing.wait(), 10)
+    await service.runtime.worker.stop(0.05)
+    [stored] = await store.get_many([job.id])
+    assert stored.status.value == "PENDING"
+    assert stored.attempt_count == 0
