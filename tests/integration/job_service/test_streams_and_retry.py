@@ -245,3 +245,24 @@ async def test_cancel_on_one_instance_stops_the_call_on_another(
         await asyncio.sleep(0.02)
     assert job.id in back.gateway.cancelled, "NOTIFY must stop the other instance's call"
     assert back.runtime.worker.in_flight == 0
+
+
+async def test_a_stuck_client_blocks_neither_the_worker_nor_other_streams(
+    start_service: StartService,
+) -> None:
+    service = await start_service(workers=20)
+    stuck = service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest())  # never read
+    await asyncio.sleep(0.2)
+    # Big jobs (45 KB each) fill the stuck stream's flow-control window at once.
+    big_text = "Queues keep work safe. " * 2000
+    ids = [
+        (await service.stub.Enqueue(card_request(f"stuck-{i}", big_text))).job.id
+        for i in range(150)
+    ]
+    final = await wait_terminal(service.stub, ids, timeout=60)
+    assert {j.status for j in final.values()} == {pb.JOB_STATUS_COMPLETED}
+    # The stuck stream really is stuck (changes wait in its buffer), and its buffer
+    # holds at most the latest state of each job, not every change.
+    [feed] = list(service.runtime.hub._feeds)
+    assert 0 < len(feed._buffer) <= len(ids)
+    stuck.cancel()
