@@ -53,6 +53,12 @@ class StartupError(Exception):
 
 
 def configure_logging(settings: JobServiceSettings) -> None:
+    # Our format names no source file or line, so don't walk the stack for them on
+    # every record: a few log lines per job are on the hot path.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     logging.basicConfig(
         level=settings.log_level,
         format="%(asctime)s %(levelname)s job-service["
