@@ -148,9 +148,18 @@ def jobs_table(console: Console, jobs: Sequence[pb.Job]) -> None:
             escape(job.target_id),
             f"{job.attempt_count}/{job.max_attempts}",
             format_time(job.create_time),
-            escape(job.error_message),
+            _error_cell(job),
         )
     console.print(table)
+
+
+def _error_cell(job: pb.Job) -> str:
+    """The last failure; on a COMPLETED job it is history, and shown as such."""
+    if not job.error_message:
+        return ""
+    if job.status == pb.JOB_STATUS_COMPLETED:
+        return f"[dim]earlier: {escape(job.error_message)}[/]"
+    return escape(job.error_message)
 
 
 def watch_line(job: pb.Job) -> str:
@@ -160,7 +169,9 @@ def watch_line(job: pb.Job) -> str:
         f"{status_name(job.status):<10}",
         f"attempt {job.attempt_count}/{job.max_attempts}",
     ]
-    if job.error_message:
+    # A COMPLETED job keeps its last failure (the contract's "last failure"); the line
+    # that announces success must not read like an error.
+    if job.error_message and job.status != pb.JOB_STATUS_COMPLETED:
         parts.append(job.error_message.replace("\n", " "))
     return "  ".join(parts)
 

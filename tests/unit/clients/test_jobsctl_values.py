@@ -89,3 +89,23 @@ def test_retry_refuses_over_100_without_a_terminal(monkeypatch: pytest.MonkeyPat
     with pytest.raises(cli.UsageError, match="--yes"):
         cli._confirm(101, args)
     assert cli._confirm(101, argparse.Namespace(yes=True))
+
+
+def test_a_completed_jobs_old_failure_is_history_not_an_error() -> None:
+    from io import StringIO
+
+    from _clients_support import make_job
+    from rich.console import Console
+
+    from clients.jobsctl import _render
+
+    done = make_job(pb.JOB_STATUS_COMPLETED, attempt=2, error="AI gateway unavailable: x")
+    failed = make_job(pb.JOB_STATUS_FAILED, attempt=3, error="AI gateway unavailable: y")
+    assert "unavailable" not in _render.watch_line(done)
+    assert _render.watch_line(failed).endswith("AI gateway unavailable: y")
+    out = StringIO()
+    _render.jobs_table(Console(file=out, width=250, color_system=None), [done, failed])
+    text = out.getvalue()
+    assert "earlier: AI gateway unavailable: x" in text
+    assert "earlier: AI gateway unavailable: y" not in text
+    assert "AI gateway unavailable: y" in text
