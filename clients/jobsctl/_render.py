@@ -15,7 +15,8 @@ from rich.markup import escape
 from rich.table import Table
 from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.jobsctl._values import format_age, format_time, job_type_name, status_name
+from clients._display import format_time, job_type_name, status_name
+from clients.jobsctl._values import format_age
 from clients.sdk import JobsError
 
 STATUS_STYLE = {

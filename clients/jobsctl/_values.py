@@ -6,21 +6,10 @@ import argparse
 import re
 from datetime import UTC, datetime, timedelta
 
-from google.protobuf.timestamp_pb2 import Timestamp
 from san.jobs.v1 import job_service_pb2 as pb
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def job_type_name(value: pb.JobType.ValueType) -> str:
-    """``CARD_ANALYSIS`` for ``JOB_TYPE_CARD_ANALYSIS``."""
-    return pb.JobType.Name(value).removeprefix("JOB_TYPE_")
-
-
-def status_name(value: pb.JobStatus.ValueType) -> str:
-    """``COMPLETED`` for ``JOB_STATUS_COMPLETED``."""
-    return pb.JobStatus.Name(value).removeprefix("JOB_STATUS_")
 
 
 def parse_job_type(text: str) -> pb.JobType.ValueType:
@@ -84,13 +73,6 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return value
-
-
-def format_time(stamp: Timestamp) -> str:
-    """``2026-11-29T12:00:01Z``, or ``-`` when unset."""
-    if stamp.seconds == 0 and stamp.nanos == 0:
-        return "-"
-    return stamp.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_age(seconds: float) -> str:

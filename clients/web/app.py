@@ -20,7 +20,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from clients.jobsctl._values import format_time, job_type_name, status_name
+from clients._display import format_time, job_type_name, status_name
 from clients.sdk import (
     AsyncJobsClient,
     CardAnalysisInput,

@@ -9,10 +9,10 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from san.jobs.v1 import job_service_pb2 as pb
 
+from clients._display import format_time
 from clients.jobsctl import cli
 from clients.jobsctl._values import (
     format_age,
-    format_time,
     parse_job_type,
     parse_since,
     parse_status,
