@@ -19,6 +19,9 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
+# Imported, not generated: google/rpc/status.proto. Its Python module is the one
+# googleapis-common-protos installs (google.rpc.status_pb2).
+THIRD_PARTY_DIR = ROOT / "third_party" / "googleapis"
 DEFAULT_OUT = ROOT / "gen"
 
 
@@ -42,6 +45,7 @@ def generate(out_dir: Path) -> None:
     args = [
         "grpc_tools.protoc",
         f"--proto_path={PROTO_DIR}",
+        f"--proto_path={THIRD_PARTY_DIR}",
         f"--proto_path={well_known}",
         f"--plugin=protoc-gen-mypy={_plugin('protoc-gen-mypy')}",
         f"--plugin=protoc-gen-mypy_grpc={_plugin('protoc-gen-mypy_grpc')}",

@@ -22,31 +22,41 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!san/aigateway/v1/ai_gateway.proto\x12\x10san.aigateway.v1\"A\n\x15\x41nalyzeContentRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\"Y\n\x16\x41nalyzeContentResponse\x12\x0f\n\x07summary\x18\x01 \x01(\t\x12\x0c\n\x04tags\x18\x02 \x03(\t\x12\x11\n\tembedding\x18\x03 \x03(\x02\x12\r\n\x05model\x18\x04 \x01(\t\"0\n\x12GenerateTilRequest\x12\x0b\n\x03\x64\x61y\x18\x01 \x01(\t\x12\r\n\x05notes\x18\x02 \x03(\t\"A\n\x13GenerateTilResponse\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\"%\n\x06Source\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"Z\n\x15GenerateRecallRequest\x12)\n\x07sources\x18\x01 \x03(\x0b\x32\x18.san.aigateway.v1.Source\x12\x16\n\x0equestion_count\x18\x02 \x01(\x05\"B\n\x08Question\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x14\n\x0csource_index\x18\x03 \x01(\x05\"V\n\x16GenerateRecallResponse\x12-\n\tquestions\x18\x01 \x03(\x0b\x32\x1a.san.aigateway.v1.Question\x12\r\n\x05model\x18\x02 \x01(\t2\xb8\x02\n\x10\x41iGatewayService\x12\x63\n\x0e\x41nalyzeContent\x12\'.san.aigateway.v1.AnalyzeContentRequest\x1a(.san.aigateway.v1.AnalyzeContentResponse\x12Z\n\x0bGenerateTil\x12$.san.aigateway.v1.GenerateTilRequest\x1a%.san.aigateway.v1.GenerateTilResponse\x12\x63\n\x0eGenerateRecall\x12\'.san.aigateway.v1.GenerateRecallRequest\x1a(.san.aigateway.v1.GenerateRecallResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!san/aigateway/v1/ai_gateway.proto\x12\x10san.aigateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"A\n\x15\x41nalyzeContentRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\"Y\n\x16\x41nalyzeContentResponse\x12\x0f\n\x07summary\x18\x01 \x01(\t\x12\x0c\n\x04tags\x18\x02 \x03(\t\x12\x11\n\tembedding\x18\x03 \x03(\x02\x12\r\n\x05model\x18\x04 \x01(\t\"0\n\x12GenerateTilRequest\x12\x0b\n\x03\x64\x61y\x18\x01 \x01(\t\x12\r\n\x05notes\x18\x02 \x03(\t\"A\n\x13GenerateTilResponse\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\"%\n\x06Source\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"Z\n\x15GenerateRecallRequest\x12)\n\x07sources\x18\x01 \x03(\x0b\x32\x18.san.aigateway.v1.Source\x12\x16\n\x0equestion_count\x18\x02 \x01(\x05\"B\n\x08Question\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x14\n\x0csource_index\x18\x03 \x01(\x05\"V\n\x16GenerateRecallResponse\x12-\n\tquestions\x18\x01 \x03(\x0b\x32\x1a.san.aigateway.v1.Question\x12\r\n\x05model\x18\x02 \x01(\t\"\\\n\x12StreamCallsRequest\x12-\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1e.san.aigateway.v1.StreamedCall\x12\x17\n\x0f\x63\x61ncel_call_ids\x18\x02 \x03(\t\"\xbd\x02\n\x0cStreamedCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x42\n\x0f\x61nalyze_content\x18\x05 \x01(\x0b\x32\'.san.aigateway.v1.AnalyzeContentRequestH\x00\x12<\n\x0cgenerate_til\x18\x06 \x01(\x0b\x32$.san.aigateway.v1.GenerateTilRequestH\x00\x12\x42\n\x0fgenerate_recall\x18\x07 \x01(\x0b\x32\'.san.aigateway.v1.GenerateRecallRequestH\x00\x42\t\n\x07request\"L\n\x13StreamCallsResponse\x12\x35\n\x07results\x18\x01 \x03(\x0b\x32$.san.aigateway.v1.StreamedCallResult\"\x9e\x02\n\x12StreamedCallResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x43\n\x0f\x61nalyze_content\x18\x02 \x01(\x0b\x32(.san.aigateway.v1.AnalyzeContentResponseH\x00\x12=\n\x0cgenerate_til\x18\x03 \x01(\x0b\x32%.san.aigateway.v1.GenerateTilResponseH\x00\x12\x43\n\x0fgenerate_recall\x18\x04 \x01(\x0b\x32(.san.aigateway.v1.GenerateRecallResponseH\x00\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome2\x98\x03\n\x10\x41iGatewayService\x12\x63\n\x0e\x41nalyzeContent\x12\'.san.aigateway.v1.AnalyzeContentRequest\x1a(.san.aigateway.v1.AnalyzeContentResponse\x12Z\n\x0bGenerateTil\x12$.san.aigateway.v1.GenerateTilRequest\x1a%.san.aigateway.v1.GenerateTilResponse\x12\x63\n\x0eGenerateRecall\x12\'.san.aigateway.v1.GenerateRecallRequest\x1a(.san.aigateway.v1.GenerateRecallResponse\x12^\n\x0bStreamCalls\x12$.san.aigateway.v1.StreamCallsRequest\x1a%.san.aigateway.v1.StreamCallsResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'san.aigateway.v1.ai_gateway_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ANALYZECONTENTREQUEST']._serialized_start=55
-  _globals['_ANALYZECONTENTREQUEST']._serialized_end=120
-  _globals['_ANALYZECONTENTRESPONSE']._serialized_start=122
-  _globals['_ANALYZECONTENTRESPONSE']._serialized_end=211
-  _globals['_GENERATETILREQUEST']._serialized_start=213
-  _globals['_GENERATETILREQUEST']._serialized_end=261
-  _globals['_GENERATETILRESPONSE']._serialized_start=263
-  _globals['_GENERATETILRESPONSE']._serialized_end=328
-  _globals['_SOURCE']._serialized_start=330
-  _globals['_SOURCE']._serialized_end=367
-  _globals['_GENERATERECALLREQUEST']._serialized_start=369
-  _globals['_GENERATERECALLREQUEST']._serialized_end=459
-  _globals['_QUESTION']._serialized_start=461
-  _globals['_QUESTION']._serialized_end=527
-  _globals['_GENERATERECALLRESPONSE']._serialized_start=529
-  _globals['_GENERATERECALLRESPONSE']._serialized_end=615
-  _globals['_AIGATEWAYSERVICE']._serialized_start=618
-  _globals['_AIGATEWAYSERVICE']._serialized_end=930
+  _globals['_ANALYZECONTENTREQUEST']._serialized_start=112
+  _globals['_ANALYZECONTENTREQUEST']._serialized_end=177
+  _globals['_ANALYZECONTENTRESPONSE']._serialized_start=179
+  _globals['_ANALYZECONTENTRESPONSE']._serialized_end=268
+  _globals['_GENERATETILREQUEST']._serialized_start=270
+  _globals['_GENERATETILREQUEST']._serialized_end=318
+  _globals['_GENERATETILRESPONSE']._serialized_start=320
+  _globals['_GENERATETILRESPONSE']._serialized_end=385
+  _globals['_SOURCE']._serialized_start=387
+  _globals['_SOURCE']._serialized_end=424
+  _globals['_GENERATERECALLREQUEST']._serialized_start=426
+  _globals['_GENERATERECALLREQUEST']._serialized_end=516
+  _globals['_QUESTION']._serialized_start=518
+  _globals['_QUESTION']._serialized_end=584
+  _globals['_GENERATERECALLRESPONSE']._serialized_start=586
+  _globals['_GENERATERECALLRESPONSE']._serialized_end=672
+  _globals['_STREAMCALLSREQUEST']._serialized_start=674
+  _globals['_STREAMCALLSREQUEST']._serialized_end=766
+  _globals['_STREAMEDCALL']._serialized_start=769
+  _globals['_STREAMEDCALL']._serialized_end=1086
+  _globals['_STREAMCALLSRESPONSE']._serialized_start=1088
+  _globals['_STREAMCALLSRESPONSE']._serialized_end=1164
+  _globals['_STREAMEDCALLRESULT']._serialized_start=1167
+  _globals['_STREAMEDCALLRESULT']._serialized_end=1453
+  _globals['_AIGATEWAYSERVICE']._serialized_start=1456
+  _globals['_AIGATEWAYSERVICE']._serialized_end=1864
 # @@protoc_insertion_point(module_scope)

@@ -22,8 +22,10 @@ Errors follow the rich error model (google.rpc.Status in the
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.rpc import status_pb2 as _status_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -274,3 +276,172 @@ class GenerateRecallResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GenerateRecallResponse: _TypeAlias = GenerateRecallResponse  # noqa: Y015
+
+@_typing.final
+class StreamCallsRequest(_message.Message):
+    """StreamCallsRequest starts and cancels calls on a StreamCalls stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLS_FIELD_NUMBER: _builtins.int
+    CANCEL_CALL_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedCall]:
+        """Calls to start."""
+
+    @_builtins.property
+    def cancel_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The call_id of calls started earlier on this stream, to cancel. A
+        cancelled call's result is a CANCELLED status, unless it finished first;
+        an id that is not in flight is ignored.
+        """
+
+    def __init__(
+        self,
+        *,
+        calls: _abc.Iterable[Global___StreamedCall] | None = ...,
+        cancel_call_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls", "cancel_call_ids", b"cancel_call_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamCallsRequest: _TypeAlias = StreamCallsRequest  # noqa: Y015
+
+@_typing.final
+class StreamedCall(_message.Message):
+    """StreamedCall is one call on a StreamCalls stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    ANALYZE_CONTENT_FIELD_NUMBER: _builtins.int
+    GENERATE_TIL_FIELD_NUMBER: _builtins.int
+    GENERATE_RECALL_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """Chosen by the caller, unique among the calls in flight on the stream;
+    the call's result carries it back. Required.
+    """
+    job_id: _builtins.str
+    """The job the call works for, for the gateway's logs and call records (the
+    unary RPCs read it from the `x-job-id` metadata key).
+    """
+    attempt: _builtins.int
+    """The job's attempt number, for the same records (`x-attempt`)."""
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """How long the call may take, counted from when the gateway reads it: what
+        a unary call's deadline is. Unset means no deadline.
+        """
+
+    @_builtins.property
+    def analyze_content(self) -> Global___AnalyzeContentRequest:
+        """An AnalyzeContent call."""
+
+    @_builtins.property
+    def generate_til(self) -> Global___GenerateTilRequest:
+        """A GenerateTil call."""
+
+    @_builtins.property
+    def generate_recall(self) -> Global___GenerateRecallRequest:
+        """A GenerateRecall call."""
+
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+        job_id: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        analyze_content: Global___AnalyzeContentRequest | None = ...,
+        generate_til: Global___GenerateTilRequest | None = ...,
+        generate_recall: Global___GenerateRecallRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "request", b"request", "timeout", b"timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "attempt", b"attempt", "call_id", b"call_id", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "job_id", b"job_id", "request", b"request", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["analyze_content", "generate_til", "generate_recall"]  # noqa: Y015
+    _WhichOneofArgType_request: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_request) -> _WhichOneofReturnType_request | None: ...
+
+Global___StreamedCall: _TypeAlias = StreamedCall  # noqa: Y015
+
+@_typing.final
+class StreamCallsResponse(_message.Message):
+    """StreamCallsResponse carries the outcomes of calls on a StreamCalls stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedCallResult]:
+        """Finished calls; each call started on the stream is in exactly one."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___StreamedCallResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamCallsResponse: _TypeAlias = StreamCallsResponse  # noqa: Y015
+
+@_typing.final
+class StreamedCallResult(_message.Message):
+    """StreamedCallResult is the outcome of one call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    ANALYZE_CONTENT_FIELD_NUMBER: _builtins.int
+    GENERATE_TIL_FIELD_NUMBER: _builtins.int
+    GENERATE_RECALL_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """The call's StreamedCall.call_id."""
+    @_builtins.property
+    def analyze_content(self) -> Global___AnalyzeContentResponse:
+        """The answer to an AnalyzeContent call."""
+
+    @_builtins.property
+    def generate_til(self) -> Global___GenerateTilResponse:
+        """The answer to a GenerateTil call."""
+
+    @_builtins.property
+    def generate_recall(self) -> Global___GenerateRecallResponse:
+        """The answer to a GenerateRecall call."""
+
+    @_builtins.property
+    def error(self) -> _status_pb2.Status:
+        """The call failed: the status the unary RPC would have ended with, and
+        the same details (ErrorInfo, RetryInfo, QuotaFailure, BadRequest).
+        """
+
+    def __init__(
+        self,
+        *,
+        call_id: _builtins.str = ...,
+        analyze_content: Global___AnalyzeContentResponse | None = ...,
+        generate_til: Global___GenerateTilResponse | None = ...,
+        generate_recall: Global___GenerateRecallResponse | None = ...,
+        error: _status_pb2.Status | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "error", b"error", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "outcome", b"outcome"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "call_id", b"call_id", "error", b"error", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["analyze_content", "generate_til", "generate_recall", "error"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___StreamedCallResult: _TypeAlias = StreamedCallResult  # noqa: Y015

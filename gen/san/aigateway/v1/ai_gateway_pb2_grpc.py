@@ -55,6 +55,11 @@ class AiGatewayServiceStub:
                 request_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallRequest.SerializeToString,
                 response_deserializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallResponse.FromString,
                 _registered_method=True)
+        self.StreamCalls = channel.stream_stream(
+                '/san.aigateway.v1.AiGatewayService/StreamCalls',
+                request_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.StreamCallsRequest.SerializeToString,
+                response_deserializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.StreamCallsResponse.FromString,
+                _registered_method=True)
 
 
 class AiGatewayServiceServicer:
@@ -90,6 +95,29 @@ class AiGatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamCalls(self, request_iterator, context):
+        """StreamCalls carries many calls over one long-lived stream, for a caller
+        that makes many of them (JobService does). Each request message starts
+        and cancels any number of calls; each response message carries the
+        outcomes of any number of calls, in the order they finish. Sending many
+        calls per message is what makes it cheap: gRPC's cost per message is paid
+        once per batch instead of once per call.
+
+        Each call behaves exactly as the unary RPC of its kind: the same checks,
+        limits, deadline, faults and call record, and on failure the same status
+        with the same details, as a google.rpc.Status in its result. The caller
+        id (`x-client-id`) is read once, from the stream's metadata.
+
+        When the caller half-closes, the calls in flight finish, their outcomes
+        are sent, and the stream ends with OK. When the stream is cancelled or
+        breaks, every call in flight is cancelled. A request that breaks the
+        protocol (an empty or repeated call_id) ends the stream with
+        INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AiGatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -107,6 +135,11 @@ def add_AiGatewayServiceServicer_to_server(servicer, server):
                     servicer.GenerateRecall,
                     request_deserializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallRequest.FromString,
                     response_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallResponse.SerializeToString,
+            ),
+            'StreamCalls': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamCalls,
+                    request_deserializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.StreamCallsRequest.FromString,
+                    response_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.StreamCallsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -196,6 +229,33 @@ class AiGatewayService:
             '/san.aigateway.v1.AiGatewayService/GenerateRecall',
             san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallRequest.SerializeToString,
             san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamCalls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/san.aigateway.v1.AiGatewayService/StreamCalls',
+            san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.StreamCallsRequest.SerializeToString,
+            san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.StreamCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

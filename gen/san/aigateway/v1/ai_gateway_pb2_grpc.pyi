@@ -68,6 +68,25 @@ class AiGatewayServiceStub:
     """GenerateRecall makes question/answer pairs grounded in the sources (job
     type RECALL_GENERATION).
     """
+    StreamCalls: _grpc.StreamStreamMultiCallable[_ai_gateway_pb2.StreamCallsRequest, _ai_gateway_pb2.StreamCallsResponse]
+    """StreamCalls carries many calls over one long-lived stream, for a caller
+    that makes many of them (JobService does). Each request message starts
+    and cancels any number of calls; each response message carries the
+    outcomes of any number of calls, in the order they finish. Sending many
+    calls per message is what makes it cheap: gRPC's cost per message is paid
+    once per batch instead of once per call.
+
+    Each call behaves exactly as the unary RPC of its kind: the same checks,
+    limits, deadline, faults and call record, and on failure the same status
+    with the same details, as a google.rpc.Status in its result. The caller
+    id (`x-client-id`) is read once, from the stream's metadata.
+
+    When the caller half-closes, the calls in flight finish, their outcomes
+    are sent, and the stream ends with OK. When the stream is cancelled or
+    breaks, every call in flight is cancelled. A request that breaks the
+    protocol (an empty or repeated call_id) ends the stream with
+    INVALID_ARGUMENT.
+    """
 
 @_typing.type_check_only
 class AiGatewayServiceAsyncStub(AiGatewayServiceStub):
@@ -91,6 +110,25 @@ class AiGatewayServiceAsyncStub(AiGatewayServiceStub):
     GenerateRecall: _aio.UnaryUnaryMultiCallable[_ai_gateway_pb2.GenerateRecallRequest, _ai_gateway_pb2.GenerateRecallResponse]  # type: ignore[assignment]
     """GenerateRecall makes question/answer pairs grounded in the sources (job
     type RECALL_GENERATION).
+    """
+    StreamCalls: _aio.StreamStreamMultiCallable[_ai_gateway_pb2.StreamCallsRequest, _ai_gateway_pb2.StreamCallsResponse]  # type: ignore[assignment]
+    """StreamCalls carries many calls over one long-lived stream, for a caller
+    that makes many of them (JobService does). Each request message starts
+    and cancels any number of calls; each response message carries the
+    outcomes of any number of calls, in the order they finish. Sending many
+    calls per message is what makes it cheap: gRPC's cost per message is paid
+    once per batch instead of once per call.
+
+    Each call behaves exactly as the unary RPC of its kind: the same checks,
+    limits, deadline, faults and call record, and on failure the same status
+    with the same details, as a google.rpc.Status in its result. The caller
+    id (`x-client-id`) is read once, from the stream's metadata.
+
+    When the caller half-closes, the calls in flight finish, their outcomes
+    are sent, and the stream ends with OK. When the stream is cancelled or
+    breaks, every call in flight is cancelled. A request that breaks the
+    protocol (an empty or repeated call_id) ends the stream with
+    INVALID_ARGUMENT.
     """
 
 class AiGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -130,6 +168,31 @@ class AiGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_ai_gateway_pb2.GenerateRecallResponse, _abc.Awaitable[_ai_gateway_pb2.GenerateRecallResponse]]:
         """GenerateRecall makes question/answer pairs grounded in the sources (job
         type RECALL_GENERATION).
+        """
+
+    @_abc_1.abstractmethod
+    def StreamCalls(
+        self,
+        request_iterator: _MaybeAsyncIterator[_ai_gateway_pb2.StreamCallsRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_ai_gateway_pb2.StreamCallsResponse], _abc.AsyncIterator[_ai_gateway_pb2.StreamCallsResponse]]:
+        """StreamCalls carries many calls over one long-lived stream, for a caller
+        that makes many of them (JobService does). Each request message starts
+        and cancels any number of calls; each response message carries the
+        outcomes of any number of calls, in the order they finish. Sending many
+        calls per message is what makes it cheap: gRPC's cost per message is paid
+        once per batch instead of once per call.
+
+        Each call behaves exactly as the unary RPC of its kind: the same checks,
+        limits, deadline, faults and call record, and on failure the same status
+        with the same details, as a google.rpc.Status in its result. The caller
+        id (`x-client-id`) is read once, from the stream's metadata.
+
+        When the caller half-closes, the calls in flight finish, their outcomes
+        are sent, and the stream ends with OK. When the stream is cancelled or
+        breaks, every call in flight is cancelled. A request that breaks the
+        protocol (an empty or repeated call_id) ends the stream with
+        INVALID_ARGUMENT.
         """
 
 def add_AiGatewayServiceServicer_to_server(servicer: AiGatewayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
