@@ -1,8 +1,9 @@
 """The gateway's own exceptions, and their one mapping to rich gRPC statuses.
 
-Backends, limits and fault injection raise these; only the servicer turns them into
-a ``google.rpc.Status`` (via :func:`to_rpc_status`), so every path that produces, say,
-a rate-limit error produces exactly the same status code and details.
+Backends, limits and fault injection raise these; only the transport turns them into
+a ``google.rpc.Status`` (:func:`to_status_proto`), so every path that produces, say,
+a rate-limit error produces exactly the same status code and details: a unary RPC ends
+with it (:func:`to_rpc_status`), a StreamCalls call carries it in its result.
 
 Hierarchy::
 
@@ -12,7 +13,8 @@ Hierarchy::
     ├── RateLimited             RESOURCE_EXHAUSTED RATE_LIMITED          + RetryInfo, QuotaFailure
     ├── BackendUnavailable      UNAVAILABLE        BACKEND_UNAVAILABLE
     ├── DeadlineExceeded        DEADLINE_EXCEEDED  DEADLINE_EXCEEDED
-    └── MalformedResponse       INTERNAL           MALFORMED_RESPONSE
+    ├── MalformedResponse       INTERNAL           MALFORMED_RESPONSE
+    └── InternalError           INTERNAL           (no ErrorInfo: a bug, told only in the log)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -33,6 +36,7 @@ from google.rpc import (  # ships no type stubs
 from grpc_status import rpc_status
 
 DOMAIN = "aigateway.san"
+INTERNAL_MESSAGE = "internal error in the AI gateway"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class GatewayError(Exception):
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
     reason: str = "INTERNAL"
+    # Whether the status names the reason in an ErrorInfo (all but InternalError do).
+    has_error_info: ClassVar[bool] = True
 
     def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
@@ -153,6 +159,18 @@ class MalformedResponse(GatewayError):
     reason = "MALFORMED_RESPONSE"
 
 
+class InternalError(GatewayError):
+    """Something unexpected broke inside the gateway (a bug; the traceback is logged).
+
+    The caller learns only that it happened: no ErrorInfo, no internals in the message.
+    """
+
+    has_error_info = False
+
+    def __init__(self) -> None:
+        super().__init__(INTERNAL_MESSAGE)
+
+
 def json_error_message(err: json.JSONDecodeError) -> str:
     """The parser's own words for a JSON error, e.g. ``JSON Parse Error at line 4: ...``."""
     return f"JSON Parse Error at line {err.lineno}, column {err.colno}: {err.msg}"
@@ -164,15 +182,23 @@ def seconds_to_duration(seconds: float) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
 
 
+def to_status_proto(err: GatewayError) -> status_pb2.Status:
+    """The ``google.rpc.Status`` for ``err``: ErrorInfo first, then the error's own details."""
+    details = err.extra_details()
+    if err.has_error_info:
+        info = error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN, metadata=err.metadata)
+        details.insert(0, _pack(info))
+    return status_pb2.Status(code=_CODES[err.code], message=err.message, details=details)
+
+
 def to_rpc_status(err: GatewayError) -> grpc.Status:
-    """The rich gRPC status for ``err``: ErrorInfo first, then the error's own details."""
-    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN, metadata=err.metadata)
-    status = status_pb2.Status(
-        code=_CODES[err.code],
-        message=err.message,
-        details=[_pack(info), *err.extra_details()],
-    )
-    return rpc_status.to_status(status)
+    """The status a unary RPC ends with for ``err`` (the same google.rpc.Status)."""
+    return rpc_status.to_status(to_status_proto(err))
+
+
+def cancelled_status() -> status_pb2.Status:
+    """The result of a StreamCalls call its caller cancelled (no details: it knows why)."""
+    return status_pb2.Status(code=code_pb2.CANCELLED, message="call cancelled by the caller")
 
 
 def _pack(message: Message) -> any_pb2.Any:

@@ -26,6 +26,15 @@ from ai_gateway.settings import GatewaySettings
 logger = logging.getLogger("ai_gateway")
 
 SERVICE_NAME = ai_gateway_pb2.DESCRIPTOR.services_by_name["AiGatewayService"].full_name
+# A StreamCalls request may batch many calls with texts of up to 100,000 characters
+# (JobService's channel to the gateway accepts as much the other way).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+SERVER_OPTIONS = [
+    # so_reuseport off: a second gateway on the same port must fail, not share it.
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
 
 
 def make_backend(settings: GatewaySettings) -> Backend:
@@ -59,12 +68,10 @@ class GatewayServer:
             faults=FaultInjector(faults),
             min_deadline=settings.min_deadline,
         )
-        # so_reuseport off: a second gateway on the same port must fail, not share it.
-        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.health = HealthServicer()
-        ai_gateway_pb2_grpc.add_AiGatewayServiceServicer_to_server(
-            AiGatewayServicer(self.gateway, self.call_log), self.server
-        )
+        self.servicer = AiGatewayServicer(self.gateway, self.call_log)
+        ai_gateway_pb2_grpc.add_AiGatewayServiceServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), self.server
@@ -93,7 +100,11 @@ class GatewayServer:
         await self.health.enter_graceful_shutdown()
         grace = self.settings.grace if grace is None else grace
         logger.info("ai-gateway stopping (grace %.1f s)", grace)
+        # Streams stay open as long as their caller likes: tell them to end once their
+        # calls in flight are answered, or the stop would always last the whole grace.
+        self.servicer.drain()
         await self.server.stop(grace)
+        await self.servicer.close()
         await self.backend.aclose()
         self.call_log.close()
         logger.info("ai-gateway stopped")

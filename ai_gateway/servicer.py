@@ -1,211 +1,143 @@
-"""gRPC transport: protobuf in and out, caller identity, rich errors, one record per call.
+"""gRPC transport: the AiGatewayService RPCs, the caller's identity, rich errors.
 
-Validation of the request messages lives here too, because it is about the wire
-format (which field is blank) and names fields as the proto spells them.
+Every call, unary or on a StreamCalls stream, runs through one
+:class:`~ai_gateway.calls.CallRunner`; this module only adapts gRPC to it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
-import logging
-import re
-import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, TypeVar
 
 import grpc
 from san.aigateway.v1 import ai_gateway_pb2 as pb
 from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
-from ai_gateway.calllog import CallLog, CallRecord
-from ai_gateway.errors import FieldViolation, GatewayError, InvalidRequest, to_rpc_status
+from ai_gateway.calllog import CallLog
+from ai_gateway.calls import ANALYZE, RECALL, TIL, CallKind, CallRunner
+from ai_gateway.errors import GatewayError, to_rpc_status
 from ai_gateway.gateway import CallInfo, Gateway
-from ai_gateway.models import AnalyzeInput, RecallInput, RecallSource, TilInput
-from ai_gateway.tokens import estimate_tokens_all
+from ai_gateway.stream import CallStream
 
-logger = logging.getLogger(__name__)
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Context = grpc.aio.ServicerContext[object, object]
 
-T = TypeVar("T")
-DEFAULT_QUESTIONS = 5
-MAX_QUESTIONS = 20
-_BLANK = "must not be empty or whitespace"
-_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _MAX_CLIENT_ID = 128
 # grpc.aio reports a huge remaining time when the caller set no deadline.
 _NO_DEADLINE = 10**6
-
-
-def analyze_input(request: pb.AnalyzeContentRequest) -> AnalyzeInput:
-    """The validated input of AnalyzeContent."""
-    if not request.text.strip():
-        raise InvalidRequest([FieldViolation("text", _BLANK)])
-    return AnalyzeInput(text=request.text, url=request.url, title=request.title)
-
-
-def til_input(request: pb.GenerateTilRequest) -> TilInput:
-    """The validated input of GenerateTil."""
-    bad: list[FieldViolation] = []
-    if not _is_day(request.day):
-        bad.append(FieldViolation("day", f"must be a date as YYYY-MM-DD, got {request.day!r}"))
-    if not request.notes:
-        bad.append(FieldViolation("notes", "at least one note is required"))
-    bad += [
-        FieldViolation(f"notes[{i}]", _BLANK) for i, n in enumerate(request.notes) if not n.strip()
-    ]
-    if bad:
-        raise InvalidRequest(bad)
-    return TilInput(day=request.day, notes=list(request.notes))
-
-
-def recall_input(request: pb.GenerateRecallRequest) -> RecallInput:
-    """The validated input of GenerateRecall (question_count 0 becomes 5)."""
-    bad: list[FieldViolation] = []
-    if not request.sources:
-        bad.append(FieldViolation("sources", "at least one source is required"))
-    bad += [
-        FieldViolation(f"sources[{i}].text", _BLANK)
-        for i, s in enumerate(request.sources)
-        if not s.text.strip()
-    ]
-    if not 0 <= request.question_count <= MAX_QUESTIONS:
-        bad.append(
-            FieldViolation(
-                "question_count",
-                f"must be from 0 (meaning {DEFAULT_QUESTIONS}) to {MAX_QUESTIONS}, "
-                f"got {request.question_count}",
-            )
-        )
-    if bad:
-        raise InvalidRequest(bad)
-    return RecallInput(
-        sources=[RecallSource(s.title, s.text) for s in request.sources],
-        question_count=request.question_count or DEFAULT_QUESTIONS,
-    )
 
 
 class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
     """The AiGatewayService RPCs over a :class:`~ai_gateway.gateway.Gateway`."""
 
     def __init__(self, gateway: Gateway, call_log: CallLog) -> None:
-        self._gateway = gateway
-        self._call_log = call_log
+        self._runner = CallRunner(gateway, call_log)
+        self._streams: set[CallStream] = set()
+        # The tasks running RPCs, unary or streams: see close().
+        self._handlers: set[asyncio.Task[Any]] = set()
 
     async def AnalyzeContent(
-        self, request: pb.AnalyzeContentRequest, context: grpc.aio.ServicerContext[object, object]
+        self, request: pb.AnalyzeContentRequest, context: Context
     ) -> pb.AnalyzeContentResponse:
         """Summary, tags and embedding of a text."""
-
-        async def handle(call: CallInfo, remaining: float | None) -> pb.AnalyzeContentResponse:
-            data = analyze_input(request)
-            tokens = estimate_tokens_all([data.title, data.text])
-            backend = self._gateway.backend
-            result = await self._gateway.run(
-                call, tokens, remaining, lambda t: backend.analyze(data, t)
-            )
-            return pb.AnalyzeContentResponse(
-                summary=result.summary,
-                tags=result.tags,
-                embedding=result.embedding,
-                model=result.model,
-            )
-
-        return await self._serve("AnalyzeContent", context, handle)
+        return await self._unary(ANALYZE, request, context)
 
     async def GenerateTil(
-        self, request: pb.GenerateTilRequest, context: grpc.aio.ServicerContext[object, object]
+        self, request: pb.GenerateTilRequest, context: Context
     ) -> pb.GenerateTilResponse:
         """A TIL note from a day's notes."""
-
-        async def handle(call: CallInfo, remaining: float | None) -> pb.GenerateTilResponse:
-            data = til_input(request)
-            tokens = estimate_tokens_all(data.notes)
-            backend = self._gateway.backend
-            result = await self._gateway.run(
-                call, tokens, remaining, lambda t: backend.generate_til(data, t)
-            )
-            return pb.GenerateTilResponse(title=result.title, body=result.body, model=result.model)
-
-        return await self._serve("GenerateTil", context, handle)
+        return await self._unary(TIL, request, context)
 
     async def GenerateRecall(
-        self, request: pb.GenerateRecallRequest, context: grpc.aio.ServicerContext[object, object]
+        self, request: pb.GenerateRecallRequest, context: Context
     ) -> pb.GenerateRecallResponse:
         """Question/answer pairs grounded in the sources."""
+        return await self._unary(RECALL, request, context)
 
-        async def handle(call: CallInfo, remaining: float | None) -> pb.GenerateRecallResponse:
-            data = recall_input(request)
-            tokens = estimate_tokens_all(t for s in data.sources for t in (s.title, s.text))
-            backend = self._gateway.backend
-            result = await self._gateway.run(
-                call, tokens, remaining, lambda t: backend.generate_recall(data, t)
-            )
-            return pb.GenerateRecallResponse(
-                questions=[
-                    pb.Question(question=q.question, answer=q.answer, source_index=q.source_index)
-                    for q in result.questions
-                ],
-                model=result.model,
-            )
-
-        return await self._serve("GenerateRecall", context, handle)
-
-    async def _serve(
+    # The generated base declares a generator; grpc.aio also takes a coroutine that
+    # uses context.read()/write(), which lets reading and writing run side by side.
+    async def StreamCalls(  # type: ignore[override]
         self,
-        method: str,
-        context: grpc.aio.ServicerContext[object, object],
-        handle: Callable[[CallInfo, float | None], Awaitable[T]],
-    ) -> T:
-        """Run ``handle``; turn gateway errors into rich statuses; record the call."""
-        start = time.perf_counter()
-        call = call_info(method, context)
-        code = "UNKNOWN"
+        request_iterator: AsyncIterator[pb.StreamCallsRequest] | Iterator[pb.StreamCallsRequest],
+        context: grpc.aio.ServicerContext[pb.StreamCallsRequest, pb.StreamCallsResponse],
+    ) -> None:
+        """Many calls over one stream; see :mod:`ai_gateway.stream`."""
+        metadata = _metadata(context.invocation_metadata())
+        stream = CallStream(self._runner, _client_id(metadata, context.peer()), context)
+        handler = _current_task()
+        self._streams.add(stream)
+        self._handlers.add(handler)
         try:
-            remaining: float | None = context.time_remaining()
-            if remaining is not None and remaining > _NO_DEADLINE:
-                remaining = None
-            response = await handle(call, remaining)
-            code = "OK"
-            return response
+            await stream.serve()
+        finally:
+            self._streams.discard(stream)
+            self._handlers.discard(handler)
+
+    def drain(self) -> None:
+        """The server is stopping: every open stream refuses new calls and ends when done."""
+        for stream in self._streams:
+            stream.drain()
+
+    async def close(self) -> None:
+        """After the server has stopped: finish the RPCs its grace cut short.
+
+        grpc.aio cancels them, but its ``stop`` may return before their tasks have
+        unwound; they are cancelled (again) and awaited here, so that every call has
+        stopped and written its record before the backend and the call log close.
+        """
+        pending = [task for task in self._handlers if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+    async def _unary(self, kind: CallKind[Req, Resp], request: Req, context: Context) -> Resp:
+        """Run one call; a gateway error ends the RPC with its rich status."""
+        call = call_info(kind.method, context)
+        remaining: float | None = context.time_remaining()
+        if remaining is not None and remaining > _NO_DEADLINE:
+            remaining = None
+        handler = _current_task()
+        self._handlers.add(handler)
+        try:
+            return await self._runner.run(kind, request, call, remaining)
         except GatewayError as err:
-            code = err.code.name
             # abort_with_status is missing from grpc-stubs' aio context.
             await context.abort_with_status(to_rpc_status(err))  # type: ignore[attr-defined]
             raise  # unreachable: abort_with_status raises
-        except asyncio.CancelledError:
-            # The caller went away (or cancelled): our work is abandoned with the task.
-            code = "CANCELLED"
-            raise
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            logger.exception("%s failed unexpectedly", method)
-            code = "INTERNAL"
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error in the AI gateway")
-            raise
         finally:
-            self._call_log.record(
-                CallRecord(
-                    method=method,
-                    client_id=call.client_id,
-                    job_id=call.job_id,
-                    attempt=call.attempt,
-                    code=code,
-                    duration_ms=(time.perf_counter() - start) * 1000,
-                )
-            )
+            self._handlers.discard(handler)
 
 
-def call_info(method: str, context: grpc.aio.ServicerContext[object, object]) -> CallInfo:
+def _current_task() -> asyncio.Task[Any]:
+    task = asyncio.current_task()
+    assert task is not None, "grpc.aio runs every RPC in a task"
+    return task
+
+
+def call_info(method: str, context: Context) -> CallInfo:
     """Caller id (``x-client-id``, else the peer's address), job id and attempt."""
-    metadata: dict[str, str] = {}
-    for key, value in context.invocation_metadata() or ():
-        if isinstance(value, str):
-            metadata[key.lower()] = value
-    client = metadata.get("x-client-id", "").strip()[:_MAX_CLIENT_ID] or _peer_host(context.peer())
+    metadata = _metadata(context.invocation_metadata())
     attempt_text = metadata.get("x-attempt", "")
     attempt = int(attempt_text) if attempt_text.isdigit() else None
-    return CallInfo(method, client, metadata.get("x-job-id") or None, attempt)
+    return CallInfo(
+        method, _client_id(metadata, context.peer()), metadata.get("x-job-id") or None, attempt
+    )
+
+
+def _metadata(pairs: grpc.aio.Metadata | None) -> dict[str, str]:
+    metadata: dict[str, str] = {}
+    for key, value in pairs or ():
+        if isinstance(value, str):
+            metadata[key.lower()] = value
+    return metadata
+
+
+def _client_id(metadata: dict[str, str], peer: str) -> str:
+    """The rate limit's key: ``x-client-id``, else the peer's host."""
+    return metadata.get("x-client-id", "").strip()[:_MAX_CLIENT_ID] or _peer_host(peer)
 
 
 def _peer_host(peer: str) -> str:
@@ -213,13 +145,3 @@ def _peer_host(peer: str) -> str:
     if peer.startswith(("ipv4:", "ipv6:")):
         return peer.rsplit(":", 1)[0]
     return peer or "unknown"
-
-
-def _is_day(day: str) -> bool:
-    if not _DAY.fullmatch(day):
-        return False
-    try:
-        datetime.date.fromisoformat(day)
-    except ValueError:
-        return False
-    return True

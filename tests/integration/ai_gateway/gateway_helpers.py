@@ -1,14 +1,15 @@
-"""Helpers for the gateway's gRPC tests: decoding rich errors, a counting backend."""
+"""Helpers for the gateway's gRPC tests: decoding rich errors, test backends, waiting."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from ai_gateway.backends.instant import InstantBackend
@@ -37,6 +38,14 @@ def rich(err: grpc.aio.AioRpcError) -> RichError:
     """The google.rpc.Status details of a failed call."""
     status = rpc_status.from_call(err)  # type: ignore[arg-type]
     assert status is not None, f"no rich status on {err.code()}: {err.details()}"
+    return rich_status(status)
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def rich_status(status: status_pb2.Status) -> RichError:
+    """The details of a google.rpc.Status (as a StreamCalls result carries it)."""
     found: dict[str, object] = {}
     for detail in status.details:
         for name, cls in (
@@ -51,7 +60,7 @@ def rich(err: grpc.aio.AioRpcError) -> RichError:
                 found[name] = msg
     assert "info" in found, "every gateway error carries an ErrorInfo"
     return RichError(
-        code=err.code(),
+        code=_CODES[status.code],
         message=status.message,
         info=found["info"],  # type: ignore[arg-type]
         retry=found.get("retry"),  # type: ignore[arg-type]
@@ -76,3 +85,46 @@ class CountingBackend(InstantBackend):
             self.cancelled.set()
             raise
         return await super().analyze(request, time_left)
+
+
+class SlowTextBackend(InstantBackend):
+    """The instant backend, except that an analyze call whose text starts with "slow"
+    sleeps ``delay`` seconds first. Notes, by text, which calls started and which were
+    cancelled while sleeping (their backend work stopped)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def analyze(self, request: AnalyzeInput, time_left: float | None) -> AnalyzeResult:
+        self.started.append(request.text)
+        if request.text.startswith("slow"):
+            try:
+                await asyncio.sleep(self.delay)
+            except asyncio.CancelledError:
+                self.cancelled.append(request.text)
+                raise
+        return await super().analyze(request, time_left)
+
+
+async def wait_until(condition: Callable[[], bool], what: str, limit: float = 5.0) -> None:
+    """Poll ``condition`` until true (a bound for a hung test, not a timing assertion)."""
+    for _ in range(int(limit / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"still waiting for {what}")
+
+
+async def wait_for_lines(path: Path, n: int) -> list[str]:
+    """The lines of ``path`` once it has at least ``n`` (the call log is written per call)."""
+    lines: list[str] = []
+
+    def enough() -> bool:
+        nonlocal lines
+        lines = path.read_text().splitlines() if path.exists() else []
+        return len(lines) >= n
+
+    await wait_until(enough, f"{n} lines in {path}")
+    return lines

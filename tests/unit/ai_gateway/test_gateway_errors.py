@@ -2,18 +2,22 @@ import json
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from ai_gateway.errors import (
     DOMAIN,
     BackendUnavailable,
     FieldViolation,
+    GatewayError,
+    InternalError,
     InvalidRequest,
     RateLimited,
     TokenLimitExceeded,
+    cancelled_status,
     json_error_message,
     seconds_to_duration,
     to_rpc_status,
+    to_status_proto,
 )
 
 
@@ -63,3 +67,31 @@ def test_duration_rounds_up_to_millis() -> None:
     d = seconds_to_duration(0.0001)
     assert (d.seconds, d.nanos) == (0, 1_000_000)
     assert seconds_to_duration(-3).seconds == 0
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        TokenLimitExceeded(9000, 8192),
+        InvalidRequest([FieldViolation("text", "blank")]),
+        RateLimited("slow down", retry_delay=0.5, subject="client:x", description="1/s"),
+        BackendUnavailable("down"),
+        InternalError(),
+    ],
+)
+def test_unary_status_carries_the_status_proto(err: GatewayError) -> None:
+    # One mapping: a StreamCalls result carries exactly what a unary RPC's trailer does.
+    status = to_rpc_status(err)
+    proto = to_status_proto(err)
+    assert _decode(status) == proto
+    assert (status.code.value[0], status.details) == (proto.code, proto.message)
+
+
+def test_internal_error_tells_nothing_more() -> None:
+    proto = to_status_proto(InternalError())
+    assert (proto.code, proto.message) == (code_pb2.INTERNAL, "internal error in the AI gateway")
+    assert list(proto.details) == []
+
+
+def test_cancelled_status() -> None:
+    assert cancelled_status().code == code_pb2.CANCELLED

@@ -1,0 +1,132 @@
+"""One gateway call, whatever carried it: validate, apply the limits, ask the backend,
+answer, and write the call record.
+
+Both transports run calls through :class:`CallRunner`: a unary RPC is one call, a
+StreamCalls stream runs many side by side. One path is what makes a streamed call
+behave exactly as the unary RPC of its kind: the same checks and limits, the same
+errors, the same record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from san.aigateway.v1 import ai_gateway_pb2 as pb
+
+from ai_gateway.calllog import CallLog, CallRecord
+from ai_gateway.errors import GatewayError, InternalError
+from ai_gateway.gateway import CallInfo, Gateway
+from ai_gateway.tokens import estimate_tokens_all
+from ai_gateway.validation import analyze_input, recall_input, til_input
+
+logger = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+@dataclass(frozen=True)
+class CallKind(Generic[Req, Resp]):
+    """One kind of call: its RPC name (in records and logs) and how it is answered."""
+
+    method: str
+    # (gateway, request, caller, seconds left or None) -> response; raises GatewayError.
+    answer: Callable[[Gateway, Req, CallInfo, float | None], Awaitable[Resp]]
+
+
+async def _analyze(
+    gateway: Gateway, request: pb.AnalyzeContentRequest, call: CallInfo, remaining: float | None
+) -> pb.AnalyzeContentResponse:
+    data = analyze_input(request)
+    tokens = estimate_tokens_all([data.title, data.text])
+    backend = gateway.backend
+    result = await gateway.run(call, tokens, remaining, lambda t: backend.analyze(data, t))
+    return pb.AnalyzeContentResponse(
+        summary=result.summary, tags=result.tags, embedding=result.embedding, model=result.model
+    )
+
+
+async def _til(
+    gateway: Gateway, request: pb.GenerateTilRequest, call: CallInfo, remaining: float | None
+) -> pb.GenerateTilResponse:
+    data = til_input(request)
+    tokens = estimate_tokens_all(data.notes)
+    backend = gateway.backend
+    result = await gateway.run(call, tokens, remaining, lambda t: backend.generate_til(data, t))
+    return pb.GenerateTilResponse(title=result.title, body=result.body, model=result.model)
+
+
+async def _recall(
+    gateway: Gateway, request: pb.GenerateRecallRequest, call: CallInfo, remaining: float | None
+) -> pb.GenerateRecallResponse:
+    data = recall_input(request)
+    tokens = estimate_tokens_all(t for s in data.sources for t in (s.title, s.text))
+    backend = gateway.backend
+    result = await gateway.run(call, tokens, remaining, lambda t: backend.generate_recall(data, t))
+    return pb.GenerateRecallResponse(
+        questions=[
+            pb.Question(question=q.question, answer=q.answer, source_index=q.source_index)
+            for q in result.questions
+        ],
+        model=result.model,
+    )
+
+
+ANALYZE = CallKind("AnalyzeContent", _analyze)
+TIL = CallKind("GenerateTil", _til)
+RECALL = CallKind("GenerateRecall", _recall)
+
+
+class CallRunner:
+    """Runs calls over a :class:`~ai_gateway.gateway.Gateway`, one record per call."""
+
+    def __init__(self, gateway: Gateway, call_log: CallLog) -> None:
+        self._gateway = gateway
+        self._call_log = call_log
+
+    async def run(
+        self, kind: CallKind[Req, Resp], request: Req, call: CallInfo, remaining: float | None
+    ) -> Resp:
+        """The call's response, or a :class:`GatewayError` saying why there is none.
+
+        ``remaining`` is the caller's time left in seconds (None: no deadline). An
+        unexpected exception is logged with its traceback and becomes
+        :class:`InternalError`; cancellation propagates (recorded as CANCELLED).
+        """
+        start = time.perf_counter()
+        code = "UNKNOWN"
+        try:
+            response = await kind.answer(self._gateway, request, call, remaining)
+            code = "OK"
+            return response
+        except GatewayError as err:
+            code = err.code.name
+            raise
+        except asyncio.CancelledError:
+            # The caller went away or cancelled: the work is abandoned with the task.
+            code = "CANCELLED"
+            raise
+        except Exception as err:
+            logger.exception("%s failed unexpectedly", call.method)
+            code = "INTERNAL"
+            raise InternalError() from err
+        finally:
+            self.record(call, code, start)
+
+    def record(self, call: CallInfo, code: str, start: float) -> None:
+        """Write the record of ``call``, which began at ``start`` (``perf_counter``)."""
+        self._call_log.record(
+            CallRecord(
+                method=call.method,
+                client_id=call.client_id,
+                job_id=call.job_id,
+                attempt=call.attempt,
+                code=code,
+                duration_ms=(time.perf_counter() - start) * 1000,
+            )
+        )

@@ -1,0 +1,237 @@
+"""One StreamCalls stream: many calls in flight on one gRPC call, results batched.
+
+Two loops share the stream:
+
+* the reader takes each request message, starts one task per call (each through the
+  same :class:`~ai_gateway.calls.CallRunner` as a unary RPC, so it is checked, limited,
+  bounded by its deadline and recorded exactly as one) and cancels the calls named in
+  ``cancel_call_ids``;
+* the writer (the RPC's own task) sends finished results. Batching is adaptive and
+  never timed: whatever finished while the previous message was being written goes
+  out in the next one (up to about 1 MiB). At light load a message holds one result
+  and nothing waits; under load batches grow with it, and gRPC's cost per message is
+  paid once per batch instead of once per call.
+
+How the stream ends: the caller half-closes (calls in flight finish and are sent, then
+OK); the caller cancels or the connection breaks (grpc.aio cancels the RPC's task and
+every call in flight is cancelled with it); a request breaks the protocol (calls in
+flight are cancelled, INVALID_ARGUMENT); the gateway shuts down (:meth:`drain`: new
+calls are refused, the calls in flight finish within the server's grace and are sent,
+then UNAVAILABLE, so a shutdown does not wait out its grace for a stream that stays
+open).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import grpc
+from san.aigateway.v1 import ai_gateway_pb2 as pb
+
+from ai_gateway.calls import ANALYZE, RECALL, TIL, CallKind, CallRunner
+from ai_gateway.errors import (
+    BackendUnavailable,
+    FieldViolation,
+    GatewayError,
+    InvalidRequest,
+    cancelled_status,
+    to_rpc_status,
+    to_status_proto,
+)
+from ai_gateway.gateway import CallInfo
+
+logger = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[pb.StreamCallsRequest, pb.StreamCallsResponse]
+
+# A response message carries at most about this much of results; a bigger one goes alone.
+MAX_RESULTS_BYTES = 1024 * 1024
+# The method name in the record of a call that named no request (it has no RPC kind).
+STREAM_METHOD = "StreamCalls"
+SHUTTING_DOWN = "the AI gateway is shutting down"
+
+# StreamedCall.request field -> the kind of call; the result's field has the same name.
+_KINDS: dict[str, CallKind[Any, Any]] = {
+    "analyze_content": ANALYZE,
+    "generate_til": TIL,
+    "generate_recall": RECALL,
+}
+_EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
+_Flight = tuple[asyncio.Task[None], CallInfo]  # a call's task and who/what it is for
+
+
+class CallStream:
+    """The calls of one StreamCalls RPC. :meth:`serve` runs it; call it once."""
+
+    def __init__(self, runner: CallRunner, client_id: str, context: Context) -> None:
+        self._runner = runner
+        self._client_id = client_id
+        self._context = context
+        self._loop = asyncio.get_running_loop()
+        self._in_flight: dict[str, _Flight] = {}
+        self._done: list[pb.StreamedCallResult] = []
+        self._wake = asyncio.Event()
+        self._draining = False
+
+    async def serve(self) -> None:
+        """Run the stream until it ends (see the module docstring for how)."""
+        reader = self._loop.create_task(self._read(), name="stream-calls-reader")
+        reader.add_done_callback(lambda _: self._wake.set())
+        try:
+            await self._write(reader)
+        except GatewayError as err:
+            await self._context.abort_with_status(to_rpc_status(err))  # type: ignore[attr-defined]
+        finally:
+            reader.cancel()
+            if reader.done() and not reader.cancelled():
+                reader.exception()  # seen (or raised above): not "never retrieved"
+            tasks = [task for task, _ in self._in_flight.values()]
+            for call_id in list(self._in_flight):
+                self._cancel(call_id)
+            # Let the cancelled calls unwind (and write their records) before the RPC
+            # is over: a server that stops next closes the call log.
+            if tasks:
+                await asyncio.wait(tasks)
+
+    def drain(self) -> None:
+        """The gateway is stopping: refuse new calls, end once the calls in flight are sent."""
+        self._draining = True
+        self._wake.set()
+
+    async def _write(self, reader: asyncio.Task[None]) -> None:
+        while True:
+            reading = not reader.done()
+            if not reading and (error := reader.exception()) is not None:
+                raise error  # a protocol violation: end now, the calls in flight with it
+            if self._done:
+                await self._context.write(pb.StreamCallsResponse(results=self._take()))
+                continue
+            if not reading:
+                if not self._in_flight:
+                    return  # half-closed and every call answered: OK
+            elif self._draining and not self._in_flight:
+                raise BackendUnavailable(SHUTTING_DOWN)
+            self._wake.clear()
+            await self._wake.wait()
+
+    def _take(self) -> list[pb.StreamedCallResult]:
+        """The finished results for the next message: all of them, up to about 1 MiB."""
+        done = self._done
+        size = 0
+        for i, result in enumerate(done):
+            size += result.ByteSize()
+            if size > MAX_RESULTS_BYTES and i > 0:
+                self._done = done[i:]
+                return done[:i]
+        self._done = []
+        return done
+
+    async def _read(self) -> None:
+        while True:
+            request = await self._context.read()
+            if request is _EOF:
+                return
+            if request.calls:
+                self._check_ids(request.calls)
+                now = self._loop.time()
+                for call in request.calls:
+                    self._start(call, now)
+            for call_id in request.cancel_call_ids:
+                self._cancel(call_id)
+
+    def _check_ids(self, calls: Iterable[pb.StreamedCall]) -> None:
+        """Raise InvalidRequest (ends the stream) for an empty or repeated call_id."""
+        ids = [call.call_id for call in calls]
+        if "" not in ids and len(set(ids)) == len(ids) and self._in_flight.keys().isdisjoint(ids):
+            return
+        seen: set[str] = set()
+        for i, call_id in enumerate(ids):
+            if not call_id:
+                problem = "required"
+            elif call_id in self._in_flight:
+                problem = f"{call_id!r} is already in flight on this stream"
+            elif call_id in seen:
+                problem = f"{call_id!r} appears twice in this message"
+            else:
+                seen.add(call_id)
+                continue
+            logger.warning("StreamCalls from %s: calls[%d].call_id %s", self._client_id, i, problem)
+            raise InvalidRequest([FieldViolation(f"calls[{i}].call_id", problem)])
+
+    def _start(self, call: pb.StreamedCall, now: float) -> None:
+        which = call.WhichOneof("request")
+        job_id = call.job_id or None
+        attempt = call.attempt if call.attempt > 0 else None  # 0: unknown, as x-attempt
+        if which is None:
+            info = CallInfo(STREAM_METHOD, self._client_id, job_id, attempt)
+            missing = FieldViolation(
+                "request", "one of analyze_content, generate_til, generate_recall is required"
+            )
+            self._refuse(call.call_id, info, InvalidRequest([missing]))
+            return
+        kind = _KINDS[which]
+        info = CallInfo(kind.method, self._client_id, job_id, attempt)
+        if self._draining:
+            self._refuse(call.call_id, info, BackendUnavailable(SHUTTING_DOWN))
+            return
+        # The deadline counts from now, when the gateway read the call (as a unary
+        # call's deadline counts for the server), not from when its task first runs.
+        deadline = None
+        if call.HasField("timeout"):
+            deadline = now + call.timeout.seconds + call.timeout.nanos * 1e-9
+        task = self._loop.create_task(
+            self._run(call.call_id, which, kind, getattr(call, which), info, deadline)
+        )
+        self._in_flight[call.call_id] = (task, info)
+
+    async def _run(
+        self,
+        call_id: str,
+        field: str,
+        kind: CallKind[Any, Any],
+        request: Any,
+        info: CallInfo,
+        deadline: float | None,
+    ) -> None:
+        remaining = None if deadline is None else deadline - self._loop.time()
+        try:
+            response = await self._runner.run(kind, request, info, remaining)
+        except GatewayError as err:
+            result = pb.StreamedCallResult(call_id=call_id, error=to_status_proto(err))
+        except asyncio.CancelledError:
+            # Cancelled by the caller (cancel_call_ids) or with the stream: this task is
+            # ours and ends here; the runner already recorded CANCELLED.
+            result = pb.StreamedCallResult(call_id=call_id, error=cancelled_status())
+        else:
+            result = pb.StreamedCallResult(call_id=call_id)
+            getattr(result, field).CopyFrom(response)
+        self._finish(call_id, result)
+
+    def _cancel(self, call_id: str) -> None:
+        flight = self._in_flight.get(call_id)
+        if flight is None:
+            return  # finished already, or never started: ignored, as the contract says
+        task, info = flight
+        task.cancel()
+        coro = task.get_coro()
+        if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            # Cancelled before its first step: its body (and the runner) never runs, so
+            # the record and the result are written here.
+            self._runner.record(info, "CANCELLED", time.perf_counter())
+            self._finish(call_id, pb.StreamedCallResult(call_id=call_id, error=cancelled_status()))
+
+    def _refuse(self, call_id: str, info: CallInfo, err: GatewayError) -> None:
+        """Answer a call with ``err`` without running it (it is still recorded)."""
+        self._runner.record(info, err.code.name, time.perf_counter())
+        self._done.append(pb.StreamedCallResult(call_id=call_id, error=to_status_proto(err)))
+        self._wake.set()
+
+    def _finish(self, call_id: str, result: pb.StreamedCallResult) -> None:
+        del self._in_flight[call_id]
+        self._done.append(result)
+        self._wake.set()
