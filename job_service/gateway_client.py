@@ -1,6 +1,8 @@
-"""The AiGateway port over gRPC: builds the gateway request from a job's stored
-input, calls it with the job's deadline, and turns grpc errors into
-GatewayCallError (with the ErrorInfo reason and RetryInfo delay) at this boundary."""
+"""The AiGateway port over the unary RPCs, and what every gateway client shares:
+the channel, the request built from a job's stored input, the wait for a
+connection, and grpc errors turned into GatewayCallError (with the ErrorInfo
+reason and RetryInfo delay) at this boundary. gateway_stream.py carries the same
+calls over StreamCalls."""
 
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
-def _retry_details(status: status_pb2.Status) -> tuple[str, float | None]:
+def retry_details(status: status_pb2.Status) -> tuple[str, float | None]:
+    """The ErrorInfo reason ("" without one) and RetryInfo delay of a rich status."""
     reason = ""
     delay: float | None = None
     for detail in status.details:
@@ -57,14 +60,14 @@ def _retry_details(status: status_pb2.Status) -> tuple[str, float | None]:
     return reason, delay
 
 
-def to_gateway_error(error: grpc.aio.AioRpcError, timeout: float) -> GatewayCallError:
+def to_gateway_error(error: grpc.aio.AioRpcError, timeout: float | None) -> GatewayCallError:
     reason = ""
     delay: float | None = None
     trailers: Sequence[tuple[str, str | bytes]] = error.trailing_metadata() or ()  # type: ignore[assignment]
     for key, value in trailers:
         if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
             status = status_pb2.Status.FromString(value)
-            reason, delay = _retry_details(status)
+            reason, delay = retry_details(status)
     return GatewayCallError(
         code=error.code().name,
         reason=reason,
@@ -74,58 +77,76 @@ def to_gateway_error(error: grpc.aio.AioRpcError, timeout: float) -> GatewayCall
     )
 
 
-class GrpcAiGateway:
-    """Implements the `AiGateway` port with one shared channel."""
+# Per job type: the unary method's name on the stub, its request message, and the
+# field of the StreamCalls oneofs (request and result) that carries it.
+_KINDS: dict[JobType, tuple[str, type[Message], str]] = {
+    JobType.CARD_ANALYSIS: ("AnalyzeContent", gw.AnalyzeContentRequest, "analyze_content"),
+    JobType.TIL_GENERATION: ("GenerateTil", gw.GenerateTilRequest, "generate_til"),
+    JobType.RECALL_GENERATION: ("GenerateRecall", gw.GenerateRecallRequest, "generate_recall"),
+}
 
-    def __init__(self, address: str) -> None:
+
+def stream_field(job_type: JobType) -> str:
+    """The StreamedCall/StreamedCallResult oneof field for `job_type`."""
+    return _KINDS[job_type][2]
+
+
+def gateway_request(job: Job) -> Message:
+    """The gateway request for a job, from its stored input."""
+    # ParseDict / MessageToDict semantics, built field by field (see convert.py).
+    return message_from_dict(_KINDS[job.job_type][1], job.request_params)
+
+
+def open_channel(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+async def wait_connected(channel: grpc.aio.Channel, address: str, deadline: float) -> None:
+    """Wait (briefly) for a usable connection. Failing fast on a channel that is
+    between reconnect attempts would fail jobs retried just after the gateway came
+    back; waiting for the whole deadline would report a down gateway as a timeout.
+    So: up to CONNECT_TIMEOUT, then UNAVAILABLE."""
+    if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+        return
+    wait = min(CONNECT_TIMEOUT, deadline)
+    try:
+        await asyncio.wait_for(channel.channel_ready(), wait)
+    except TimeoutError:
+        raise GatewayCallError(
+            code="UNAVAILABLE",
+            reason="",
+            message=f"cannot connect to {address} (no connection within {wait:g}s)",
+            deadline_seconds=deadline,
+        ) from None
+
+
+class GrpcAiGateway:
+    """Implements the `AiGateway` port with the unary RPCs, one call per job."""
+
+    def __init__(self, address: str, channel: grpc.aio.Channel | None = None) -> None:
+        """With `channel`, calls go over it and `close()` leaves it open (its owner
+        closes it)."""
         self.address = address
-        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._owns_channel = channel is None
+        self._channel = channel or open_channel(address)
         self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
 
     async def close(self) -> None:
-        await self._channel.close(None)
-
-    def _call(self, job_type: JobType) -> tuple[Callable[..., Awaitable[Message]], type[Message]]:
-        match job_type:
-            case JobType.CARD_ANALYSIS:
-                return self._stub.AnalyzeContent, gw.AnalyzeContentRequest
-            case JobType.TIL_GENERATION:
-                return self._stub.GenerateTil, gw.GenerateTilRequest
-            case JobType.RECALL_GENERATION:
-                return self._stub.GenerateRecall, gw.GenerateRecallRequest
-
-    async def _connected(self, deadline: float) -> None:
-        """Wait (briefly) for a usable connection. Failing fast on a channel that is
-        between reconnect attempts would fail jobs retried just after the gateway
-        came back; waiting for the whole deadline would report a down gateway as a
-        timeout. So: up to CONNECT_TIMEOUT, then UNAVAILABLE."""
-        if self._channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
-            return
-        wait = min(CONNECT_TIMEOUT, deadline)
-        try:
-            await asyncio.wait_for(self._channel.channel_ready(), wait)
-        except TimeoutError:
-            raise GatewayCallError(
-                code="UNAVAILABLE",
-                reason="",
-                message=f"cannot connect to {self.address} (no connection within {wait:g}s)",
-                deadline_seconds=deadline,
-            ) from None
+        if self._owns_channel:
+            await self._channel.close(None)
 
     async def run(self, job: Job, deadline: float) -> JsonDict:
         started = time.monotonic()
-        await self._connected(deadline)
+        await wait_connected(self._channel, self.address, deadline)
         timeout = max(deadline - (time.monotonic() - started), 0.001)
-        method, request_type = self._call(job.job_type)
-        # ParseDict / MessageToDict semantics, built field by field (see convert.py).
-        request = message_from_dict(request_type, job.request_params)
+        method: Callable[..., Awaitable[Message]] = getattr(self._stub, _KINDS[job.job_type][0])
         metadata = (
             ("x-client-id", CLIENT_ID),
             ("x-job-id", job.id),
             ("x-attempt", str(job.attempt_count)),
         )
         try:
-            response = await method(request, timeout=timeout, metadata=metadata)
+            response = await method(gateway_request(job), timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as error:
             raise to_gateway_error(error, deadline) from None
         return message_to_dict(response)

@@ -19,7 +19,7 @@ from job_service.app import JobApplication
 from job_service.domain.backoff import BackoffPolicy
 from job_service.domain.errors import StorageUnavailableError
 from job_service.domain.validation import EnqueueLimits
-from job_service.gateway_client import GrpcAiGateway
+from job_service.gateway_stream import StreamingAiGateway
 from job_service.settings import JobServiceSettings
 from job_service.storage.migrate import migrate
 from job_service.storage.notify import PgChangeListener
@@ -91,7 +91,7 @@ class JobServiceRuntime:
         self.port = 0
         self.store = SqlJobStore(settings.database_url, instance_id=settings.instance_id)
         self.hub = UpdateHub()
-        self.gateway = GrpcAiGateway(settings.gateway)
+        self.gateway = StreamingAiGateway(settings.gateway)
         self.worker = Worker(
             self.store,
             self.gateway,
