@@ -69,6 +69,14 @@ class JobStore(Protocol):
         """Push the lease of a job we own forward. False if the token no longer matches."""
         ...
 
+    async def renew_leases(
+        self, leases: Sequence[tuple[str, str]], lease_seconds: float
+    ) -> set[str]:
+        """`renew_lease` for many (job id, claim token) pairs in one statement: the
+        lease of each job the token still owns becomes now + lease. Returns the ids
+        of those jobs; the others are no longer ours."""
+        ...
+
     async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
         """PROCESSING -> COMPLETED with the result, if `token` still owns the job;
         else LeaseLostError. Closes the open attempt record."""

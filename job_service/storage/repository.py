@@ -51,6 +51,7 @@ from job_service.domain.model import (
     RetryOutcome,
 )
 from job_service.storage.batching import Coalescer
+from job_service.storage.direct import DirectStatement, HeldConnection
 from job_service.storage.engine import SQLITE_BEGIN_OPTION, create_engine
 from job_service.storage.errors import storage_errors
 from job_service.storage.statements import (
@@ -72,6 +73,9 @@ t = async_jobs
 _CHUNK = 1_000  # ids per IN (...) list
 # Rows per group-commit statement (enqueue, complete, fail).
 MAX_BATCH = 500
+# The statements that run for every job: on PostgreSQL they run directly on asyncpg
+# (direct.py), each kind on a connection of its own.
+HOT_STATEMENTS = ("enqueue_many", "claim", "complete_many", "fail_many", "renew_leases")
 MAX_INSTANCE_ID_BYTES = 200
 
 
@@ -82,9 +86,12 @@ def _refused_for_its_data(error: BaseException) -> bool:
     cause = error.__cause__
     if isinstance(cause, IntegrityError | DataError):
         return True
-    # asyncpg's adapter raises a plain DBAPIError for some: SQLSTATE class 22 (data
-    # exception) or 23 (integrity constraint violation).
-    state = getattr(getattr(cause, "orig", None), "sqlstate", None)
+    # asyncpg's adapter raises a plain DBAPIError for some, and asyncpg itself (the
+    # direct statements) its own errors: SQLSTATE class 22 (data exception) or 23
+    # (integrity constraint violation).
+    state = getattr(cause, "sqlstate", None) or getattr(
+        getattr(cause, "orig", None), "sqlstate", None
+    )
     return isinstance(state, str) and state[:2] in {"22", "23"}
 
 
@@ -232,6 +239,16 @@ class SqlJobStore:
                 database, pool_size=pool_size, max_overflow=max_overflow, autocommit=True
             )
             self._engines.append(self._autocommit)
+        self._direct: dict[str, tuple[DirectStatement, HeldConnection]] = {}
+        if self._pg:
+            dialect = self._autocommit.dialect
+            self._direct = {
+                name: (
+                    DirectStatement(getattr(self._sql, name), dialect),
+                    HeldConnection(self._autocommit),
+                )
+                for name in HOT_STATEMENTS
+            }
         # Group commit of the hot-path writes: concurrent calls share one statement.
         self._enqueues: Coalescer[NewJob, Job | None] = Coalescer(
             self._enqueue_batch, max_batch=MAX_BATCH, name="enqueue"
@@ -258,6 +275,8 @@ class SqlJobStore:
     async def close(self) -> None:
         for coalescer in (self._enqueues, self._completes, self._fails):
             await coalescer.wait_idle()
+        for _, connection in self._direct.values():
+            await connection.close()
         for engine in self._engines:
             await engine.dispose()
 
@@ -291,6 +310,19 @@ class SqlJobStore:
     async def _write(self, stmt: Any, params: dict[str, Any]) -> list[Job]:
         async with self._single() as conn:
             return await self._jobs(conn, stmt, params)
+
+    async def _hot(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """Run one of HOT_STATEMENTS: directly on asyncpg (PostgreSQL), else through
+        SQLAlchemy. Its rows, by column name."""
+        direct = self._direct.get(name)
+        if direct is not None:
+            statement, connection = direct
+            return await connection.fetch(statement, params)
+        async with self._single() as conn:
+            return list((await conn.execute(getattr(self._sql, name), params)).mappings())
+
+    async def _hot_jobs(self, name: str, params: dict[str, Any]) -> list[Job]:
+        return [_row_to_job(row) for row in await self._hot(name, params)]
 
     def _times(self, lease_seconds: float = 0.0) -> dict[str, Any]:
         now = self._now()
@@ -332,11 +364,8 @@ class SqlJobStore:
         ]
         times = self._times()
         try:
-            async with self._single() as conn:
-                result = await conn.execute(
-                    self._sql.enqueue_many, times | {"p_rows": json_text(rows)}
-                )
-                inserted = {row[0] for row in result}
+            written = await self._hot("enqueue_many", times | {"p_rows": json_text(rows)})
+            inserted = {row["id"] for row in written}
         except StorageUnavailableError as error:
             if len(batch) > 1 and _refused_for_its_data(error):
                 return [None] * len(batch)  # each alone: only the bad one fails
@@ -347,14 +376,14 @@ class SqlJobStore:
             for job_id, new in zip(ids, batch, strict=True)
         ]
 
-    async def _write_rows(self, stmt: Any, rows: list[dict[str, Any]]) -> dict[str, Job]:
-        """Run a JsonRows statement for `rows` (one statement, committed on return);
-        the rows it wrote, by id."""
+    async def _write_rows(self, name: str, rows: list[dict[str, Any]]) -> dict[str, Job]:
+        """Run the JsonRows statement `name` for `rows` (one statement, committed on
+        return); the rows it wrote, by id."""
         params = self._times() | {"p_rows": json_text(rows)}
-        return {job.id: job for job in await self._write(stmt, params)}
+        return {job.id: job for job in await self._hot_jobs(name, params)}
 
     async def _outcome_rows(
-        self, stmt: Any, ids: list[str], rows: list[dict[str, Any]]
+        self, stmt: str, ids: list[str], rows: list[dict[str, Any]]
     ) -> list[Job | BaseException | None]:
         """An outcome statement for a batch; per row the job written, or None (the token
         no longer owns it). If the data of some row is refused, each row alone."""
@@ -487,7 +516,7 @@ class SqlJobStore:
     async def claim(self, limit: int, lease_seconds: float) -> list[Claim]:
         if limit <= 0:
             return []
-        jobs = await self._write(self._sql.claim, self._times(lease_seconds) | {"p_limit": limit})
+        jobs = await self._hot_jobs("claim", self._times(lease_seconds) | {"p_limit": limit})
         jobs.sort(key=lambda j: (j.created_at, j.id))
         return [Claim(job=j, token=j.claim_token or "") for j in jobs]
 
@@ -495,10 +524,17 @@ class SqlJobStore:
         return await self._write(self._sql.fail_exhausted_leases, self._times())
 
     async def renew_lease(self, job_id: str, token: str, lease_seconds: float) -> bool:
-        params = self._times(lease_seconds) | {"p_id": job_id, "p_token": token}
-        async with self._single() as conn:
-            renewed = (await conn.execute(self._sql.renew_lease, params)).first() is not None
-        return renewed
+        return job_id in await self.renew_leases([(job_id, token)], lease_seconds)
+
+    async def renew_leases(
+        self, leases: Sequence[tuple[str, str]], lease_seconds: float
+    ) -> set[str]:
+        owned: set[str] = set()
+        for start in range(0, len(leases), MAX_BATCH):
+            rows = [{"job_id": i, "token": tok} for i, tok in leases[start : start + MAX_BATCH]]
+            params = self._times(lease_seconds) | {"p_rows": json_text(rows)}
+            owned.update(row["id"] for row in await self._hot("renew_leases", params))
+        return owned
 
     async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
         # Concurrent completions share one UPDATE; each row keeps its token check.
@@ -521,7 +557,7 @@ class SqlJobStore:
             }
             for job_id, token, at, result in batch
         ]
-        return await self._outcome_rows(self._sql.complete_many, [b[0] for b in batch], rows)
+        return await self._outcome_rows("complete_many", [b[0] for b in batch], rows)
 
     async def fail(
         self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
@@ -548,7 +584,7 @@ class SqlJobStore:
             }
             for job_id, token, at, failure, retry_at in batch
         ]
-        return await self._outcome_rows(self._sql.fail_many, [b[0] for b in batch], rows)
+        return await self._outcome_rows("fail_many", [b[0] for b in batch], rows)
 
     async def release(self, job_id: str, token: str) -> Job | None:
         params = self._times() | {"p_id": job_id, "p_token": token}

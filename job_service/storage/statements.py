@@ -149,7 +149,7 @@ class JsonRows:
 
     def __init__(self, postgres: bool, fields: dict[str, TypeEngine[Any]]) -> None:
         self.pg = postgres
-        rows = bindparam("p_rows", type_=String)
+        self._rows = rows = bindparam("p_rows", type_=String)
         if postgres:
             self.table: Any = (
                 func.jsonb_to_recordset(cast(rows, JSONB))
@@ -169,6 +169,21 @@ class JsonRows:
         else:
             field = self.table.c.value.op("->>")(literal_column(f"'$.{name}'"))
         return field
+
+    def has_row_id(self, id_column: ColumnElement[Any]) -> ColumnElement[bool]:
+        """On PostgreSQL, `id = ANY(ARRAY(SELECT job_id FROM the rows))`: the rows are
+        found by primary key whatever the planner believes of the table. Joined on
+        `id = job_id` alone, a stale estimate of the table (a queue table changes
+        faster than ANALYZE runs) makes it hash the whole set of PROCESSING rows,
+        dead versions included, for every batch. SQLite looks the ids up as is."""
+        if not self.pg:
+            return true()
+        ids = (
+            func.jsonb_to_recordset(cast(self._rows, JSONB))
+            .table_valued(column("job_id", String()))
+            .render_derived(name="ids", with_types=True)
+        )
+        return id_column == any_(array_of(select(ids.c.job_id).scalar_subquery()))
 
     def json(self, name: str) -> ColumnElement[Any]:
         """A field that holds JSON text, as a value for a JSON column."""
@@ -252,16 +267,34 @@ class Statements:
         self.by_ids = select(t).where(t.c.id.in_(bindparam("p_ids", expanding=True)))
 
         # Due: PENDING whose due_at (created_at or next_attempt_at) passed, or PROCESSING
-        # whose lease (due_at) expired with attempts left. One ordered range scan over
-        # the partial index ix_async_jobs_due.
-        due = (
-            select(t.c.id)
-            .where(ACTIVE, t.c.due_at <= now, or_(IS_PENDING, t.c.attempt_count < t.c.max_attempts))
-            .order_by(t.c.due_at)
-            .limit(bindparam("p_limit", type_=Integer))
-        )
+        # whose lease (due_at) expired with attempts left. One ordered scan over the
+        # partial index ix_async_jobs_due.
+        claimable = or_(IS_PENDING, t.c.attempt_count < t.c.max_attempts)
+        limit = bindparam("p_limit", type_=Integer)
         if postgres:
-            due = due.with_for_update(skip_locked=True)
+            # The earliest active rows in due_at order (the due ones come first), then
+            # only those due. With `due_at <= now` as an index condition, a stale
+            # estimate of how many rows are due (the usual case in a queue table)
+            # makes the planner read every due row by bitmap and sort them, for
+            # each claim; with the order alone, the index is read in order and the
+            # scan stops after p_limit rows. The rows locked but not due are let go
+            # at the end of the statement.
+            earliest = (
+                select(t.c.id, t.c.due_at)
+                .where(ACTIVE, claimable)
+                .order_by(t.c.due_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+                .subquery("earliest")
+            )
+            due = select(earliest.c.id).where(earliest.c.due_at <= now)
+        else:
+            due = (
+                select(t.c.id)
+                .where(ACTIVE, t.c.due_at <= now, claimable)
+                .order_by(t.c.due_at)
+                .limit(limit)
+            )
         new_attempt = js.obj(
             {
                 "attempt": t.c.attempt_count + 1,
@@ -324,8 +357,13 @@ class Statements:
             )
         )
 
-        self.renew_lease = (
-            update(t).where(owned).values(lease_expires_at=until, due_at=until).returning(t.c.id)
+        # Every lease this instance holds, pushed forward in one statement.
+        self.renew_rows = held = JsonRows(postgres, {"job_id": String(), "token": String()})
+        self.renew_leases = (
+            update(t)
+            .where(self._owned_by(held), IS_PROCESSING)
+            .values(lease_expires_at=until, due_at=until)
+            .returning(t.c.id)
         )
 
         # Outcomes, one statement per batch of (job id, claim token, ...) rows. Each row
@@ -440,7 +478,9 @@ class Statements:
 
     @staticmethod
     def _owned_by(rows: JsonRows) -> ColumnElement[bool]:
-        return and_(t.c.id == rows["job_id"], t.c.claim_token == rows["token"])
+        return and_(
+            rows.has_row_id(t.c.id), t.c.id == rows["job_id"], t.c.claim_token == rows["token"]
+        )
 
     def returning(self, dml: Any, columns: tuple[Any, ...] = tuple(t.c)) -> Any:
         """`dml RETURNING *` (or just `columns`, which then must include id and

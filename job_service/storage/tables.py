@@ -77,6 +77,8 @@ class UtcDateTime(TypeDecorator[datetime]):
 JsonType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 ACTIVE_SQL = "status IN ('PENDING', 'PROCESSING')"
+HAS_REQUEST_ID_SQL = "request_id IS NOT NULL"
+IS_FAILED_SQL = "status = 'FAILED'"
 
 
 def _words(values: list[str]) -> str:
@@ -126,7 +128,14 @@ async_jobs = Table(
         sqlite_where=text(ACTIVE_SQL),
         postgresql_where=text(ACTIVE_SQL),
     ),
-    Index("uq_async_jobs_request_id", "request_id", unique=True),
+    # The idempotency key: most jobs have none, and only keys are indexed.
+    Index(
+        "uq_async_jobs_request_id",
+        "request_id",
+        unique=True,
+        sqlite_where=text(HAS_REQUEST_ID_SQL),
+        postgresql_where=text(HAS_REQUEST_ID_SQL),
+    ),
     # The claim query and next_due_at: ORDER BY due_at over active rows.
     Index(
         "ix_async_jobs_due",
@@ -134,9 +143,14 @@ async_jobs = Table(
         sqlite_where=text(ACTIVE_SQL),
         postgresql_where=text(ACTIVE_SQL),
     ),
-    # Operators: failures by time (RetryFailed, "what failed since ..."), listing
-    # newest first, everything about one target.
-    Index("ix_async_jobs_status_failed_at", "status", "failed_at"),
+    # Operators: failures by time (RetryFailed, "what failed since ...", only FAILED
+    # rows), listing newest first, everything about one target.
+    Index(
+        "ix_async_jobs_failed_at",
+        "failed_at",
+        sqlite_where=text(IS_FAILED_SQL),
+        postgresql_where=text(IS_FAILED_SQL),
+    ),
     Index("ix_async_jobs_created_at_id", "created_at", "id"),
     Index("ix_async_jobs_target_id", "target_id"),
 )

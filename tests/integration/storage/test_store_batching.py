@@ -15,6 +15,7 @@ from sqlalchemy import Engine, event
 
 from job_service.domain.errors import DuplicateJobError, LeaseLostError, StorageUnavailableError
 from job_service.domain.model import Failure, Job, JobStatus, NewJob, OnDuplicate
+from job_service.storage.direct import DirectStatement, HeldConnection
 from job_service.storage.repository import MAX_BATCH, SqlJobStore
 from tests.support.clock import FakeClock
 
@@ -23,18 +24,27 @@ REJECT, RETURN = OnDuplicate.REJECT, OnDuplicate.RETURN_EXISTING
 
 @contextmanager
 def batch_statements() -> Iterator[list[str]]:
-    """The SQL of every multi-row statement (the JSON row batches) run meanwhile."""
+    """The SQL of every multi-row statement (the JSON row batches) run meanwhile,
+    through SQLAlchemy or directly on asyncpg (the hot statements on PostgreSQL)."""
     seen: list[str] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         if "json_each" in statement or "jsonb_to_recordset" in statement:
             seen.append(statement)
 
+    direct_fetch = HeldConnection.fetch
+
+    async def fetch(held: HeldConnection, statement: DirectStatement, params: Any) -> Any:
+        record(None, None, statement.sql)
+        return await direct_fetch(held, statement, params)
+
     # On every engine (the store may keep a separate pool for autocommit statements).
     event.listen(Engine, "before_cursor_execute", record)
+    HeldConnection.fetch = fetch  # type: ignore[method-assign]
     try:
         yield seen
     finally:
+        HeldConnection.fetch = direct_fetch  # type: ignore[method-assign]
         event.remove(Engine, "before_cursor_execute", record)
 
 

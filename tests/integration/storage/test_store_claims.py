@@ -147,6 +147,25 @@ async def test_renew_lease_pushes_expiry(store: SqlJobStore, clock: FakeClock) -
     assert not await store.renew_lease(claim.job.id, "wrong-token", 10)
 
 
+async def test_renew_leases_renews_every_owned_lease_in_one_call(
+    store: SqlJobStore, clock: FakeClock
+) -> None:
+    for i in range(4):
+        await enqueue(store, f"many-{i}")
+    a, b, c, d = await store.claim(4, 10)
+    await store.complete(c.job.id, c.token, {"summary": "done"})
+    await store.cancel(d.job.id, "user left")
+    clock.advance(8)
+    owned = await store.renew_leases(
+        [(a.job.id, a.token), (b.job.id, "stale-token"), (c.job.id, c.token), (d.job.id, d.token)],
+        10,
+    )
+    assert owned == {a.job.id}
+    assert (await store.get(a.job.id)).lease_expires_at == clock.now + timedelta(seconds=10)
+    assert (await store.get(b.job.id)).lease_expires_at == clock.now + timedelta(seconds=2)
+    assert await store.renew_leases([], 10) == set()
+
+
 async def test_release_gives_the_job_back_without_charging(
     store: SqlJobStore, clock: FakeClock
 ) -> None:
