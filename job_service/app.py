@@ -153,7 +153,9 @@ class JobApplication:
         if origin == self.instance_id:
             return  # already published locally, right after our own commit
         if status == JobStatus.PENDING.value:
-            self.worker.wake(recheck=True)  # due now, or a retry due later
+            # Due now (a new or retried job), or a retry due later that the instance
+            # which scheduled it will run; the periodic check finds it otherwise.
+            self.worker.wake()
         elif status == JobStatus.CANCELLED.value:
             self.worker.cancel_local(job_ids)
         watched = self.hub.watched_ids(job_ids)

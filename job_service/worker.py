@@ -2,7 +2,8 @@
 database transaction, renews leases, and writes the outcome with the claim token.
 
 Bounded concurrency: at most `concurrency` jobs are in flight; claims are batched
-(one statement takes every free slot's worth of due jobs).
+(one statement takes every free slot's worth of due jobs), and so is lease renewal
+(one statement renews every lease this instance holds, every lease/3 seconds).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -65,9 +68,15 @@ class Worker:
         self._cancel_requested: set[str] = set()
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
-        # The database's last answer to "when is the next job due?" (next_due_at),
-        # lowered by the retries this worker schedules, and when it was asked.
-        self._due_hint: datetime | None = None
+        self._lease_task: asyncio.Task[None] | None = None
+        # Claim token of every job in flight whose outcome is not being written yet:
+        # the leases the renewal loop keeps alive.
+        self._leases: dict[str, str] = {}
+        # When jobs become due that no wake-up will announce: the database's last
+        # answer to "when is the next job due?" (next_due_at, asked at least once per
+        # poll interval), and the retries this worker scheduled since (a heap).
+        self._db_due: datetime | None = None
+        self._retries_due: list[datetime] = []
         self._last_check = float("-inf")
         self._recheck = False
 
@@ -75,6 +84,7 @@ class Worker:
 
     def start(self) -> None:
         self._loop_task = asyncio.create_task(self._run(), name="worker-loop")
+        self._lease_task = asyncio.create_task(self._renew_leases(), name="worker-leases")
 
     def wake(self, recheck: bool = False) -> None:
         """A job may be due now (called after the commit that made it so). With
@@ -111,6 +121,10 @@ class Worker:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+        if self._lease_task is not None:  # kept renewing while in-flight jobs finished
+            self._lease_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lease_task
 
     # -- claim loop ------------------------------------------------------------
 
@@ -118,6 +132,7 @@ class Worker:
         while not self._stopping:
             free = self._config.concurrency - len(self._tasks)
             claimed = 0
+            claimed_at = datetime.now(UTC)
             if free > 0:
                 try:
                     claims = await self._store.claim(free, self._config.lease_seconds)
@@ -131,32 +146,40 @@ class Worker:
                     self._publish([c.job for c in claims])
                 if claimed == free:
                     continue  # more may be due: claim again at once
-            await self._idle(free - claimed > 0)
+            await self._idle(free - claimed > 0, claimed_at)
 
-    async def _idle(self, has_free_slots: bool) -> None:
+    async def _idle(self, has_free_slots: bool, claimed_at: datetime) -> None:
+        """Wait for a wake-up, a poll interval, or the next known due time."""
         timeout = self._config.poll_interval
         if has_free_slots:
+            # The claim made at `claimed_at` took what was due by then (it left free
+            # slots): those due times are spent.
+            retries = self._retries_due
+            while retries and retries[0] <= claimed_at:
+                heapq.heappop(retries)
+            if self._db_due is not None and self._db_due <= claimed_at:
+                self._db_due = None
             loop_time = asyncio.get_running_loop().time()
-            due = self._due_hint
-            if (
-                self._recheck
-                or loop_time - self._last_check >= self._config.poll_interval
-                or (due is not None and due <= datetime.now(UTC))
-            ):
+            if self._recheck or loop_time - self._last_check >= self._config.poll_interval:
+                # Two queries that cost as much as a claim: at most once per poll
+                # interval (and when notifications were lost), not after every
+                # claim. New and retried jobs are due at once and wake us; retries
+                # this worker schedules are in the heap.
                 self._recheck = False
                 self._last_check = loop_time
-                due = self._due_hint = await self._check_due()
-            # Else the last answer still holds: it lies ahead, the retries this worker
-            # schedules lower it, new and retried jobs are due at once and wake us,
-            # and changes from other instances ask for a recheck. The two queries,
-            # which cost as much as a claim, then run at least once per poll interval
-            # instead of after every claim.
+                self._db_due = await self._check_due()
+            due = min(
+                (d for d in (self._db_due, retries[0] if retries else None) if d), default=None
+            )
             if due is not None:
                 until_due = (due - datetime.now(UTC)).total_seconds()
                 timeout = min(timeout, max(until_due, 0.0))
-        if timeout > 0:
+        if timeout > 0 and not self._wake.is_set():
+            # asyncio.timeout, not wait_for: no extra task per wait (this runs after
+            # nearly every claim under load).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
         self._wake.clear()
 
     async def _check_due(self) -> datetime | None:
@@ -174,19 +197,22 @@ class Worker:
 
     def _start_job(self, claim: Claim) -> None:
         job = claim.job
-        log.info(
+        # DEBUG: the outcome's line says when and how long (one INFO line less per job).
+        log.debug(
             "job_id=%s claimed: %s attempt %d/%d",
             job.id,
             job.job_type.value,
             job.attempt_count,
             job.max_attempts,
         )
+        self._leases[job.id] = claim.token
         task = asyncio.create_task(self._run_job(claim), name=f"job-{job.id}")
         self._tasks[job.id] = task
         task.add_done_callback(functools.partial(self._job_done, job.id))
 
     def _job_done(self, job_id: str, _task: asyncio.Task[None]) -> None:
         self._tasks.pop(job_id, None)
+        self._leases.pop(job_id, None)
         self._cancel_requested.discard(job_id)
         self._wake.set()  # a slot is free
 
@@ -194,8 +220,8 @@ class Worker:
 
     async def _run_job(self, claim: Claim) -> None:
         job, token = claim.job, claim.token
-        renewal = asyncio.create_task(self._renew_lease(job.id, token), name=f"lease-{job.id}")
         timeout = self._config.deadlines.get(job.job_type, DEFAULT_DEADLINES[job.job_type])
+        started = time.monotonic()
         try:
             try:
                 result = await self._gateway.run(job, timeout)
@@ -205,13 +231,11 @@ class Worker:
                 log.exception("job_id=%s: unexpected error", job.id)
                 await self._record_failure(job, token, unexpected_failure(error))
             else:
-                await self._record_success(job, token, result)
+                await self._record_success(job, token, result, time.monotonic() - started)
         except asyncio.CancelledError:
             # Also when cancelled while the outcome was being written: if that write
             # committed, the token no longer matches and giving back does nothing.
             await self._on_cancelled(job, token)
-        finally:
-            renewal.cancel()
 
     async def _on_cancelled(self, job: Job, token: str) -> None:
         if job.id in self._cancel_requested:
@@ -229,10 +253,19 @@ class Worker:
             log.info("job_id=%s given back as PENDING at shutdown", job.id)
             self._publish([released])
 
-    async def _record_success(self, job: Job, token: str, result: dict[str, object]) -> None:
+    async def _record_success(
+        self, job: Job, token: str, result: dict[str, object], seconds: float
+    ) -> None:
         done = await self._write_outcome(job, lambda: self._store.complete(job.id, token, result))
         if done is not None:
-            log.info("job_id=%s completed on attempt %d", job.id, job.attempt_count)
+            log.info(
+                "job_id=%s completed: %s attempt %d/%d, gateway call %.0f ms",
+                job.id,
+                job.job_type.value,
+                job.attempt_count,
+                job.max_attempts,
+                seconds * 1000,
+            )
             self._publish([done])
 
     async def _record_failure(self, job: Job, token: str, failure: Failure) -> None:
@@ -248,8 +281,7 @@ class Worker:
         if stored is None:
             return
         if retry_at is not None:
-            if self._due_hint is None or retry_at < self._due_hint:
-                self._due_hint = retry_at
+            heapq.heappush(self._retries_due, retry_at)
             log.warning(
                 "job_id=%s attempt %d failed (%s), retrying in %.1fs: %s",
                 job.id,
@@ -269,6 +301,9 @@ class Worker:
         self._publish([stored])
 
     async def _write_outcome(self, job: Job, write: Callable[[], Awaitable[T]]) -> T | None:
+        # From here the lease is not renewed: once the write commits, a renewal
+        # would find the job no longer ours and take it for a lost lease.
+        self._leases.pop(job.id, None)
         for attempt in range(1, OUTCOME_WRITE_TRIES + 1):
             try:
                 return await write()
@@ -289,16 +324,22 @@ class Worker:
                 await asyncio.sleep(0.2 * 2**attempt)
         return None
 
-    async def _renew_lease(self, job_id: str, token: str) -> None:
+    async def _renew_leases(self) -> None:
+        """Every lease/3 seconds, push the lease of every job in flight forward (one
+        statement for all); stop the gateway calls of jobs that are no longer ours."""
         interval = max(self._config.lease_seconds / 3.0, 0.05)
         while True:
             await asyncio.sleep(interval)
-            try:
-                owned = await self._store.renew_lease(job_id, token, self._config.lease_seconds)
-            except StorageUnavailableError as error:
-                log.warning("job_id=%s: lease renewal failed: %s", job_id, error)
+            held = list(self._leases.items())
+            if not held:
                 continue
-            if not owned:
+            try:
+                owned = await self._store.renew_leases(held, self._config.lease_seconds)
+            except StorageUnavailableError as error:
+                log.warning("lease renewal of %d jobs failed: %s", len(held), error)
+                continue
+            # Still in flight and not ours any more (claimed again, or cancelled).
+            lost = [job_id for job_id, _ in held if job_id not in owned and job_id in self._leases]
+            for job_id in lost:
                 log.warning("job_id=%s: lease lost; stopping its gateway call", job_id)
-                self.cancel_local([job_id])
-                return
+            self.cancel_local(lost)
