@@ -38,6 +38,12 @@ FLAGS: list[tuple[str, str, type[Any], str]] = [
         "gateway deadline for all job types, seconds (default per type: 30/60/60)",
     ),
     ("--poll-interval", "poll_interval", float, "fallback poll for due jobs, seconds (default 1)"),
+    (
+        "--claim-interval",
+        "claim_interval",
+        float,
+        "shortest time between two claims under load, seconds (default 0.003)",
+    ),
     ("--grace", "grace", float, "shutdown grace for in-flight jobs, seconds (default 30)"),
     ("--max-text-chars", "max_text_chars", int, "longest input text accepted (default 100000)"),
     ("--instance-id", "instance_id", str, "name of this instance in logs and notifications"),

@@ -100,6 +100,7 @@ class JobServiceRuntime:
                 concurrency=settings.workers,
                 lease_seconds=settings.lease,
                 poll_interval=settings.poll_interval,
+                claim_interval=settings.claim_interval,
                 deadlines=settings.deadlines(),
                 backoff=BackoffPolicy(settings.retry_base_delay, settings.retry_max_delay),
             ),

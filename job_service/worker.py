@@ -45,6 +45,12 @@ class WorkerConfig:
     concurrency: int = 10
     lease_seconds: float = 60.0
     poll_interval: float = 1.0
+    # Under load every enqueue commit wakes the worker. Claiming at once after each
+    # would run one claim statement per enqueue batch, each costing the database
+    # about 0.5 ms plus ~40 µs a row; a claim at most this often takes everything
+    # that arrived meanwhile in one statement (a third of the statements at 2,000
+    # jobs/s). A wake-up long after the last claim (light load) claims at once.
+    claim_interval: float = 0.003
     deadlines: dict[JobType, float] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
@@ -129,7 +135,13 @@ class Worker:
     # -- claim loop ------------------------------------------------------------
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_claim = float("-inf")
         while not self._stopping:
+            wait = last_claim + self._config.claim_interval - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            last_claim = loop.time()
             free = self._config.concurrency - len(self._tasks)
             claimed = 0
             claimed_at = datetime.now(UTC)

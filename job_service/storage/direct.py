@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Dialect
@@ -58,8 +58,18 @@ class HeldConnection:
     own from the pool for that once; one that fails (or is cancelled) gives the
     held connection up, so the next starts on a fresh one."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        session: Sequence[str] = (),
+        session_reset: Sequence[str] = (),
+    ) -> None:
+        """`session`: statements run once on the held connection when it is taken
+        (planner settings for its kind of statement); `session_reset` undoes them
+        before it goes back to the pool."""
         self._engine = engine
+        self._session = tuple(session)
+        self._session_reset = tuple(session_reset)
         self._conn: AsyncConnection | None = None
         self._driver: Any = None  # the asyncpg connection under _conn
         self._busy = False
@@ -80,6 +90,8 @@ class HeldConnection:
                 if driver is None:
                     self._conn = await self._engine.connect()
                     driver = self._driver = await _asyncpg_connection(self._conn)
+                    for setting in self._session:
+                        await driver.execute(setting)
                 records = await driver.fetch(statement.sql, *args)
                 return records
             except BaseException:
@@ -90,19 +102,30 @@ class HeldConnection:
 
     async def _give_up(self) -> None:
         conn, self._conn, self._driver = self._conn, None, None
-        if conn is None:
-            return
-        # Broken, or left mid-statement by a cancellation: never reuse it.
+        if conn is not None:
+            # Broken, or left mid-statement by a cancellation: never reuse it.
+            await self._drop(conn)
+
+    @staticmethod
+    async def _drop(conn: AsyncConnection) -> None:
         with contextlib.suppress(Exception):
             await asyncio.shield(conn.invalidate())
         with contextlib.suppress(Exception):
             await asyncio.shield(conn.close())
 
     async def close(self) -> None:
-        conn, self._conn, self._driver = self._conn, None, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
+        conn, driver = self._conn, self._driver
+        self._conn = self._driver = None
+        if conn is None:
+            return
+        try:
+            for reset in self._session_reset:
+                await driver.execute(reset)
+        except Exception:
+            await self._drop(conn)  # not known to be clean: never back in the pool
+            return
+        with contextlib.suppress(Exception):
+            await conn.close()
 
 
 async def _asyncpg_connection(conn: AsyncConnection) -> Any:

@@ -59,6 +59,15 @@ IS_PENDING = t.c.status == literal_column("'PENDING'")
 IS_PROCESSING = t.c.status == literal_column("'PROCESSING'")
 IS_FAILED = t.c.status == literal_column("'FAILED'")
 
+# The session of the connection that runs claims on PostgreSQL. A queue table changes
+# faster than ANALYZE runs, so the planner's estimate of how many rows are due is
+# usually far too low (a fresh table: ~10 of thousands); it then reads every due row
+# by bitmap scan and sorts them, for every claim, instead of reading the due index in
+# order and stopping after p_limit rows. Without bitmap scans it can only do the
+# latter. (Given back to the pool, the connection is reset first.)
+CLAIM_SESSION = ("SET enable_bitmapscan = off",)
+CLAIM_SESSION_RESET = ("RESET enable_bitmapscan",)
+
 # Ids per notification: 150 x 37 bytes + the prefix stays below notify.MAX_PAYLOAD_BYTES.
 IDS_PER_NOTIFICATION = 150
 
@@ -267,34 +276,18 @@ class Statements:
         self.by_ids = select(t).where(t.c.id.in_(bindparam("p_ids", expanding=True)))
 
         # Due: PENDING whose due_at (created_at or next_attempt_at) passed, or PROCESSING
-        # whose lease (due_at) expired with attempts left. One ordered scan over the
-        # partial index ix_async_jobs_due.
-        claimable = or_(IS_PENDING, t.c.attempt_count < t.c.max_attempts)
-        limit = bindparam("p_limit", type_=Integer)
+        # whose lease (due_at) expired with attempts left. One ordered range scan over
+        # the partial index ix_async_jobs_due, which stops after p_limit rows (on
+        # PostgreSQL the claim's connection forbids the bitmap scan a stale estimate
+        # would pick, see CLAIM_SESSION).
+        due = (
+            select(t.c.id)
+            .where(ACTIVE, t.c.due_at <= now, or_(IS_PENDING, t.c.attempt_count < t.c.max_attempts))
+            .order_by(t.c.due_at)
+            .limit(bindparam("p_limit", type_=Integer))
+        )
         if postgres:
-            # The earliest active rows in due_at order (the due ones come first), then
-            # only those due. With `due_at <= now` as an index condition, a stale
-            # estimate of how many rows are due (the usual case in a queue table)
-            # makes the planner read every due row by bitmap and sort them, for
-            # each claim; with the order alone, the index is read in order and the
-            # scan stops after p_limit rows. The rows locked but not due are let go
-            # at the end of the statement.
-            earliest = (
-                select(t.c.id, t.c.due_at)
-                .where(ACTIVE, claimable)
-                .order_by(t.c.due_at)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-                .subquery("earliest")
-            )
-            due = select(earliest.c.id).where(earliest.c.due_at <= now)
-        else:
-            due = (
-                select(t.c.id)
-                .where(ACTIVE, t.c.due_at <= now, claimable)
-                .order_by(t.c.due_at)
-                .limit(limit)
-            )
+            due = due.with_for_update(skip_locked=True)
         new_attempt = js.obj(
             {
                 "attempt": t.c.attempt_count + 1,
