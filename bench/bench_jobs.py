@@ -3,17 +3,23 @@
 Prints, per database:
 - enqueue throughput over gRPC with 64 concurrent callers, beside the rate of a
   no-op grpc.aio unary call (a health Check on a server that does nothing else)
-  measured in the same run with the same client;
+  measured in the same run with the same client, in alternating rounds (the
+  median of the rounds is shown, with each round's share of the no-op rate);
 - end-to-end throughput (enqueue -> COMPLETED) through a real ai-gateway that
-  answers at once (`--backend instant`);
+  answers at once (`--backend instant`): N jobs enqueued by 64 callers, timed from
+  the first Enqueue until no job is PENDING or PROCESSING any more (a ListJobs
+  probe every 20 ms), then checked to be all COMPLETED; and the same with a live
+  feed (StreamJobUpdates) watching every completion, which costs the service a
+  stream message per job;
 - pickup latency (commit -> PROCESSING) p50/p99 at light load;
 - memory per open StreamJobUpdates stream: the job-service's RSS before and after
   1,000 streams (each watching one PENDING job) are open, divided by 1,000.
 
-Beside each throughput, the CPU time the job-service process spent per job (and the
-whole machine's busy share), to show where the limit is on a small machine.
+Beside each throughput, the CPU time per job of the job-service process (and of the
+other processes: PostgreSQL, the gateway, the bench client) and the whole machine's
+busy share, to show where the limit is on a small machine.
 
-Usage: python bench/bench_jobs.py [--jobs N] [--databases sqlite,postgres]
+Usage: python bench/bench_jobs.py [--jobs N] [--rounds R] [--databases sqlite,postgres]
                                   [--profile DIR]   (py-spy flame graphs per phase)
 Bounded: every phase has a job count and a time limit; it stops by itself.
 """
@@ -89,14 +95,42 @@ async def noop_rate(address: str, count: int) -> float:
         return await rate(lambda _i: health.Check(request), count)
 
 
-async def enqueue_rate(address: str, count: int) -> float:
+async def enqueue_rate(address: str, count: int, prefix: str = "enq") -> float:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.JobServiceStub(channel)
-        await stub.Enqueue(card(0, "warm"))
-        return await rate(lambda i: stub.Enqueue(card(i, "enq")), count)
+        await stub.Enqueue(card(0, f"warm-{prefix}"))
+        return await rate(lambda i: stub.Enqueue(card(i, prefix)), count)
+
+
+ACTIVE_PROBE = pb.ListJobsRequest(
+    statuses=[pb.JOB_STATUS_PENDING, pb.JOB_STATUS_PROCESSING], page_size=1
+)
+
+
+async def _completed(stub: pb_grpc.JobServiceStub) -> int:
+    stats = await stub.GetJobStats(pb.GetJobStatsRequest())
+    return sum(c.count for c in stats.counts if c.status == pb.JOB_STATUS_COMPLETED)
 
 
 async def end_to_end(address: str, count: int, limit: float) -> float:
+    """Jobs per second from the first Enqueue until none is active (all COMPLETED)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.JobServiceStub(channel)
+        started = time.perf_counter()
+        await rate(lambda i: stub.Enqueue(card(i, "e2e")), count)
+        while (await stub.ListJobs(ACTIVE_PROBE)).jobs:
+            if time.perf_counter() - started > limit:
+                raise RuntimeError(f"end to end: jobs still active after {limit:.0f}s")
+            await asyncio.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        done = await _completed(stub)
+        if done != count:
+            raise RuntimeError(f"end to end: {done} of {count} jobs COMPLETED")
+        return count / elapsed
+
+
+async def end_to_end_with_feed(address: str, count: int, limit: float) -> float:
+    """The same, with a live feed of every COMPLETED job counting the completions."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.JobServiceStub(channel)
         done = 0
@@ -108,7 +142,7 @@ async def end_to_end(address: str, count: int, limit: float) -> float:
                 pb.StreamJobUpdatesRequest(statuses=[pb.JOB_STATUS_COMPLETED])
             )
             async for update in feed:
-                if update.job.target_id.startswith("e2e-"):
+                if update.job.target_id.startswith("feed-"):
                     done += 1
                     if done >= count:
                         finished.set()
@@ -118,11 +152,11 @@ async def end_to_end(address: str, count: int, limit: float) -> float:
         watcher = asyncio.create_task(count_completions())
         await asyncio.sleep(0.3)
         started = time.perf_counter()
-        await rate(lambda i: stub.Enqueue(card(i, "e2e")), count)
+        await rate(lambda i: stub.Enqueue(card(i, "feed")), count)
         try:
             await asyncio.wait_for(finished.wait(), limit)
         except TimeoutError:
-            print(f"    end to end: only {done}/{count} COMPLETED within {limit:.0f}s")
+            print(f"    end to end with a feed: only {done}/{count} COMPLETED within {limit:.0f}s")
         elapsed = time.perf_counter() - started
         watcher.cancel()
         return done / elapsed
@@ -153,6 +187,20 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _postgres_cpu_seconds() -> float:
+    """CPU of every PostgreSQL server process on this machine (0 if there is none)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == "postgres":
+                total += _cpu_seconds(int(entry.name))
+        except OSError:  # exited meanwhile
+            continue
+    return total
+
+
 def _machine_busy() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine since boot."""
     with open("/proc/stat") as stat:
@@ -170,8 +218,11 @@ def _rss_bytes(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def measured(service: RunningService, phase: str, db: str) -> Iterator[dict[str, float]]:
-    """CPU the job-service used during the block (and the machine's busy share); with
+def measured(
+    service: RunningService, phase: str, db: str, others: dict[str, int] | None = None
+) -> Iterator[dict[str, float]]:
+    """CPU the job-service used during the block (and the machine's busy share, and
+    the CPU of `others`: name -> pid, plus PostgreSQL and this process); with
     --profile, a py-spy flame graph of the job-service for the block."""
     spy: subprocess.Popen[bytes] | None = None
     if PROFILE_DIR is not None:
@@ -194,11 +245,21 @@ def measured(service: RunningService, phase: str, db: str) -> Iterator[dict[str,
         )
         time.sleep(0.5)
     figures: dict[str, float] = {}
-    cpu, (busy, total) = _cpu_seconds(service.proc.pid), _machine_busy()
+    pids = dict(others or {})
+
+    def snapshot() -> dict[str, float]:
+        cpu = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        cpu["PostgreSQL"] = _postgres_cpu_seconds()
+        cpu["bench client"] = time.process_time()
+        return cpu
+
+    cpu, others_before, (busy, total) = _cpu_seconds(service.proc.pid), snapshot(), _machine_busy()
     try:
         yield figures
     finally:
         figures["service_cpu"] = _cpu_seconds(service.proc.pid) - cpu
+        for name, after in snapshot().items():
+            figures[f"cpu:{name}"] = after - others_before[name]
         busy_after, total_after = _machine_busy()
         figures["machine_busy"] = (busy_after - busy) / max(total_after - total, 1e-9)
         if spy is not None:
@@ -206,11 +267,14 @@ def measured(service: RunningService, phase: str, db: str) -> Iterator[dict[str,
             spy.wait(60)
 
 
-def cpu_note(figures: dict[str, float], jobs: int) -> str:
+def cpu_note(figures: dict[str, float], jobs: int, others: bool = False) -> str:
     per_job = 1000 * figures["service_cpu"] / jobs
-    return (
-        f"[job-service CPU {per_job:.2f} ms/job, machine {100 * figures['machine_busy']:.0f}% busy]"
-    )
+    note = f"[job-service CPU {per_job:.2f} ms/job"
+    if others:
+        for key, seconds in figures.items():
+            if key.startswith("cpu:") and seconds > 0.01:
+                note += f", {key[4:]} {1000 * seconds / jobs:.2f}"
+    return note + f"; machine {100 * figures['machine_busy']:.0f}% busy]"
 
 
 async def stream_memory(service: RunningService, count: int) -> float:
@@ -247,36 +311,46 @@ def stop(*services: RunningService) -> None:
         service.stop()
 
 
-def bench_database(name: str, database_url: Callable[[], str], jobs: int, work: Path) -> None:
+def bench_database(
+    name: str, database_url: Callable[[], str], jobs: int, rounds: int, work: Path
+) -> None:
     print(f"\n== {name} ==")
     db = name.lower()
     # The no-op baseline: a grpc.aio server process answering health checks, nothing else.
     noop = start_service(
         "noop", ["ai-gateway", "--listen", "127.0.0.1:0", "--backend", "instant"], work
     )
-    try:
-        noop_per_s = asyncio.run(noop_rate(noop.address, jobs))
-    finally:
-        stop(noop)
     slow_gateway = start_gateway(work, "--backend", "instant", "--fault-latency", "30")
     url = database_url()
     # Enqueue alone: one worker, stuck on a slow gateway, so claims don't compete.
     service = start_job_service(
         work, "--workers", "1", gateway=slow_gateway.address, database_url=url
     )
+    noop_rates: list[float] = []
+    enqueue_rates: list[float] = []
+    enqueue_cpu: list[dict[str, float]] = []
     try:
-        with measured(service, "enqueue", db) as enqueue_cpu:
-            enqueue_per_s = asyncio.run(enqueue_rate(service.address, jobs))
+        # Alternating rounds: both rates see the same machine, round by round.
+        for index in range(rounds):
+            noop_rates.append(asyncio.run(noop_rate(noop.address, jobs)))
+            with measured(service, f"enqueue-{index}", db) as figures:
+                enqueue_rates.append(asyncio.run(enqueue_rate(service.address, jobs, f"r{index}")))
+            enqueue_cpu.append(figures)
         # Every job here stays PENDING (the one worker waits on the slow gateway).
         per_stream = asyncio.run(stream_memory(service, STREAMS))
     finally:
         service.kill()
-        stop(slow_gateway)
-    print(f"  no-op grpc.aio unary call : {noop_per_s:8.0f} calls/s ({CALLERS} callers)")
-    share = 100 * enqueue_per_s / noop_per_s
+        stop(slow_gateway, noop)
+    shares = [100 * e / n for e, n in zip(enqueue_rates, noop_rates, strict=True)]
+    median_cpu = sorted(enqueue_cpu, key=lambda f: f["service_cpu"])[len(enqueue_cpu) // 2]
     print(
-        f"  Enqueue                   : {enqueue_per_s:8.0f} jobs/s  = {share:.0f}% of no-op  "
-        + cpu_note(enqueue_cpu, jobs)
+        f"  no-op grpc.aio unary call : {statistics.median(noop_rates):8.0f} calls/s "
+        f"({CALLERS} callers; rounds {', '.join(f'{r:.0f}' for r in noop_rates)})"
+    )
+    each = ", ".join(f"{share:.0f}%" for share in shares)
+    print(
+        f"  Enqueue                   : {statistics.median(enqueue_rates):8.0f} jobs/s  = "
+        f"{statistics.median(shares):.0f}% of no-op (rounds {each})  " + cpu_note(median_cpu, jobs)
     )
     print(
         f"  memory per open stream    : {per_stream / 1024:8.1f} KB "
@@ -284,31 +358,47 @@ def bench_database(name: str, database_url: Callable[[], str], jobs: int, work: 
     )
 
     gateway = start_gateway(work, "--backend", "instant")
-    url = database_url()
-    service = start_job_service(work, "--workers", "64", gateway=gateway.address, database_url=url)
     try:
-        with measured(service, "end-to-end", db) as e2e_cpu:
-            e2e = asyncio.run(end_to_end(service.address, jobs, limit=120))
-        print(
-            f"  end to end (enqueue->COMPLETED), instant gateway: {e2e:8.0f} jobs/s ({jobs} jobs)  "
-            + cpu_note(e2e_cpu, jobs)
-        )
+        for label, run in (
+            ("end to end (enqueue->COMPLETED)", end_to_end),
+            ("end to end, live feed watching", end_to_end_with_feed),
+        ):
+            results: list[tuple[float, dict[str, float]]] = []
+            for index in range(rounds):
+                service = start_job_service(
+                    work, "--workers", "64", gateway=gateway.address, database_url=database_url()
+                )
+                try:
+                    others = {"gateway": gateway.proc.pid}
+                    with measured(service, f"{label[:10]}-{index}", db, others) as figures:
+                        per_s = asyncio.run(run(service.address, jobs, 120))
+                    results.append((per_s, figures))
+                finally:
+                    stop(service)
+            results.sort(key=lambda r: r[0])
+            per_s, figures = results[len(results) // 2]
+            print(
+                f"  {label}: {per_s:8.0f} jobs/s ({jobs} jobs, instant gateway; rounds "
+                f"{', '.join(f'{r:.0f}' for r, _ in results)})\n      "
+                + cpu_note(figures, jobs, others=True)
+            )
+        service = start_job_service(work, gateway=gateway.address, database_url=database_url())
+        try:
+            p50, p99 = asyncio.run(pickup_latency(service.address, 200))
+            print(
+                f"  pickup latency (commit->PROCESSING), light load: "
+                f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+            )
+        finally:
+            stop(service)
     finally:
-        stop(service)
-    url = database_url()
-    service = start_job_service(work, gateway=gateway.address, database_url=url)
-    try:
-        p50, p99 = asyncio.run(pickup_latency(service.address, 200))
-        print(
-            f"  pickup latency (commit->PROCESSING), light load: p50 {p50:.1f} ms, p99 {p99:.1f} ms"
-        )
-    finally:
-        stop(service, gateway)
+        stop(gateway)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per throughput figure")
     parser.add_argument("--databases", default="sqlite,postgres")
     parser.add_argument(
         "--profile",
@@ -325,11 +415,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if "sqlite" in args.databases:
-            counter = iter(range(100))
+            counter = iter(range(1000))
             bench_database(
                 "SQLite",
                 lambda: f"sqlite+aiosqlite:///{work / f'jobs-{next(counter)}.db'}",
                 args.jobs,
+                args.rounds,
                 work,
             )
         if "postgres" in args.databases:
@@ -344,7 +435,7 @@ def main() -> None:
                 return made[-1]
 
             try:
-                bench_database("PostgreSQL", fresh, args.jobs, work)
+                bench_database("PostgreSQL", fresh, args.jobs, args.rounds, work)
             finally:
                 for url in made:
                     drop_database(url)

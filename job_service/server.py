@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from pathlib import Path
@@ -20,6 +21,7 @@ from job_service.domain.backoff import BackoffPolicy
 from job_service.domain.errors import StorageUnavailableError
 from job_service.domain.validation import EnqueueLimits
 from job_service.gateway_stream import StreamingAiGateway
+from job_service.logformat import CachedTimeFormatter
 from job_service.settings import JobServiceSettings
 from job_service.storage.migrate import migrate
 from job_service.storage.notify import PgChangeListener
@@ -59,12 +61,15 @@ def configure_logging(settings: JobServiceSettings) -> None:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s job-service["
-        + settings.instance_id
-        + "] %(name)s: %(message)s",
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        CachedTimeFormatter(
+            "%(asctime)s %(levelname)s job-service["
+            + settings.instance_id
+            + "] %(name)s: %(message)s"
+        )
     )
+    logging.basicConfig(level=settings.log_level, handlers=[handler])
 
 
 def _ensure_sqlite_folder(database_url: str) -> None:
@@ -178,6 +183,11 @@ async def serve(settings: JobServiceSettings) -> None:
     await prepare_database(settings)
     runtime = JobServiceRuntime(settings)
     await runtime.start()
+    # Everything made at start (modules, engines, the server) lives until the end:
+    # keep it out of the garbage collector's full passes, which otherwise walk those
+    # hundreds of thousands of objects again and again under load (a tenth of the CPU
+    # of an Enqueue, measured with callgrind).
+    gc.freeze()
     log.info(
         "job-service listening on %s (database %s, gateway %s, %d workers)",
         runtime.address,

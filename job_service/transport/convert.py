@@ -213,7 +213,12 @@ def from_timestamp(message: Timestamp) -> datetime:
     return message.ToDatetime(tzinfo=UTC)
 
 
-def job_to_pb(job: Job) -> pb.Job:
+def job_to_pb(job: Job, input_message: Message | None = None) -> pb.Job:
+    """The Job message. `input_message`: the job's input as a message already (the
+    Enqueue request's), instead of building it again from `request_params`."""
+    if input_message is None:
+        input_message = message_from_dict(_INPUT_TYPES[job.job_type], job.request_params)
+    created = timestamp_of(job.created_at)
     fields: dict[str, Any] = {
         "id": job.id,
         "job_type": JOB_TYPE_TO_PB[job.job_type],
@@ -228,17 +233,18 @@ def job_to_pb(job: Job) -> pb.Job:
         "max_attempts": job.max_attempts,
         "cancel_reason": job.cancel_reason or "",
         "attempts": [attempt_to_pb(a) for a in job.attempts],
-        INPUT_CASE_BY_TYPE[job.job_type]: message_from_dict(
-            _INPUT_TYPES[job.job_type], job.request_params
-        ),
+        INPUT_CASE_BY_TYPE[job.job_type]: input_message,
+        "create_time": created,
+        # A new job was last updated when it was made: the same Timestamp twice.
+        "update_time": created
+        if job.updated_at == job.created_at
+        else timestamp_of(job.updated_at),
     }
     if job.result is not None:
         fields[RESULT_CASE_BY_TYPE[job.job_type]] = message_from_dict(
             _RESULT_TYPES[job.job_type], job.result
         )
     for name, value in (
-        ("create_time", job.created_at),
-        ("update_time", job.updated_at),
         ("start_time", job.started_at),
         ("complete_time", job.completed_at),
         ("fail_time", job.failed_at),

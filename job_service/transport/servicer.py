@@ -35,7 +35,10 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueResponse:
         new, on_duplicate = requests.enqueue(request, self._limits, self._default_max_attempts)
         job, deduplicated = await self._app.enqueue(new, on_duplicate)
-        return pb.EnqueueResponse(job=job_to_pb(job), deduplicated=deduplicated)
+        # A new job holds exactly the request's input: send that message back as is.
+        case = request.WhichOneof("input")
+        given = getattr(request, case) if case and not deduplicated else None
+        return pb.EnqueueResponse(job=job_to_pb(job, given), deduplicated=deduplicated)
 
     @unary_errors
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
