@@ -145,6 +145,7 @@ class JobServiceRuntime:
         if self.settings.database_url.startswith("postgresql"):
             self.listener = PgChangeListener(
                 self.settings.database_url,
+                ignore_origin=self.settings.instance_id,
                 on_change=self.app.on_remote_change,
                 on_reconnect=self.app.on_notifications_reconnected,
             )

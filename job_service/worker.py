@@ -98,7 +98,10 @@ class Worker:
         instance's writes): ask the database for the next due time again."""
         if recheck:
             self._recheck = True
-        self._wake.set()
+        # With every slot taken there is nothing to claim: the slot that frees
+        # wakes the loop itself (so enqueues do not spin a full pool).
+        if len(self._tasks) < self._config.concurrency or self._stopping:
+            self._wake.set()
 
     @property
     def in_flight(self) -> int:

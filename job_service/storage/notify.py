@@ -75,7 +75,8 @@ async def _call(callback: Callable[..., Awaitable[None] | None], *args: Any) -> 
 
 class PgChangeListener:
     """One dedicated connection that LISTENs on `san_jobs` and calls
-    `on_change(origin_instance_id, status, job_ids)` for each notification, in order.
+    `on_change(origin_instance_id, status, job_ids)` for each notification, in order
+    (but those whose origin is `ignore_origin`: an instance's own changes).
 
     If the connection drops (or stops answering the keepalive), it reconnects with
     backoff and then calls `on_reconnect()`: notices sent while it was away are lost,
@@ -88,6 +89,7 @@ class PgChangeListener:
         *,
         on_reconnect: OnReconnect | None = None,
         channel: str = CHANNEL,
+        ignore_origin: str | None = None,
         keepalive_seconds: float = 10.0,
         min_backoff: float = 0.1,
         max_backoff: float = 5.0,
@@ -99,6 +101,8 @@ class PgChangeListener:
         self._keepalive = keepalive_seconds
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
+        # Our own notifications come back to us too: dropped on arrival, unqueued.
+        self._own_prefix = None if ignore_origin is None else f"{ignore_origin}|"
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._conn: asyncpg.Connection | None = None
@@ -140,6 +144,8 @@ class PgChangeListener:
                 conn.terminate()
 
     def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if self._own_prefix is not None and payload.startswith(self._own_prefix):
+            return
         self._queue.put_nowait(payload)
 
     async def _run(self) -> None:

@@ -61,6 +61,26 @@ async def test_writes_of_one_instance_reach_the_other_listener(
         await b.close()
 
 
+async def test_a_listener_can_leave_out_its_own_instance(
+    clean_postgres_url: str, clock: FakeClock
+) -> None:
+    me = SqlJobStore(clean_postgres_url, instance_id="me", clock=clock)
+    other = SqlJobStore(clean_postgres_url, instance_id="other", clock=clock)
+    rec = Recorder()
+    listener = PgChangeListener(clean_postgres_url, rec.on_change, ignore_origin="me")
+    await listener.start()
+    try:
+        await enqueue(me, "mine")
+        theirs = await enqueue(other, "theirs")
+        await rec.wait_for(lambda: len(rec.changes) >= 1)
+        await asyncio.sleep(0.1)  # "mine" was sent first: it would have arrived by now
+        assert rec.changes == [("other", "PENDING", [theirs.id])]
+    finally:
+        await listener.stop()
+        await me.close()
+        await other.close()
+
+
 async def test_nothing_is_sent_for_a_rolled_back_write(
     clean_postgres_url: str, clock: FakeClock
 ) -> None:
