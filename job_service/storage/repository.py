@@ -56,8 +56,8 @@ from job_service.storage.engine import SQLITE_BEGIN_OPTION, create_engine
 from job_service.storage.errors import storage_errors
 from job_service.storage.statements import (
     ACTIVE,
-    CLAIM_SESSION,
-    CLAIM_SESSION_RESET,
+    HOT_SESSION,
+    HOT_SESSION_RESET,
     IS_FAILED,
     IS_PENDING,
     LEASE_EXPIRED_CODE,
@@ -247,9 +247,7 @@ class SqlJobStore:
             self._direct = {
                 name: (
                     DirectStatement(getattr(self._sql, name), dialect),
-                    HeldConnection(self._autocommit)
-                    if name != "claim"
-                    else HeldConnection(self._autocommit, CLAIM_SESSION, CLAIM_SESSION_RESET),
+                    HeldConnection(self._autocommit, HOT_SESSION, HOT_SESSION_RESET),
                 )
                 for name in HOT_STATEMENTS
             }

@@ -59,14 +59,17 @@ IS_PENDING = t.c.status == literal_column("'PENDING'")
 IS_PROCESSING = t.c.status == literal_column("'PROCESSING'")
 IS_FAILED = t.c.status == literal_column("'FAILED'")
 
-# The session of the connection that runs claims on PostgreSQL. A queue table changes
-# faster than ANALYZE runs, so the planner's estimate of how many rows are due is
-# usually far too low (a fresh table: ~10 of thousands); it then reads every due row
-# by bitmap scan and sorts them, for every claim, instead of reading the due index in
-# order and stopping after p_limit rows. Without bitmap scans it can only do the
-# latter. (Given back to the pool, the connection is reset first.)
-CLAIM_SESSION = ("SET enable_bitmapscan = off",)
-CLAIM_SESSION_RESET = ("RESET enable_bitmapscan",)
+# The session of the connections that run the hot statements on PostgreSQL. Each
+# touches a handful of rows, found by key or by the due index. But a queue table
+# changes faster than ANALYZE runs, so the planner's estimates are usually stale
+# (a fresh table: ~10 rows of thousands), and it then "saves" on tiny scans that
+# are not tiny: reading every due row by bitmap and sorting them for each claim, or
+# a sequential scan of the whole table to find 10 ids (both seen, at 1-3 ms a
+# statement, with auto_explain). Without bitmap and sequential scans the planner
+# can only take the indexes these statements were written for. (A connection goes
+# back to the pool reset.)
+HOT_SESSION = ("SET enable_bitmapscan = off", "SET enable_seqscan = off")
+HOT_SESSION_RESET = ("RESET enable_bitmapscan", "RESET enable_seqscan")
 
 # Ids per notification: 150 x 37 bytes + the prefix stays below notify.MAX_PAYLOAD_BYTES.
 IDS_PER_NOTIFICATION = 150
@@ -279,7 +282,7 @@ class Statements:
         # whose lease (due_at) expired with attempts left. One ordered range scan over
         # the partial index ix_async_jobs_due, which stops after p_limit rows (on
         # PostgreSQL the claim's connection forbids the bitmap scan a stale estimate
-        # would pick, see CLAIM_SESSION).
+        # would pick, see HOT_SESSION).
         due = (
             select(t.c.id)
             .where(ACTIVE, t.c.due_at <= now, or_(IS_PENDING, t.c.attempt_count < t.c.max_attempts))
@@ -354,7 +357,7 @@ class Statements:
         self.renew_rows = held = JsonRows(postgres, {"job_id": String(), "token": String()})
         self.renew_leases = (
             update(t)
-            .where(self._owned_by(held), IS_PROCESSING)
+            .where(self._owned_by(held))
             .values(lease_expires_at=until, due_at=until)
             .returning(t.c.id)
         )
@@ -376,7 +379,7 @@ class Statements:
         )
         self.complete_many = self.returning(
             update(t)
-            .where(self._owned_by(done), IS_PROCESSING)
+            .where(self._owned_by(done))
             .values(
                 status=JobStatus.COMPLETED.value,
                 result=done.json("result"),
@@ -407,7 +410,7 @@ class Statements:
         final = retry_at.is_(None)
         self.fail_many = self.returning(
             update(t)
-            .where(self._owned_by(bad), IS_PROCESSING)
+            .where(self._owned_by(bad))
             .values(
                 status=case((final, literal_column("'FAILED'")), else_=literal_column("'PENDING'")),
                 failed_at=case((final, at), else_=t.c.failed_at),
@@ -471,6 +474,11 @@ class Statements:
 
     @staticmethod
     def _owned_by(rows: JsonRows) -> ColumnElement[bool]:
+        """The rows' jobs, where each row's claim token still holds the job. Only a
+        PROCESSING job has a claim token (the CHECK constraint ck_async_jobs_claimed
+        says so), so no status test is needed, and none is made: `status =
+        'PROCESSING'` would let the planner read all active rows through a partial
+        index instead of looking the ids up."""
         return and_(
             rows.has_row_id(t.c.id), t.c.id == rows["job_id"], t.c.claim_token == rows["token"]
         )

@@ -118,6 +118,9 @@ async_jobs = Table(
     CheckConstraint(f"job_type IN ({_words([t.value for t in JobType])})", name="job_type"),
     CheckConstraint("attempt_count >= 0", name="attempt_count"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
+    # A claim token exists exactly while a worker holds the job: outcome writes find
+    # their job by token alone.
+    CheckConstraint("(status = 'PROCESSING') = (claim_token IS NOT NULL)", name="claimed"),
     # At most one PENDING or PROCESSING job per (job_type, target_id): duplicates are
     # stopped here, not by a read-then-write.
     Index(

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from _storage_support import enqueue
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import CheckConstraint, inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from job_service.domain.errors import StorageUnavailableError
 from job_service.domain.model import JobFilter
@@ -52,6 +54,18 @@ async def test_migrated_schema_equals_the_models(database_url: str) -> None:
                 for ix in metadata.tables["async_jobs"].indexes
             }
             assert await conn.run_sync(predicates) == expected
+
+            # Nor at CHECK constraints.
+            def checks(sync_conn):  # type: ignore[no-untyped-def]
+                return {ck["name"] for ck in inspect(sync_conn).get_check_constraints("async_jobs")}
+
+            modelled = {
+                ck.name
+                for ck in metadata.tables["async_jobs"].constraints
+                if isinstance(ck, CheckConstraint)
+            }
+            assert await conn.run_sync(checks) == modelled
+            assert "ck_async_jobs_claimed" in modelled
             assert expected["uq_async_jobs_request_id"] == {"request_id", "is", "not", "null"}
     finally:
         await engine.dispose()
@@ -93,3 +107,18 @@ async def test_an_unmigrated_database_raises_storage_unavailable(tmp_path) -> No
             await store.get("x")
     finally:
         await store.close()
+
+
+async def test_only_a_processing_job_can_hold_a_claim_token(store: SqlJobStore) -> None:
+    """Outcome writes find their job by (id, token) alone: the database keeps the
+    token to PROCESSING jobs."""
+    job = await enqueue(store, "token-rule")
+    for sql in (
+        "UPDATE async_jobs SET claim_token = 'stray' WHERE id = :id",
+        "UPDATE async_jobs SET status = 'PROCESSING' WHERE id = :id",
+    ):
+        async with store.engine.connect() as conn:
+            with pytest.raises(IntegrityError):
+                await conn.execute(text(sql), {"id": job.id})
+    (claim,) = await store.claim(1, 60)
+    assert claim.job.id == job.id and claim.token
