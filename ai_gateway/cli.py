@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from pydantic import ValidationError
@@ -71,6 +71,18 @@ def _describe(err: ValidationError, given: set[str]) -> str:
     return "; ".join(parts)
 
 
+def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop (cheaper per call than asyncio's own), unless told
+    otherwise or not installed; None means asyncio's."""
+    if name != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - a platform uvloop does not support
+        return None
+    return uvloop.new_event_loop
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``ai-gateway`` console script."""
     settings = load_settings(argv)
@@ -82,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from ai_gateway.server import serve  # after logging is set up; keeps --help fast
 
     try:
-        asyncio.run(serve(settings))
+        with asyncio.Runner(loop_factory=_loop_factory(settings.event_loop)) as runner:
+            runner.run(serve(settings))
     except (OSError, RuntimeError) as err:
         print(f"ai-gateway: error: {err}", file=sys.stderr)
         sys.exit(1)

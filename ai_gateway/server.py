@@ -92,7 +92,11 @@ class GatewayServer:
             logger.warning("FAULT INJECTION IS ON: %s", faults.describe())
         host = self.settings.listen.rpartition(":")[0]
         logger.info(
-            "ai-gateway listening on %s:%d (backend=%s)", host, self.port, self.backend.name
+            "ai-gateway listening on %s:%d (backend=%s, event loop %s)",
+            host,
+            self.port,
+            self.backend.name,
+            type(asyncio.get_running_loop()).__module__.split(".")[0],
         )
         return self.port
 

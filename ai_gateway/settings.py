@@ -36,6 +36,9 @@ class GatewaySettings(BaseSettings):
     grace: float = Field(5.0, ge=0, description="seconds to finish calls on shutdown")
     call_log: Path | None = Field(None, description="append one JSON line per call here")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="logging")
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        "uvloop", description="uvloop, or asyncio's own event loop"
+    )
     fault_latency: float = Field(0.0, ge=0, description="injected delay before the backend (s)")
     fault_unavailable_rate: float = Field(0.0, ge=0, le=1, description="P(injected UNAVAILABLE)")
     fault_rate_limit_rate: float = Field(0.0, ge=0, le=1, description="P(injected 429)")

@@ -7,13 +7,13 @@ variable. Bad values end the program with one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
+from job_service.event_loop import run
 from job_service.settings import ENV_PREFIX, JobServiceSettings
 
 # flag -> (settings field, type, help)
@@ -48,6 +48,7 @@ FLAGS: list[tuple[str, str, type[Any], str]] = [
     ("--max-text-chars", "max_text_chars", int, "longest input text accepted (default 100000)"),
     ("--instance-id", "instance_id", str, "name of this instance in logs and notifications"),
     ("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
+    ("--event-loop", "event_loop", str, "uvloop or asyncio (default uvloop)"),
 ]
 
 
@@ -92,9 +93,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     try:
         if args.command == "migrate":
-            asyncio.run(server.migrate_only(settings))
+            run(server.migrate_only(settings), settings.event_loop)
         else:
-            asyncio.run(server.serve(settings))
+            run(server.serve(settings), settings.event_loop)
     except server.StartupError as error:
         print(f"job-service: {error}", file=sys.stderr)
         raise SystemExit(1) from None

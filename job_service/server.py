@@ -190,11 +190,12 @@ async def serve(settings: JobServiceSettings) -> None:
     # of an Enqueue, measured with callgrind).
     gc.freeze()
     log.info(
-        "job-service listening on %s (database %s, gateway %s, %d workers)",
+        "job-service listening on %s (database %s, gateway %s, %d workers, event loop %s)",
         runtime.address,
         _safe_url(settings.database_url),
         settings.gateway,
         settings.workers,
+        type(asyncio.get_running_loop()).__module__.split(".")[0],
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -47,6 +48,9 @@ class JobServiceSettings(BaseSettings):
     max_text_chars: int = Field(100_000, ge=1, description="longest input text accepted")
     instance_id: str = Field(default_factory=default_instance_id)
     log_level: str = Field("INFO")
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        "uvloop", description="uvloop, or asyncio's own loop"
+    )
 
     @field_validator("listen", "gateway")
     @classmethod

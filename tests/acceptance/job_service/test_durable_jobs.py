@@ -68,6 +68,7 @@ async def test_200_jobs_all_complete(tmp_path: Path) -> None:
         if re.search(r" (enqueued|claimed|completed|failed|retrying|cancelled|given back)\b", line)
     ]
     assert len(about_jobs) >= 400
+    assert "event loop uvloop" in jobs.log()
     for line in about_jobs:
         assert re.search(r"job_id=[0-9a-f-]{36}", line), line
 

@@ -16,7 +16,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
 
 BIN = Path(sys.executable).parent / "ai-gateway"
-LISTENING = re.compile(r"ai-gateway listening on 127\.0\.0\.1:(\d+) \(backend=local\)")
+LISTENING = re.compile(
+    r"ai-gateway listening on 127\.0\.0\.1:(\d+) \(backend=local, event loop uvloop\)"
+)
 
 
 @pytest.mark.acceptance

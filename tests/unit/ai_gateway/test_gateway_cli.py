@@ -13,6 +13,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.max_input_tokens == 8192
     assert settings.rate_limit == 0
     assert not settings.faults().enabled
+    assert settings.event_loop == "uvloop"
 
 
 def test_env_then_flags_override(monkeypatch: pytest.MonkeyPatch) -> None:

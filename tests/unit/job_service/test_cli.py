@@ -30,6 +30,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.retry_base_delay, settings.retry_max_delay) == (2.0, 300.0)
     assert (settings.poll_interval, settings.grace) == (1.0, 30.0)
     assert settings.claim_interval == 0.003
+    assert settings.event_loop == "uvloop"
     assert settings.deadlines() == {
         JobType.CARD_ANALYSIS: 30.0,
         JobType.TIL_GENERATION: 60.0,
@@ -54,6 +55,7 @@ def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch)
         "max_text_chars": "500",
         "instance_id": "blue",
         "log_level": "debug",
+        "event_loop": "asyncio",
     }
     assert {field for _, field, _, _ in FLAGS} == set(values)
     for field, value in values.items():
@@ -63,6 +65,7 @@ def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch)
     assert settings.workers == 7 and settings.lease == 12.5 and settings.grace == 3
     assert settings.instance_id == "blue" and settings.log_level == "DEBUG"
     assert settings.claim_interval == 0.01
+    assert settings.event_loop == "asyncio"
     assert set(settings.deadlines().values()) == {4.0}
 
 
