@@ -39,10 +39,10 @@ FLAGS: list[tuple[str, str, type[Any], str]] = [
     ),
     ("--poll-interval", "poll_interval", float, "fallback poll for due jobs, seconds (default 1)"),
     (
-        "--claim-interval",
-        "claim_interval",
+        "--batch-interval",
+        "batch_interval",
         float,
-        "shortest time between two claims under load, seconds (default 0.003)",
+        "under load, shortest time between two claims or enqueue commits, seconds (default 0.002)",
     ),
     ("--grace", "grace", float, "shutdown grace for in-flight jobs, seconds (default 30)"),
     ("--max-text-chars", "max_text_chars", int, "longest input text accepted (default 100000)"),

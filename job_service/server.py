@@ -94,7 +94,11 @@ class JobServiceRuntime:
     def __init__(self, settings: JobServiceSettings) -> None:
         self.settings = settings
         self.port = 0
-        self.store = SqlJobStore(settings.database_url, instance_id=settings.instance_id)
+        self.store = SqlJobStore(
+            settings.database_url,
+            instance_id=settings.instance_id,
+            enqueue_interval=settings.batch_interval,
+        )
         self.hub = UpdateHub()
         self.gateway = StreamingAiGateway(settings.gateway)
         self.worker = Worker(
@@ -105,7 +109,7 @@ class JobServiceRuntime:
                 concurrency=settings.workers,
                 lease_seconds=settings.lease,
                 poll_interval=settings.poll_interval,
-                claim_interval=settings.claim_interval,
+                batch_interval=settings.batch_interval,
                 deadlines=settings.deadlines(),
                 backoff=BackoffPolicy(settings.retry_base_delay, settings.retry_max_delay),
             ),

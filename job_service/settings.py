@@ -41,8 +41,11 @@ class JobServiceSettings(BaseSettings):
     deadline_til_generation: float = Field(60.0, gt=0)
     deadline_recall_generation: float = Field(60.0, gt=0)
     poll_interval: float = Field(1.0, gt=0, description="fallback poll for due jobs, seconds")
-    claim_interval: float = Field(
-        0.003, ge=0, le=1, description="shortest time between two claims under load, seconds"
+    batch_interval: float = Field(
+        0.002,
+        ge=0,
+        le=1,
+        description="under load, shortest time between two claims or enqueue commits, seconds",
     )
     grace: float = Field(30.0, ge=0, description="seconds in-flight jobs get to finish at shutdown")
     max_text_chars: int = Field(100_000, ge=1, description="longest input text accepted")

@@ -50,7 +50,7 @@ class WorkerConfig:
     # about 0.5 ms plus ~40 µs a row; a claim at most this often takes everything
     # that arrived meanwhile in one statement (a third of the statements at 2,000
     # jobs/s). A wake-up long after the last claim (light load) claims at once.
-    claim_interval: float = 0.003
+    batch_interval: float = 0.002
     deadlines: dict[JobType, float] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
@@ -141,7 +141,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         last_claim = float("-inf")
         while not self._stopping:
-            wait = last_claim + self._config.claim_interval - loop.time()
+            wait = last_claim + self._config.batch_interval - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
             last_claim = loop.time()

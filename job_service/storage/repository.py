@@ -210,9 +210,12 @@ class SqlJobStore:
         clock: Callable[[], datetime] = utc_now,
         pool_size: int = 10,
         max_overflow: int = 10,
+        enqueue_interval: float = 0.0,
     ) -> None:
         """`database` is an engine (the store disposes of it on close) or a URL
-        (sqlite[+aiosqlite]:///path or postgresql[+asyncpg]://...)."""
+        (sqlite[+aiosqlite]:///path or postgresql[+asyncpg]://...).
+        `enqueue_interval`: under load, the shortest time between two enqueue
+        commits (batching.Coalescer's min_interval)."""
         if "|" in instance_id or len(instance_id.encode()) > MAX_INSTANCE_ID_BYTES:
             raise ValueError(f"instance_id: no '|', at most {MAX_INSTANCE_ID_BYTES} bytes")
         self._engines: list[AsyncEngine] = []
@@ -253,7 +256,7 @@ class SqlJobStore:
             }
         # Group commit of the hot-path writes: concurrent calls share one statement.
         self._enqueues: Coalescer[NewJob, Job | None] = Coalescer(
-            self._enqueue_batch, max_batch=MAX_BATCH, name="enqueue"
+            self._enqueue_batch, max_batch=MAX_BATCH, name="enqueue", min_interval=enqueue_interval
         )
         self._completes: Coalescer[tuple[str, str, datetime, JsonDict], Job | None] = Coalescer(
             self._complete_batch, max_batch=MAX_BATCH, name="complete", key=lambda i: i[0]

@@ -153,7 +153,7 @@ async def test_job_whose_wakeup_was_lost_is_found_by_the_poll(start_service: Sta
 async def test_claims_are_paced_under_load_but_a_lone_job_starts_at_once(
     start_service: StartService,
 ) -> None:
-    service = await start_service(claim_interval=0.5, poll_interval=5)
+    service = await start_service(batch_interval=0.5, poll_interval=5)
     await asyncio.sleep(0.6)  # the claim made at start is long past: light load
     first = (await service.stub.Enqueue(card_request("pace-1", "Text."))).job
     (done,) = (await wait_terminal(service.stub, [first.id], timeout=10)).values()

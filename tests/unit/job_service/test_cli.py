@@ -29,7 +29,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.workers, settings.lease, settings.max_attempts) == (10, 60.0, 3)
     assert (settings.retry_base_delay, settings.retry_max_delay) == (2.0, 300.0)
     assert (settings.poll_interval, settings.grace) == (1.0, 30.0)
-    assert settings.claim_interval == 0.003
+    assert settings.batch_interval == 0.002
     assert settings.event_loop == "uvloop"
     assert settings.deadlines() == {
         JobType.CARD_ANALYSIS: 30.0,
@@ -50,7 +50,7 @@ def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch)
         "retry_max_delay": "9",
         "deadline": "4",
         "poll_interval": "0.25",
-        "claim_interval": "0.01",
+        "batch_interval": "0.01",
         "grace": "3",
         "max_text_chars": "500",
         "instance_id": "blue",
@@ -64,7 +64,7 @@ def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch)
     assert settings.listen == "0.0.0.0:6000"
     assert settings.workers == 7 and settings.lease == 12.5 and settings.grace == 3
     assert settings.instance_id == "blue" and settings.log_level == "DEBUG"
-    assert settings.claim_interval == 0.01
+    assert settings.batch_interval == 0.01
     assert settings.event_loop == "asyncio"
     assert set(settings.deadlines().values()) == {4.0}
 
