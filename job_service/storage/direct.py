@@ -87,6 +87,11 @@ class HeldConnection:
             self._busy = True
             try:
                 driver = self._driver
+                if driver is not None and driver.is_closed():
+                    # The database ended it while it was idle (a restart, a kill):
+                    # nothing was sent on it, so a fresh one serves this statement.
+                    await self._give_up()
+                    driver = None
                 if driver is None:
                     self._conn = await self._engine.connect()
                     driver = self._driver = await _asyncpg_connection(self._conn)
