@@ -35,6 +35,15 @@ SERVER_OPTIONS = [
     ("grpc.so_reuseport", 0),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # A StreamCalls stream lives for hours and is often quiet, or carries one long
+    # model call: its client's keepalive pings (JobService: every 30 s) then come
+    # with no data between them. By default a server takes more than one such ping
+    # per 5 minutes as abuse and ends the connection ("too_many_pings"), failing the
+    # calls on it. Accept one every 10 s; ping quiet clients ourselves, so calls of a
+    # caller that vanished are cancelled.
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
 ]
 
 
