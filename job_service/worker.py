@@ -144,6 +144,8 @@ class Worker:
             wait = last_claim + self._config.batch_interval - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
+                if self._stopping:
+                    break  # asked to stop meanwhile: claim nothing more
             last_claim = loop.time()
             free = self._config.concurrency - len(self._tasks)
             claimed = 0
