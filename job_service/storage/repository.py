@@ -388,19 +388,19 @@ class SqlJobStore:
         return {job.id: job for job in await self._hot_jobs(name, params)}
 
     async def _outcome_rows(
-        self, stmt: str, ids: list[str], rows: list[dict[str, Any]]
+        self, name: str, ids: list[str], rows: list[dict[str, Any]]
     ) -> list[Job | BaseException | None]:
-        """An outcome statement for a batch; per row the job written, or None (the token
+        """The outcome statement `name` for a batch; per row the job written, or None (the token
         no longer owns it). If the data of some row is refused, each row alone."""
         try:
-            written = await self._write_rows(stmt, rows)
+            written = await self._write_rows(name, rows)
         except StorageUnavailableError as error:
             if len(rows) == 1 or not _refused_for_its_data(error):
                 raise
             results: list[Job | BaseException | None] = []
             for job_id, row in zip(ids, rows, strict=True):
                 try:
-                    results.append((await self._write_rows(stmt, [row])).get(job_id))
+                    results.append((await self._write_rows(name, [row])).get(job_id))
                 except StorageUnavailableError as row_error:
                     results.append(row_error)
             return results
