@@ -45,7 +45,7 @@ browser: ## Install Debian's Chromium for the page tests (needs root)
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
-test: $(STAMP) browser ## Run every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
+test: $(STAMP) browser lint ## make lint, then every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
 	$(VENV)/bin/pytest
 
 test-fast: $(STAMP) ## Unit tests only

@@ -134,3 +134,16 @@ def test_vendored_google_rpc_status_is_the_installed_one() -> None:
     installed = Path(status_pb2.__file__).with_name("status.proto")
     vendored = ROOT / "third_party" / "googleapis" / "google" / "rpc" / "status.proto"
     assert vendored.read_bytes() == installed.read_bytes()
+
+
+def test_make_test_runs_lint_before_the_tests() -> None:
+    """CI runs `make test` only: style, typing and buf must hold on every landing."""
+    if shutil.which("make") is None:
+        pytest.skip("make is missing")
+    result = _run("make", "-n", "test")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    pytest_at = next(i for i, line in enumerate(lines) if line.endswith("bin/pytest"))
+    before = "\n".join(lines[:pytest_at])
+    for step in ("buf lint", "buf breaking", "ruff check", "ruff format --check", "bin/mypy"):
+        assert step in before, f"`make test` does not run {step!r} before pytest"
