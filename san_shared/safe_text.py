@@ -1,0 +1,103 @@
+"""Log lines that say only what happened: one record is one line, whatever the values
+it holds, and no secret of a connection string reaches a log or a terminal.
+
+Shared by every program of the project (job-service, ai-gateway, san-web, jobsctl).
+
+- `escape_control` writes control characters as visible escapes (a newline as
+  ``\\n``, NUL as ``\\x00``, ESC as ``\\x1b``, U+2028 as ``\\u2028``): a value sent by a
+  caller (a cancel reason, an upstream error) cannot start a forged log line, move a
+  terminal's cursor or put NUL bytes into a file.
+- `mask_secrets` replaces the password of every ``scheme://user:password@`` URL (and
+  ``password=...`` settings) in a text with ``***``.
+- `SafeFormatter` applies both to every rendered record; a traceback keeps its lines,
+  each indented, so it stays readable and none of them can pass for a record.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+# C0 (tab and newline included), DEL, C1, the Unicode line and paragraph separators
+# (line breaks to many readers), and lone surrogates (a stream encoding to UTF-8
+# fails on them: the line would be lost with a "Logging error").
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# The same, newline excepted: for multi-line text shown to people (a TIL note's body).
+_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+MASK = "***"
+# scheme://user:password@ — the password runs to the last "@" of the URL (a password
+# may hold an unencoded "@" or "/": masking a little too much beats leaking the end
+# of a password).
+_URL_PASSWORD = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@'\"]*):(?P<password>[^\s'\"]*)@"
+)
+# libpq-style settings (`host=db password=...`), as some driver messages echo them.
+_SETTING_PASSWORD = re.compile(r"(?i)(?P<head>\bpass(?:word|wd)\s*=\s*)(?P<password>[^\s&;,'\"]+)")
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED_ESCAPES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape_control(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with every control character (C0, DEL, C1, U+2028/U+2029, lone
+    surrogates) written as a visible escape: ``"a\\nb"`` becomes ``"a\\\\nb"``. With
+    `keep_newlines`, "\\n" stays a line break (for multi-line text shown in a table
+    cell). Backslashes are left as they are: the output is for reading, not parsing."""
+    if text.isprintable():  # the common case, checked in C: nothing to escape
+        return text
+    pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
+    return pattern.sub(_escape_one, text)
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with the password of every ``scheme://user:password@host`` URL, and of
+    every ``password=...`` setting, replaced by ``***``: for startup errors, log lines
+    and anything else that may quote a database URL."""
+    # Substring checks first: a log line pays for a regex only when it may hold a secret.
+    if "://" in text and "@" in text:
+        text = _URL_PASSWORD.sub(rf"\g<head>:{MASK}@", text)
+    if "passw" in text.lower():
+        text = _SETTING_PASSWORD.sub(rf"\g<head>{MASK}", text)
+    return text
+
+
+def safe_text(text: str) -> str:
+    """`text` ready for one line of a log or a terminal: secrets masked, control
+    characters escaped."""
+    return escape_control(mask_secrets(text))
+
+
+def _continuation_lines(block: str) -> str:
+    # Split on "\n" only: any other line break inside is escaped, not obeyed.
+    return "\n".join("  " + safe_text(line) for line in block.split("\n"))
+
+
+class SafeFormatter(logging.Formatter):
+    """`logging.Formatter` whose output cannot forge a record: the rendered line (the
+    message and every other field of the format) goes through `safe_text`, and an
+    exception's traceback or a stack follows on lines of its own, each indented by two
+    spaces and escaped the same way.
+
+    Mix it in before another formatter class to keep that class's format
+    (``class F(SafeFormatter, uvicorn.logging.DefaultFormatter)``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        line = safe_text(self.formatMessage(record))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line += "\n" + _continuation_lines(record.exc_text)
+        if record.stack_info:
+            line += "\n" + _continuation_lines(self.formatStack(record.stack_info))
+        return line
