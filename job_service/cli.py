@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from job_service.event_loop import run
 from job_service.settings import ENV_PREFIX, JobServiceSettings
+from san_shared.safe_text import safe_text
 
 # flag -> (settings field, type, help)
 FLAGS: list[tuple[str, str, type[Any], str]] = [
@@ -46,6 +47,27 @@ FLAGS: list[tuple[str, str, type[Any], str]] = [
     ),
     ("--grace", "grace", float, "shutdown grace for in-flight jobs, seconds (default 30)"),
     ("--max-text-chars", "max_text_chars", int, "longest input text accepted (default 100000)"),
+    (
+        "--max-message-bytes",
+        "max_message_bytes",
+        int,
+        "largest gRPC message received or sent, bytes (default 4194304, 4 MiB)",
+    ),
+    ("--max-streams", "max_streams", int, "StreamJobUpdates streams open at once (default 10000)"),
+    (
+        "--max-streams-per-peer",
+        "max_streams_per_peer",
+        int,
+        "streams open at once from one client address (default 2000)",
+    ),
+    (
+        "--max-streams-per-connection",
+        "max_streams_per_connection",
+        int,
+        "streams open at once on one client connection (default 2000)",
+    ),
+    ("--max-feeds", "max_feeds", int, "live feeds (streams without job ids) open (default 100)"),
+    ("--max-feeds-per-peer", "max_feeds_per_peer", int, "live feeds from one address (default 10)"),
     ("--instance-id", "instance_id", str, "name of this instance in logs and notifications"),
     ("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
     ("--event-loop", "event_loop", str, "uvloop or asyncio (default uvloop)"),
@@ -79,7 +101,8 @@ def _one_line(error: ValidationError) -> str:
         field = ".".join(str(p) for p in item["loc"])
         flag = "--" + field.replace("_", "-")
         parts.append(f"{flag} (env {ENV_PREFIX}{field.upper()}): {item['msg']}")
-    return "job-service: invalid settings: " + "; ".join(parts)
+    # A message may quote the value given (a database URL): mask its password.
+    return safe_text("job-service: invalid settings: " + "; ".join(parts))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -97,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             run(server.serve(settings), settings.event_loop)
     except server.StartupError as error:
-        print(f"job-service: {error}", file=sys.stderr)
+        print(safe_text(f"job-service: {error}"), file=sys.stderr)
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         pass

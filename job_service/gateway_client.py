@@ -18,16 +18,26 @@ from google.rpc import error_details_pb2, status_pb2
 from san.aigateway.v1 import ai_gateway_pb2 as gw
 from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
-from job_service.domain.failures import GatewayCallError
+from job_service.domain.failures import REQUEST_TOO_LARGE, GatewayCallError
+from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_RESULT_BYTES
 from job_service.domain.model import Job, JobType, JsonDict
 from job_service.transport.convert import message_from_dict, message_to_dict
 
 log = logging.getLogger(__name__)
 
 CLIENT_ID = "job-service"
-# How long a call waits for the gateway's connection before it counts as unavailable.
-CONNECT_TIMEOUT = 3.0
+# How long a call waits for the gateway's connection before it counts as unavailable:
+# one connection attempt that hangs (MIN_CONNECT_TIMEOUT_MS), the reconnect backoff
+# after it (at most MAX_RECONNECT_BACKOFF_MS, plus grpc's 20 % jitter), and the new
+# attempt's handshake, so a gateway that is back is always found within it.
+CONNECT_TIMEOUT = 5.0
+MIN_CONNECT_TIMEOUT_MS = 2_000
+MAX_RECONNECT_BACKOFF_MS = 1_000
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+# A gateway call's request may exceed JobService's own --max-message-bytes by this
+# much (the call's envelope: ids, timeout, field tags); a bigger one is never sent.
+CALL_OVERHEAD_BYTES = 64 * 1024
 
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_time_ms", 30_000),
@@ -37,9 +47,15 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     # A long error message travels percent-encoded in the grpc-message header (and
     # again in grpc-status-details-bin): allow big ones rather than lose the reason.
     ("grpc.max_metadata_size", 1024 * 1024),
-    # Reconnect quickly once a stopped gateway is back.
+    # Reconnect quickly once a stopped gateway is back: backoff between attempts
+    # grows from 200 ms to at most 1 s. grpc's min_reconnect_backoff_ms is in fact the
+    # shortest time one connection attempt may take before it is given up (default
+    # 20 s): an attempt made while the gateway's host was unreachable (a handshake
+    # that never completes) would otherwise hold the channel for 20 s after the
+    # gateway is back, failing the jobs sent meanwhile as UNAVAILABLE.
     ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 1_000),
+    ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+    ("grpc.min_reconnect_backoff_ms", MIN_CONNECT_TIMEOUT_MS),
     ("grpc.enable_retries", 0),
 ]
 
@@ -56,7 +72,9 @@ def retry_details(status: status_pb2.Status) -> tuple[str, float | None]:
         elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             retry = error_details_pb2.RetryInfo()
             detail.Unpack(retry)
-            delay = retry.retry_delay.ToTimedelta().total_seconds()
+            # Plain arithmetic, not ToTimedelta(): a Duration of 2**63 s overflows a
+            # timedelta. The value is untrusted; BackoffPolicy bounds it.
+            delay = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9
     return reason, delay
 
 
@@ -97,6 +115,47 @@ def gateway_request(job: Job) -> Message:
     return message_from_dict(_KINDS[job.job_type][1], job.request_params)
 
 
+def max_call_bytes(max_message_bytes: int) -> int:
+    """The largest gateway call JobService sends, for its --max-message-bytes."""
+    return max_message_bytes + CALL_OVERHEAD_BYTES
+
+
+def check_call_size(size: int, limit: int, deadline: float) -> None:
+    """Refuse a call whose request is `size` bytes when the limit is `limit`: the
+    job fails alone, for good, before anything is sent (a message over a limit
+    would break the stream every other call shares, or be refused again on retry)."""
+    if size <= limit:
+        return
+    raise GatewayCallError(
+        code="INVALID_ARGUMENT",
+        reason=REQUEST_TOO_LARGE,
+        message=(
+            f"Request too large for the AI gateway: {size:,} bytes, more than the "
+            f"{limit:,} bytes allowed (--max-message-bytes plus "
+            f"{CALL_OVERHEAD_BYTES // 1024} KiB); it was not sent"
+        ),
+        deadline_seconds=deadline,
+    )
+
+
+def checked_answer(answer: Message, deadline: float | None) -> JsonDict:
+    """The gateway's answer as the job will store it, or a permanent failure when it
+    is larger than MAX_RESULT_BYTES: an untrusted answer must not make a job too big
+    for any response to carry."""
+    size = answer.ByteSize()
+    if size > MAX_RESULT_BYTES:
+        raise GatewayCallError(
+            code="INTERNAL",
+            reason="MALFORMED_RESPONSE",
+            message=(
+                f"The AI gateway's answer is too large to store: {size:,} bytes, more than "
+                f"the {MAX_RESULT_BYTES:,} bytes allowed"
+            ),
+            deadline_seconds=deadline,
+        )
+    return message_to_dict(answer)
+
+
 def open_channel(address: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
@@ -123,10 +182,17 @@ async def wait_connected(channel: grpc.aio.Channel, address: str, deadline: floa
 class GrpcAiGateway:
     """Implements the `AiGateway` port with the unary RPCs, one call per job."""
 
-    def __init__(self, address: str, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        channel: grpc.aio.Channel | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
         """With `channel`, calls go over it and `close()` leaves it open (its owner
-        closes it)."""
+        closes it). A request bigger than `max_call_bytes(max_message_bytes)` fails
+        its job without being sent."""
         self.address = address
+        self._max_call_bytes = max_call_bytes(max_message_bytes)
         self._owns_channel = channel is None
         self._channel = channel or open_channel(address)
         self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
@@ -136,6 +202,8 @@ class GrpcAiGateway:
             await self._channel.close(None)
 
     async def run(self, job: Job, deadline: float) -> JsonDict:
+        request = gateway_request(job)
+        check_call_size(request.ByteSize(), self._max_call_bytes, deadline)
         started = time.monotonic()
         await wait_connected(self._channel, self.address, deadline)
         timeout = max(deadline - (time.monotonic() - started), 0.001)
@@ -146,7 +214,7 @@ class GrpcAiGateway:
             ("x-attempt", str(job.attempt_count)),
         )
         try:
-            response = await method(gateway_request(job), timeout=timeout, metadata=metadata)
+            response = await method(request, timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as error:
             raise to_gateway_error(error, deadline) from None
-        return message_to_dict(response)
+        return checked_answer(response, deadline)

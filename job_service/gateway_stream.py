@@ -16,11 +16,17 @@ calls in flight on it (call_id -> future). Each call keeps everything a unary
 call has: its own deadline (sent as `timeout`, and kept here with a local timer
 so a hung gateway still times out), cancellation (a cancelled job sends its
 call_id in `cancel_call_ids`), and its own error with the gateway's details.
-When the stream breaks (the gateway stopped, the connection dropped), every
-call in flight fails with the stream's status, UNAVAILABLE for a gateway that
-went away, a transient failure the worker retries; the next call opens a new
-stream. A gateway without StreamCalls (UNIMPLEMENTED) is spoken to with the
+When the stream breaks (the gateway stopped, the connection dropped, or it
+ended the stream for any reason), every call in flight fails as UNAVAILABLE, a
+transient failure the worker retries, whatever status ended the stream: the
+stream is shared, so its end is never one call's fault. The next call opens a
+new stream. A gateway without StreamCalls (UNIMPLEMENTED) is spoken to with the
 unary RPCs from then on.
+
+One call never hurts the others: a call bigger than --max-message-bytes plus
+64 KiB fails alone, for good, before it is queued; and every message respects
+the gateway's StreamCalls caps (calls per message, call_id length, calls in
+flight per stream), so the gateway never has a reason to end the stream.
 """
 
 from __future__ import annotations
@@ -38,23 +44,33 @@ from san.aigateway.v1 import ai_gateway_pb2 as gw
 from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
 from job_service.domain.failures import GatewayCallError
+from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES
 from job_service.domain.model import Job, JsonDict
 from job_service.gateway_client import (
     CLIENT_ID,
     GrpcAiGateway,
+    check_call_size,
+    checked_answer,
     gateway_request,
+    max_call_bytes,
     open_channel,
     retry_details,
     stream_field,
-    to_gateway_error,
     wait_connected,
 )
-from job_service.transport.convert import message_to_dict
 
 log = logging.getLogger(__name__)
 
-# A request message carries at most this much of calls (one bigger call goes alone).
+# A request message carries at most this much of calls (one bigger call goes alone;
+# check_call_size keeps that one below the gateway's receive limit).
 MAX_MESSAGE_BYTES = 1024 * 1024
+# The gateway's StreamCalls caps (ai_gateway.proto): calls (and cancels) per request
+# message, and calls in flight per stream. Past the latter the gateway stops reading
+# the stream; holding calls here instead keeps them cancellable and unsent.
+MAX_CALLS_PER_MESSAGE = 1000
+MAX_CALLS_IN_FLIGHT = 1000
+# call_id is at most 128 characters; ours are decimal counters, far below.
+MAX_CALL_ID_CHARS = 128
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 
@@ -77,6 +93,21 @@ def status_error(status: status_pb2.Status, deadline: float | None) -> GatewayCa
     )
 
 
+def stream_ended(error: grpc.aio.AioRpcError) -> GatewayCallError:
+    """What each call in flight hears when the shared stream ends with `error`.
+
+    Always UNAVAILABLE (retried): whatever status ended the stream (the gateway
+    going away, a message too big for a limit, a protocol complaint), it is not
+    the fault of each call on it, and no call may fail for good because of it.
+    The stream's own status stays in the message, for the operator."""
+    cause = error.code().name
+    details = error.details() or ""
+    if cause == "UNAVAILABLE":  # the gateway went away: its words say it best
+        return GatewayCallError("UNAVAILABLE", "", details or "the call stream ended")
+    status = f"{cause}: {details}" if details else cause
+    return GatewayCallError("UNAVAILABLE", "", f"the call stream ended ({status})")
+
+
 def _duration(seconds: float) -> Duration:
     whole = int(seconds)
     return Duration(seconds=whole, nanos=int((seconds - whole) * 1e9))
@@ -91,6 +122,7 @@ class _Session:
         self._call: _StreamCall = open_stream(metadata=(("x-client-id", CLIENT_ID),))
         self._in_flight: dict[str, asyncio.Future[gw.StreamedCallResult]] = {}
         self._calls: list[gw.StreamedCall] = []
+        self._sent: set[str] = set()  # sent and still awaited: counts toward the gateway's cap
         self._cancels: list[str] = []
         self._wake = asyncio.Event()
         self._broken: str | None = None  # why the writer gave up, if it did
@@ -99,6 +131,7 @@ class _Session:
         self._reader = asyncio.create_task(self._read_loop(), name="gateway-stream-reader")
 
     def submit(self, call: gw.StreamedCall) -> asyncio.Future[gw.StreamedCallResult]:
+        assert len(call.call_id) <= MAX_CALL_ID_CHARS  # a counter: never near the cap
         future: asyncio.Future[gw.StreamedCallResult] = asyncio.get_running_loop().create_future()
         self._in_flight[call.call_id] = future
         self._calls.append(call)
@@ -109,6 +142,11 @@ class _Session:
         """Stop a call: forget it here, and tell the gateway if it was sent."""
         if self._in_flight.pop(call_id, None) is None or self.closed:
             return
+        if call_id in self._sent:
+            # No longer awaited here: its place goes to a queued call (the gateway
+            # frees it too once the cancel arrives).
+            self._sent.discard(call_id)
+            self._wake.set()
         for index, queued in enumerate(self._calls):
             if queued.call_id == call_id:  # not sent yet: just don't send it
                 del self._calls[index]
@@ -123,19 +161,29 @@ class _Session:
             task.cancel()
         await asyncio.gather(self._writer, self._reader, return_exceptions=True)
 
+    def _room(self) -> int:
+        """How many more calls the stream may have in flight now."""
+        return MAX_CALLS_IN_FLIGHT - len(self._sent)
+
+    def _has_work(self) -> bool:
+        return bool(self._cancels) or (bool(self._calls) and self._room() > 0)
+
     def _take(self) -> gw.StreamCallsRequest:
-        """What the next message carries: every queued cancel, and queued calls up
-        to MAX_MESSAGE_BYTES (at least one)."""
-        request = gw.StreamCallsRequest(cancel_call_ids=self._cancels)
-        self._cancels = []
+        """What the next message carries: queued cancels, and queued calls up to
+        MAX_MESSAGE_BYTES (at least one), each at most MAX_CALLS_PER_MESSAGE, and no
+        more calls than the stream has room for."""
+        request = gw.StreamCallsRequest(cancel_call_ids=self._cancels[:MAX_CALLS_PER_MESSAGE])
+        del self._cancels[:MAX_CALLS_PER_MESSAGE]
+        most = min(MAX_CALLS_PER_MESSAGE, self._room())
         size = 0
         taken = 0
         for call in self._calls:
             size += call.ByteSize()
-            if taken and size > MAX_MESSAGE_BYTES:
+            if taken == most or (taken and size > MAX_MESSAGE_BYTES):
                 break
             taken += 1
         request.calls.extend(self._calls[:taken])
+        self._sent.update(call.call_id for call in self._calls[:taken])
         del self._calls[:taken]
         return request
 
@@ -144,7 +192,7 @@ class _Session:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                while self._calls or self._cancels:
+                while self._has_work():
                     await self._call.write(self._take())
         except asyncio.CancelledError:
             raise
@@ -164,9 +212,12 @@ class _Session:
                     break
                 assert isinstance(message, gw.StreamCallsResponse)
                 for result in message.results:
+                    self._sent.discard(result.call_id)
                     future = self._in_flight.pop(result.call_id, None)
                     if future is not None and not future.done():
                         future.set_result(result)
+                if self._calls:
+                    self._wake.set()  # calls held back for room may go now
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.UNIMPLEMENTED:
                 failure = _Unimplemented(error.details())
@@ -175,7 +226,7 @@ class _Session:
                     "UNAVAILABLE", "", f"the call stream broke while sending ({self._broken})"
                 )
             else:
-                failure = to_gateway_error(error, None)
+                failure = stream_ended(error)
         self._end(failure)
 
     def _end(self, failure: Exception) -> None:
@@ -193,11 +244,14 @@ class StreamingAiGateway:
     """Implements the `AiGateway` port over StreamCalls (unary RPCs with an older
     gateway that lacks it)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        """`max_message_bytes` is JobService's --max-message-bytes: a call bigger than
+        it plus CALL_OVERHEAD_BYTES fails its job without being sent."""
         self.address = address
+        self._max_call_bytes = max_call_bytes(max_message_bytes)
         self._channel = open_channel(address)
         self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
-        self._unary = GrpcAiGateway(address, self._channel)
+        self._unary = GrpcAiGateway(address, self._channel, max_message_bytes)
         self._unary_only = False
         self._session: _Session | None = None
         self._ids = itertools.count(1)
@@ -219,16 +273,20 @@ class StreamingAiGateway:
             return await self._unary.run(job, deadline)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        await wait_connected(self._channel, self.address, deadline)
-        remaining = max(deadline - (loop.time() - started), 0.001)
         field = stream_field(job.job_type)
         call = gw.StreamedCall(
             call_id=str(next(self._ids)),
-            timeout=_duration(remaining),
+            timeout=_duration(deadline),
             job_id=job.id,
             attempt=job.attempt_count,
         )
         getattr(call, field).CopyFrom(gateway_request(job))
+        # Checked before waiting for a connection: a call too big to send fails
+        # for good, even while the gateway is away.
+        check_call_size(call.ByteSize(), self._max_call_bytes, deadline)
+        await wait_connected(self._channel, self.address, deadline)
+        remaining = max(deadline - (loop.time() - started), 0.001)
+        call.timeout.CopyFrom(_duration(remaining))
         session = self._open_session()
         future = session.submit(call)
         try:
@@ -260,5 +318,4 @@ class StreamingAiGateway:
             raise GatewayCallError(
                 "INTERNAL", "", f"the AI gateway answered a {field} call with {answered}"
             )
-        answer: JsonDict = message_to_dict(getattr(result, field))
-        return answer
+        return checked_answer(getattr(result, field), deadline)

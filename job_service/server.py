@@ -8,17 +8,16 @@ import contextlib
 import gc
 import logging
 import signal
-from pathlib import Path
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from san.jobs.v1 import job_service_pb2, job_service_pb2_grpc
+from san.jobs.v1 import job_service_pb2
 
 from job_service.app import JobApplication
 from job_service.domain.backoff import BackoffPolicy
-from job_service.domain.errors import StorageUnavailableError
+from job_service.domain.errors import StorageError
 from job_service.domain.validation import EnqueueLimits
 from job_service.gateway_stream import StreamingAiGateway
 from job_service.logformat import CachedTimeFormatter
@@ -26,20 +25,20 @@ from job_service.settings import JobServiceSettings
 from job_service.storage.migrate import migrate
 from job_service.storage.notify import PgChangeListener
 from job_service.storage.repository import SqlJobStore
-from job_service.transport.servicer import JobServiceServicer
+from job_service.transport.servicer import JobServiceServicer, add_job_service_to_server
+from job_service.transport.stream_limits import StreamGate, StreamLimits
 from job_service.updates import UpdateHub
 from job_service.worker import Worker, WorkerConfig
+from san_shared.safe_text import mask_secrets, safe_text
+from san_shared.sqlite_files import prepare_sqlite_url
 
 log = logging.getLogger("job_service")
 
 SERVICE_NAME = job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name
 
 SERVER_OPTIONS: list[tuple[str, Any]] = [
-    # Streams: many long-lived calls per connection (the web backend multiplexes
-    # every page's stream over one channel) and a burst of 1,000 at once.
-    ("grpc.max_concurrent_streams", 100_000),
-    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-    ("grpc.max_send_message_length", 16 * 1024 * 1024),
+    # grpc.max_concurrent_streams depends on the settings: see concurrent_streams_option.
+    # Message size limits depend on the settings: see message_size_options.
     # Keepalive: find dead clients of long streams, and let clients ping us.
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
@@ -48,6 +47,41 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.so_reuseport", 0),
 ]
+
+
+# HTTP/2 streams a connection may hold beyond its StreamJobUpdates bound: room for
+# unary calls (Enqueue, GetJob, ...) and health checks next to a full set of streams.
+UNARY_CALLS_PER_CONNECTION = 1_000
+
+
+def concurrent_streams_option(settings: JobServiceSettings) -> tuple[str, int]:
+    """grpc.max_concurrent_streams: the per-connection stream bound plus room for
+    unary calls, so a connection full of streams still answers Enqueue. A client past
+    it waits for a free slot (grpc queues the call); it is never refused for it."""
+    return (
+        "grpc.max_concurrent_streams",
+        settings.max_streams_per_connection + UNARY_CALLS_PER_CONNECTION,
+    )
+
+
+def message_size_options(settings: JobServiceSettings) -> list[tuple[str, int]]:
+    """--max-message-bytes as gRPC's receive and send limits: a bigger request gets
+    RESOURCE_EXHAUSTED from gRPC before any of our code reads it."""
+    return [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+    ]
+
+
+def stream_limits(settings: JobServiceSettings) -> StreamLimits:
+    """The StreamJobUpdates bounds the settings ask for."""
+    return StreamLimits(
+        max_streams=settings.max_streams,
+        max_streams_per_peer=settings.max_streams_per_peer,
+        max_streams_per_connection=settings.max_streams_per_connection,
+        max_feeds=settings.max_feeds,
+        max_feeds_per_peer=settings.max_feeds_per_peer,
+    )
 
 
 class StartupError(Exception):
@@ -62,6 +96,8 @@ def configure_logging(settings: JobServiceSettings) -> None:
     logging.logProcesses = False
     logging.logMultiprocessing = False
     handler = logging.StreamHandler()
+    # A SafeFormatter: a value sent by a caller cannot forge a line, put a control
+    # character in the log, or show a database password.
     handler.setFormatter(
         CachedTimeFormatter(
             "%(asctime)s %(levelname)s job-service["
@@ -72,18 +108,10 @@ def configure_logging(settings: JobServiceSettings) -> None:
     logging.basicConfig(level=settings.log_level, handlers=[handler])
 
 
-def _ensure_sqlite_folder(database_url: str) -> None:
-    prefix = "sqlite+aiosqlite:///"
-    if database_url.startswith(prefix):
-        path = database_url[len(prefix) :]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-
-
 async def migrate_only(settings: JobServiceSettings) -> None:
     configure_logging(settings)
     await prepare_database(settings)
-    log.info("database at %s is migrated", settings.database_url)
+    log.info("database at %s is migrated", _safe_url(settings.database_url))
 
 
 class JobServiceRuntime:
@@ -100,7 +128,7 @@ class JobServiceRuntime:
             enqueue_interval=settings.batch_interval,
         )
         self.hub = UpdateHub()
-        self.gateway = StreamingAiGateway(settings.gateway)
+        self.gateway = StreamingAiGateway(settings.gateway, settings.max_message_bytes)
         self.worker = Worker(
             self.store,
             self.gateway,
@@ -117,10 +145,21 @@ class JobServiceRuntime:
         self.app = JobApplication(
             self.store, self.hub, self.worker, settings.instance_id, settings.max_attempts
         )
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
-        job_service_pb2_grpc.add_JobServiceServicer_to_server(
+        self.server = grpc.aio.server(
+            options=[
+                *SERVER_OPTIONS,
+                concurrent_streams_option(settings),
+                *message_size_options(settings),
+            ]
+        )
+        self.stream_gate = StreamGate(stream_limits(settings))
+        add_job_service_to_server(
             JobServiceServicer(
-                self.app, EnqueueLimits(settings.max_text_chars), settings.max_attempts
+                self.app,
+                EnqueueLimits(settings.max_text_chars),
+                settings.max_attempts,
+                stream_gate=self.stream_gate,
+                max_message_bytes=settings.max_message_bytes,
             ),
             self.server,
         )
@@ -168,18 +207,19 @@ class JobServiceRuntime:
         if self.listener is not None:
             await self.listener.stop()
         await self.gateway.close()
-        with contextlib.suppress(StorageUnavailableError):
+        with contextlib.suppress(StorageError):
             await self.store.close()
         log.info("job-service stopped")
 
 
 async def prepare_database(settings: JobServiceSettings) -> None:
     try:
-        _ensure_sqlite_folder(settings.database_url)
+        prepare_sqlite_url(settings.database_url)
         await migrate(settings.database_url)
     except Exception as error:
+        # Driver messages may quote the URL, and span lines: one line, password masked.
         raise StartupError(
-            f"cannot prepare the database at {_safe_url(settings.database_url)}: {error}"
+            safe_text(f"cannot prepare the database at {settings.database_url}: {error}")
         ) from None
 
 
@@ -211,8 +251,4 @@ async def serve(settings: JobServiceSettings) -> None:
 
 def _safe_url(url: str) -> str:
     """The database URL without a password, for logs."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest and ":" in rest.split("@", 1)[0]:
-        user = rest.split("@", 1)[0].split(":", 1)[0]
-        return f"{scheme}{sep}{user}:***@{rest.split('@', 1)[1]}"
-    return url
+    return mask_secrets(url)

@@ -11,6 +11,11 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from job_service.domain.limits import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_MAX_MESSAGE_BYTES,
+    MIN_MAX_MESSAGE_BYTES,
+)
 from job_service.domain.model import JobType
 
 ENV_PREFIX = "SAN_JOBS_"
@@ -49,6 +54,25 @@ class JobServiceSettings(BaseSettings):
     )
     grace: float = Field(30.0, ge=0, description="seconds in-flight jobs get to finish at shutdown")
     max_text_chars: int = Field(100_000, ge=1, description="longest input text accepted")
+    max_message_bytes: int = Field(
+        DEFAULT_MAX_MESSAGE_BYTES,
+        ge=MIN_MAX_MESSAGE_BYTES,
+        le=MAX_MAX_MESSAGE_BYTES,
+        description="largest gRPC message received or sent, bytes",
+    )
+    # StreamJobUpdates bounds. Job-id streams are cheap (~26 KB, offered only their
+    # jobs' changes) and the web backend multiplexes every open job page over one
+    # connection, so their bounds are generous; a live feed is offered every change,
+    # so feeds get far smaller ones (they count as streams too).
+    max_streams: int = Field(10_000, ge=1, description="streams open at once on this instance")
+    max_streams_per_peer: int = Field(
+        2_000, ge=1, description="streams open at once from one peer (client address)"
+    )
+    max_streams_per_connection: int = Field(
+        2_000, ge=1, description="streams open at once on one client connection"
+    )
+    max_feeds: int = Field(100, ge=1, description="live feeds (no job_ids) open on this instance")
+    max_feeds_per_peer: int = Field(10, ge=1, description="live feeds open from one peer")
     instance_id: str = Field(default_factory=default_instance_id)
     log_level: str = Field("INFO")
     event_loop: Literal["uvloop", "asyncio"] = Field(

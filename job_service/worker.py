@@ -15,14 +15,20 @@ import heapq
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from job_service.domain.backoff import BackoffPolicy
-from job_service.domain.errors import LeaseLostError, StorageUnavailableError
-from job_service.domain.failures import GatewayCallError, describe_gateway_error, unexpected_failure
+from job_service.domain.errors import LeaseLostError, StorageError, StorageUnavailableError
+from job_service.domain.failures import (
+    GatewayCallError,
+    describe_gateway_error,
+    truncate_error_message,
+    unexpected_failure,
+)
 from job_service.domain.model import Claim, Failure, Job, JobType
 from job_service.domain.ports import AiGateway, JobStore
 
@@ -153,8 +159,8 @@ class Worker:
             if free > 0:
                 try:
                     claims = await self._store.claim(free, self._config.lease_seconds)
-                except StorageUnavailableError as error:
-                    log.warning("claim failed, database unavailable: %s", error)
+                except StorageError as error:  # any: the loop must go on
+                    log.warning("claim failed: %s", error)
                     claims = []
                 claimed = len(claims)
                 for claim in claims:
@@ -208,8 +214,8 @@ class Worker:
                     log.warning("job_id=%s failed: lease expired on its last attempt", job.id)
                 self._publish(exhausted)
             return await self._store.next_due_at()
-        except StorageUnavailableError as error:
-            log.warning("database unavailable: %s", error)
+        except StorageError as error:
+            log.warning("due check failed: %s", error)
             return None
 
     def _start_job(self, claim: Claim) -> None:
@@ -239,20 +245,63 @@ class Worker:
         job, token = claim.job, claim.token
         timeout = self._config.deadlines.get(job.job_type, DEFAULT_DEADLINES[job.job_type])
         started = time.monotonic()
+        record: Coroutine[Any, Any, None]
         try:
             try:
                 result = await self._gateway.run(job, timeout)
             except GatewayCallError as error:
-                await self._record_failure(job, token, describe_gateway_error(error))
-            except Exception as error:  # a bug of ours must not leave the job PROCESSING
-                log.exception("job_id=%s: unexpected error", job.id)
-                await self._record_failure(job, token, unexpected_failure(error))
+                record = self._record_failure(job, token, describe_gateway_error(error))
+            except Exception:  # a bug of ours must not leave the job PROCESSING
+                error_id = uuid.uuid4().hex[:12]
+                log.exception("job_id=%s: unexpected error (error id %s)", job.id, error_id)
+                record = self._record_failure(job, token, unexpected_failure(error_id))
             else:
-                await self._record_success(job, token, result, time.monotonic() - started)
+                record = self._record_success(job, token, result, time.monotonic() - started)
+            await self._settle(job, token, record)
         except asyncio.CancelledError:
             # Also when cancelled while the outcome was being written: if that write
             # committed, the token no longer matches and giving back does nothing.
             await self._on_cancelled(job, token)
+
+    async def _settle(self, job: Job, token: str, record: Awaitable[None]) -> None:
+        """Record the outcome; if that fails unexpectedly (a bug, a value the
+        database refuses, a date out of range), the job still ends in a state the
+        contract allows: FAILED with an INTERNAL message, or else PENDING again.
+        Never left PROCESSING with a live lease."""
+        try:
+            await record
+            return
+        except Exception:  # anything at all: the details go to the log, under an id
+            error_id = uuid.uuid4().hex[:12]
+            log.exception("job_id=%s: recording the outcome failed (error id %s)", job.id, error_id)
+        self._leases.pop(job.id, None)  # whatever happens next, stop renewing the lease
+        failure = Failure(
+            code="INTERNAL",
+            reason="",
+            message=truncate_error_message(
+                f"Internal error: the outcome could not be recorded (error id {error_id})"
+            ),
+            transient=False,
+        )
+        try:
+            failed = await self._write_outcome(
+                job, lambda: self._store.fail(job.id, token, failure, None)
+            )
+        except Exception:
+            log.exception("job_id=%s: could not mark the job FAILED; giving it back", job.id)
+        else:
+            if failed is not None:
+                log.error("job_id=%s failed: %s", job.id, failure.message)
+                self._publish([failed])
+            return  # written, or the job is no longer ours, or its lease will expire
+        try:
+            released = await self._store.release(job.id, token)
+        except Exception:
+            log.exception("job_id=%s: could not give the job back; its lease will expire", job.id)
+            return
+        if released is not None:
+            log.warning("job_id=%s given back as PENDING after a failed outcome write", job.id)
+            self._publish([released])
 
     async def _on_cancelled(self, job: Job, token: str) -> None:
         if job.id in self._cancel_requested:
@@ -261,7 +310,7 @@ class Worker:
         # Shutdown past the grace period: give the job back without charging it.
         try:
             released = await self._store.release(job.id, token)
-        except StorageUnavailableError as error:
+        except StorageError as error:
             log.warning(
                 "job_id=%s: could not give back at shutdown (%s); lease will expire", job.id, error
             )
@@ -352,7 +401,7 @@ class Worker:
                 continue
             try:
                 owned = await self._store.renew_leases(held, self._config.lease_seconds)
-            except StorageUnavailableError as error:
+            except StorageError as error:
                 log.warning("lease renewal of %d jobs failed: %s", len(held), error)
                 continue
             # Still in flight and not ours any more (claimed again, or cancelled).

@@ -43,8 +43,24 @@ class InvalidJobStateError(JobServiceError):
         super().__init__(f"job {job_id} is {status}; {wanted}")
 
 
-class StorageUnavailableError(JobServiceError):
-    """The database could not be reached or refused the work."""
+class StorageError(JobServiceError):
+    """The database did not do the work. `str()` holds the driver's details, for the
+    log only: what a caller reads is fixed per subclass (transport/errors.py)."""
+
+
+class StorageUnavailableError(StorageError):
+    """The database could not be reached: a lost connection, a database that is down
+    or starting, no pool connection in time, a lock held too long. Worth retrying."""
+
+
+class StorageDataError(StorageError):
+    """The database refused a value (SQLSTATE class 22: too long, out of range, a
+    character it cannot store). The caller's data: retrying the same will not help."""
+
+
+class StorageFailureError(StorageError):
+    """Any other refusal (an integrity violation nothing handles, an unknown table,
+    a driver misuse): a bug or a broken schema, never the caller's fault."""
 
 
 class LeaseLostError(JobServiceError):

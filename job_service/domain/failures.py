@@ -19,6 +19,13 @@ TRANSIENT_CODES = frozenset(
 )
 
 RATE_LIMIT_PREFIX = "Rate Limit Exceeded (Too many requests)"
+# The reason stored on a job whose gateway call was too big to send (JobService's
+# own refusal, in the style of the gateway's ErrorInfo reasons).
+REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+# Failures whose message is the whole story (the gateway's own words, or ours).
+_SELF_DESCRIBED_REASONS = frozenset(
+    {"TOKEN_LIMIT_EXCEEDED", "MALFORMED_RESPONSE", REQUEST_TOO_LARGE}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +74,9 @@ def describe_gateway_error(error: GatewayCallError) -> Failure:
             message = f"{RATE_LIMIT_PREFIX}: {detail}" if detail else RATE_LIMIT_PREFIX
         case "UNAVAILABLE":
             message = f"AI gateway unavailable: {detail or 'no answer'}"
-        case "INVALID_ARGUMENT" | "INTERNAL" if error.reason in {
-            "TOKEN_LIMIT_EXCEEDED",
-            "MALFORMED_RESPONSE",
-        }:
+        case "INVALID_ARGUMENT" | "INTERNAL" if error.reason in _SELF_DESCRIBED_REASONS:
             # The gateway's own words are the message: "Token limit exceeded (N > 8192)",
-            # "JSON Parse Error at line 4".
+            # "JSON Parse Error at line 4"; or ours: "Request too large for the AI gateway".
             message = detail or error.reason
         case _:
             message = f"{error.code}: {detail}" if detail else error.code
@@ -85,11 +89,13 @@ def describe_gateway_error(error: GatewayCallError) -> Failure:
     )
 
 
-def unexpected_failure(error: BaseException) -> Failure:
-    """A bug or an unforeseen error in our own code: fail the job, don't retry it."""
+def unexpected_failure(error_id: str) -> Failure:
+    """A bug or an unforeseen error in our own code: fail the job, don't retry it.
+    The message names only `error_id`: the exception's text may hold internals (paths,
+    SQL, values), so it goes to the log line carrying the same id, never to callers."""
     return Failure(
         code="INTERNAL",
         reason="",
-        message=truncate_error_message(f"Internal error: {type(error).__name__}: {error}"),
+        message=f"Internal error in the job service (error id {error_id})",
         transient=False,
     )

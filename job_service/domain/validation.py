@@ -1,5 +1,10 @@
-"""Enqueue's input rules. Field names are the API's (proto) field paths, so a
-client can point at the bad field; every violation is reported, not just the first."""
+"""Input rules of every request. Field names are the API's (proto) field paths, so a
+client can point at the bad field; every violation is reported, not just the first.
+
+Two kinds of strings: identifier-like ones (ids, target_id, request_id,
+requested_by, page_token, url) refuse every control character; free text refuses
+only NUL, which PostgreSQL cannot store in text. Bounds live in limits.py.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,20 @@ from dataclasses import dataclass
 from datetime import date
 
 from job_service.domain.errors import FieldViolation
+from job_service.domain.limits import (
+    DAY_CHARS,
+    DEFAULT_MAX_TEXT_CHARS,
+    DEFAULT_QUESTION_COUNT,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_QUESTION_COUNT,
+    MAX_RECALL_SOURCES,
+    MAX_REQUEST_ID_CHARS,
+    MAX_REQUESTED_BY_CHARS,
+    MAX_TARGET_ID_CHARS,
+    MAX_TIL_NOTES,
+    MAX_TITLE_CHARS,
+    MAX_URL_CHARS,
+)
 from job_service.domain.model import JobType, JsonDict
 
 INPUT_CASE_BY_TYPE: dict[JobType, str] = {
@@ -21,40 +40,84 @@ RESULT_CASE_BY_TYPE: dict[JobType, str] = {
     JobType.RECALL_GENERATION: "recall_generation_result",
 }
 
-DEFAULT_QUESTION_COUNT = 5
-MAX_QUESTION_COUNT = 20
-MAX_TARGET_ID_CHARS = 256
-MAX_REQUEST_ID_CHARS = 256
-MAX_REQUESTED_BY_CHARS = 256
-MAX_ATTEMPTS_LIMIT = 100
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# C0 and C1 control characters (Unicode category Cc).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# ASCII digits only: \d would take other scripts' digits too.
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 @dataclass(frozen=True, slots=True)
 class EnqueueLimits:
     """Limits an operator may tune (`--max-text-chars`)."""
 
-    max_text_chars: int = 100_000
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS
 
 
-def _check_text(field: str, text: str, limits: EnqueueLimits, out: list[FieldViolation]) -> None:
-    if not text.strip():
-        out.append(FieldViolation(field, "is required and must not be blank"))
-    elif len(text) > limits.max_text_chars:
+def _too_long(length: int, max_chars: int) -> str:
+    return f"is {length} characters long; at most {max_chars} allowed"
+
+
+def check_identifier(
+    field: str, value: str, max_chars: int, out: list[FieldViolation], *, required: bool = False
+) -> bool:
+    """Rules of an identifier-like string: at most `max_chars`, no control character,
+    and not blank when `required`. Appends violations to `out`; True when none."""
+    if len(value) > max_chars:
+        out.append(FieldViolation(field, _too_long(len(value), max_chars)))
+        return False
+    match = _CONTROL.search(value)
+    if match is not None:
         out.append(
             FieldViolation(
-                field, f"is {len(text)} characters long; at most {limits.max_text_chars} allowed"
+                field,
+                f"must not contain control characters (found U+{ord(match.group()):04X} "
+                f"at index {match.start()})",
             )
         )
+        return False
+    if required and not value.strip():
+        out.append(FieldViolation(field, "is required and must not be blank"))
+        return False
+    return True
+
+
+def check_free_text(
+    field: str, value: str, max_chars: int, out: list[FieldViolation], *, required: bool = False
+) -> bool:
+    """Rules of a free-text string: at most `max_chars`, no NUL, and not blank when
+    `required`. Appends violations to `out`; True when none."""
+    if len(value) > max_chars:
+        out.append(FieldViolation(field, _too_long(len(value), max_chars)))
+        return False
+    nul = value.find("\x00")
+    if nul >= 0:
+        out.append(FieldViolation(field, f"must not contain NUL characters (found at index {nul})"))
+        return False
+    if required and not value.strip():
+        out.append(FieldViolation(field, "is required and must not be blank"))
+        return False
+    return True
+
+
+def check_count(field: str, count: int, max_count: int, out: list[FieldViolation]) -> bool:
+    """At most `max_count` items in a repeated field."""
+    if count > max_count:
+        out.append(FieldViolation(field, f"holds {count} items; at most {max_count} allowed"))
+        return False
+    return True
 
 
 def _check_card(params: JsonDict, limits: EnqueueLimits, out: list[FieldViolation]) -> None:
-    _check_text("card_analysis_input.text", str(params.get("text", "")), limits, out)
+    field = "card_analysis_input"
+    text = str(params.get("text", ""))
+    check_free_text(f"{field}.text", text, limits.max_text_chars, out, required=True)
+    check_identifier(f"{field}.url", str(params.get("url", "")), MAX_URL_CHARS, out)
+    check_free_text(f"{field}.title", str(params.get("title", "")), MAX_TITLE_CHARS, out)
 
 
 def _check_til(params: JsonDict, limits: EnqueueLimits, out: list[FieldViolation]) -> None:
     day = str(params.get("day", ""))
-    if not _DAY.match(day):
+    if len(day) != DAY_CHARS or not _DAY.fullmatch(day):
         out.append(FieldViolation("til_generation_input.day", "must be a date as YYYY-MM-DD"))
     else:
         try:
@@ -62,15 +125,20 @@ def _check_til(params: JsonDict, limits: EnqueueLimits, out: list[FieldViolation
         except ValueError:
             out.append(FieldViolation("til_generation_input.day", f"{day} is not a real date"))
     notes = [str(n) for n in params.get("notes", [])]
+    if not check_count("til_generation_input.notes", len(notes), MAX_TIL_NOTES, out):
+        return
+    for index, note in enumerate(notes):
+        check_free_text(f"til_generation_input.notes[{index}]", note, limits.max_text_chars, out)
     if not any(n.strip() for n in notes):
         out.append(
             FieldViolation("til_generation_input.notes", "at least one non-blank note is required")
         )
-    if sum(len(n) for n in notes) > limits.max_text_chars:
+    total = sum(len(n) for n in notes)
+    if total > limits.max_text_chars:
         out.append(
             FieldViolation(
                 "til_generation_input.notes",
-                f"hold more than {limits.max_text_chars} characters in all",
+                f"hold {total} characters in all; at most {limits.max_text_chars} allowed",
             )
         )
 
@@ -81,17 +149,15 @@ def _check_recall(params: JsonDict, limits: EnqueueLimits, out: list[FieldViolat
         out.append(
             FieldViolation("recall_generation_input.sources", "at least one source is required")
         )
+    if not check_count("recall_generation_input.sources", len(sources), MAX_RECALL_SOURCES, out):
+        return
     total = 0
     for index, source in enumerate(sources):
+        field = f"recall_generation_input.sources[{index}]"
         text = str(source.get("text", ""))
         total += len(text)
-        if not text.strip():
-            out.append(
-                FieldViolation(
-                    f"recall_generation_input.sources[{index}].text",
-                    "is required and must not be blank",
-                )
-            )
+        check_free_text(f"{field}.text", text, limits.max_text_chars, out, required=True)
+        check_free_text(f"{field}.title", str(source.get("title", "")), MAX_TITLE_CHARS, out)
     if total > limits.max_text_chars:
         out.append(
             FieldViolation(
@@ -132,23 +198,9 @@ def validate_enqueue(
     `job_type` is None when the request's value was unspecified or unknown (the
     transport layer reports that violation itself)."""
     out: list[FieldViolation] = []
-    if not target_id.strip():
-        out.append(FieldViolation("target_id", "is required and must not be blank"))
-    elif len(target_id) > MAX_TARGET_ID_CHARS:
-        out.append(
-            FieldViolation(
-                "target_id",
-                f"is {len(target_id)} characters long; at most {MAX_TARGET_ID_CHARS} allowed",
-            )
-        )
-    if len(request_id) > MAX_REQUEST_ID_CHARS:
-        out.append(
-            FieldViolation("request_id", f"at most {MAX_REQUEST_ID_CHARS} characters allowed")
-        )
-    if len(requested_by) > MAX_REQUESTED_BY_CHARS:
-        out.append(
-            FieldViolation("requested_by", f"at most {MAX_REQUESTED_BY_CHARS} characters allowed")
-        )
+    check_identifier("target_id", target_id, MAX_TARGET_ID_CHARS, out, required=True)
+    check_identifier("request_id", request_id, MAX_REQUEST_ID_CHARS, out)
+    check_identifier("requested_by", requested_by, MAX_REQUESTED_BY_CHARS, out)
     if max_attempts < 0 or max_attempts > MAX_ATTEMPTS_LIMIT:
         out.append(
             FieldViolation(

@@ -12,6 +12,11 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
+# FULL: in WAL mode, every commit syncs the WAL to disk before it returns, so an
+# acknowledged Enqueue survives a power loss or an OS crash (NORMAL syncs only at
+# checkpoints: the last commits could be lost, though never corrupted).
+SQLITE_SYNCHRONOUS = "FULL"
+
 # Execution option read by the SQLite "begin" hook: writers take the write lock at
 # BEGIN (IMMEDIATE) so a read-then-write transaction never fails to upgrade its lock.
 SQLITE_BEGIN_OPTION = "san_sqlite_begin"
@@ -48,8 +53,9 @@ def create_engine(
     connections, opened as needed; with `autocommit`, every connection of the pool is
     in autocommit mode for good (cheaper per statement than switching a connection
     with execution_options at each checkout). SQLite: WAL, busy_timeout,
-    synchronous=NORMAL, foreign keys, and transactions begun by SQLAlchemy (IMMEDIATE
-    for writers, see SQLITE_BEGIN_OPTION)."""
+    synchronous=FULL, foreign keys, and transactions begun by SQLAlchemy (IMMEDIATE
+    for writers, see SQLITE_BEGIN_OPTION). A new SQLite file is made private by
+    whoever creates databases (job_service.sqlite_files), not here."""
     url = normalize_url(database_url)
     if url.get_backend_name() == "sqlite":
         engine = create_async_engine(url, echo=echo, json_serializer=_json_dumps)
@@ -76,7 +82,7 @@ def _setup_sqlite(engine: AsyncEngine) -> None:
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
             cursor.execute("PRAGMA foreign_keys=ON")
         finally:
             cursor.close()

@@ -13,9 +13,6 @@ from the database, so tests can move time.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -23,16 +20,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import URL, ColumnElement, RowMapping, and_, func, or_, select, update
-from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from job_service.domain.errors import (
     DuplicateJobError,
-    FieldViolation,
     InvalidJobStateError,
-    InvalidRequestError,
     JobNotFoundError,
     LeaseLostError,
+    StorageError,
     StorageUnavailableError,
 )
 from job_service.domain.model import (
@@ -50,10 +46,12 @@ from job_service.domain.model import (
     OnDuplicate,
     RetryOutcome,
 )
+from job_service.domain.page_token import decode_page_token, encode_page_token
 from job_service.storage.batching import Coalescer
-from job_service.storage.direct import DirectStatement, HeldConnection
+from job_service.storage.direct import DirectStatement, HeldConnection, StatementInDoubtError
 from job_service.storage.engine import SQLITE_BEGIN_OPTION, create_engine
 from job_service.storage.errors import storage_errors
+from job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
 from job_service.storage.statements import (
     ACTIVE,
     HOT_SESSION,
@@ -81,20 +79,12 @@ HOT_STATEMENTS = ("enqueue_many", "claim", "complete_many", "fail_many", "renew_
 MAX_INSTANCE_ID_BYTES = 200
 
 
-def _refused_for_its_data(error: BaseException) -> bool:
-    """A statement refused for the data of some row (a CHECK, a too-long value): in a
-    batch, each row is then written alone so only its own caller hears of it. Not for
-    connection trouble: a batch that may have committed is never written again."""
-    cause = error.__cause__
-    if isinstance(cause, IntegrityError | DataError):
-        return True
-    # asyncpg's adapter raises a plain DBAPIError for some, and asyncpg itself (the
-    # direct statements) its own errors: SQLSTATE class 22 (data exception) or 23
-    # (integrity constraint violation).
-    state = getattr(cause, "sqlstate", None) or getattr(
-        getattr(cause, "orig", None), "sqlstate", None
-    )
-    return isinstance(state, str) and state[:2] in {"22", "23"}
+def _refused_for_its_data(error: StorageError) -> bool:
+    """A statement refused for the data of some row (a CHECK, a too-long value, as
+    classified by storage/errors.py): in a batch, each row is then written alone so
+    only its own caller hears of it. Not for connection trouble: a batch that may
+    have committed is never written again."""
+    return not isinstance(error, StorageUnavailableError)
 
 
 # fail(): job id, claim token, time of the call, failure, retry_at.
@@ -174,25 +164,6 @@ def _pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
 def _chunks(items: Sequence[str], size: int = _CHUNK) -> Iterable[Sequence[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def encode_page_token(created_at: datetime, job_id: str) -> str:
-    raw = json.dumps([created_at.isoformat(), job_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_page_token(token: str) -> tuple[datetime, str]:
-    try:
-        padded = token + "=" * (-len(token) % 4)
-        created, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        moment = datetime.fromisoformat(created)
-        if moment.tzinfo is None or not isinstance(job_id, str):
-            raise ValueError("bad page token")
-        return moment, job_id
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(
-            [FieldViolation("page_token", "malformed page token; pass one from a previous page")]
-        ) from exc
 
 
 class SqlJobStore:
@@ -344,16 +315,22 @@ class SqlJobStore:
         # after that statement committed. A row the unique indexes refused (a
         # request_id repeat, an active duplicate, also one within the same batch) is
         # then resolved alone, exactly as a single enqueue would be.
-        inserted = await self._enqueues.submit(new)
+        try:
+            inserted = await self._enqueues.submit(new)
+        except EnqueueInDoubtError as doubt:
+            # The INSERT's answer was lost: the caller hears OK or UNAVAILABLE only
+            # once it is known which is true (see in_doubt.py).
+            return await doubt.settle(), False
         if inserted is not None:
             return inserted, False
         return await self._enqueue_one(new, on_duplicate)
 
-    async def _enqueue_batch(self, batch: list[NewJob]) -> list[Job | None]:
+    async def _enqueue_batch(self, batch: list[NewJob]) -> list[Job | BaseException | None]:
         """One INSERT ... ON CONFLICT DO NOTHING RETURNING id for the whole batch. Ids
         are made here, so the returned ids map back to their items; None = not
-        inserted. An inserted row holds exactly what was sent, so its Job is built
-        here rather than decoded from the database."""
+        inserted; an EnqueueInDoubtError each when the answer was lost. An inserted
+        row holds exactly what was sent, so its Job is built here rather than decoded
+        from the database."""
         ids = [str(uuid.uuid4()) for _ in batch]
         rows = [
             {
@@ -371,7 +348,10 @@ class SqlJobStore:
         try:
             written = await self._hot("enqueue_many", times | {"p_rows": json_text(rows)})
             inserted = {row["id"] for row in written}
-        except StorageUnavailableError as error:
+        except StatementInDoubtError as error:
+            doubt = InsertInDoubt(self._autocommit, error.backend, ids, self.get_many)
+            return [EnqueueInDoubtError(job_id, doubt, error) for job_id in ids]
+        except StorageError as error:
             if len(batch) > 1 and _refused_for_its_data(error):
                 return [None] * len(batch)  # each alone: only the bad one fails
             raise
@@ -394,14 +374,14 @@ class SqlJobStore:
         no longer owns it). If the data of some row is refused, each row alone."""
         try:
             written = await self._write_rows(name, rows)
-        except StorageUnavailableError as error:
+        except StorageError as error:
             if len(rows) == 1 or not _refused_for_its_data(error):
                 raise
             results: list[Job | BaseException | None] = []
             for job_id, row in zip(ids, rows, strict=True):
                 try:
                     results.append((await self._write_rows(name, [row])).get(job_id))
-                except StorageUnavailableError as row_error:
+                except StorageError as row_error:
                     results.append(row_error)
             return results
         return [written.get(job_id) for job_id in ids]

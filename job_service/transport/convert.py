@@ -209,15 +209,33 @@ def timestamp_of(value: datetime) -> Timestamp:
     return Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
+# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+MIN_TIMESTAMP_SECONDS = -62_135_596_800
+MAX_TIMESTAMP_SECONDS = 253_402_300_799
+NANOS_PER_SECOND = 1_000_000_000
+
+
+def timestamp_violation(message: Timestamp) -> str | None:
+    """Why `message` is not a valid Timestamp (years 1 to 9999, nanos in [0, 1e9)),
+    or None when it is."""
+    if not MIN_TIMESTAMP_SECONDS <= message.seconds <= MAX_TIMESTAMP_SECONDS:
+        return (
+            f"seconds must be between {MIN_TIMESTAMP_SECONDS} and {MAX_TIMESTAMP_SECONDS} "
+            f"(years 1 to 9999); got {message.seconds}"
+        )
+    if not 0 <= message.nanos < NANOS_PER_SECOND:
+        return f"nanos must be between 0 and {NANOS_PER_SECOND - 1}; got {message.nanos}"
+    return None
+
+
 def from_timestamp(message: Timestamp) -> datetime:
+    """The UTC datetime of a valid Timestamp (see `timestamp_violation`)."""
     return message.ToDatetime(tzinfo=UTC)
 
 
-def job_to_pb(job: Job, input_message: Message | None = None) -> pb.Job:
-    """The Job message. `input_message`: the job's input as a message already (the
-    Enqueue request's), instead of building it again from `request_params`."""
-    if input_message is None:
-        input_message = message_from_dict(_INPUT_TYPES[job.job_type], job.request_params)
+def job_to_pb(job: Job, *, with_input: bool = True) -> pb.Job:
+    """The Job message. Without `with_input` the input oneof is left unset (Enqueue's
+    answer: the caller has the input, and it may be megabytes)."""
     created = timestamp_of(job.created_at)
     fields: dict[str, Any] = {
         "id": job.id,
@@ -233,13 +251,16 @@ def job_to_pb(job: Job, input_message: Message | None = None) -> pb.Job:
         "max_attempts": job.max_attempts,
         "cancel_reason": job.cancel_reason or "",
         "attempts": [attempt_to_pb(a) for a in job.attempts],
-        INPUT_CASE_BY_TYPE[job.job_type]: input_message,
         "create_time": created,
         # A new job was last updated when it was made: the same Timestamp twice.
         "update_time": created
         if job.updated_at == job.created_at
         else timestamp_of(job.updated_at),
     }
+    if with_input:
+        fields[INPUT_CASE_BY_TYPE[job.job_type]] = message_from_dict(
+            _INPUT_TYPES[job.job_type], job.request_params
+        )
     if job.result is not None:
         fields[RESULT_CASE_BY_TYPE[job.job_type]] = message_from_dict(
             _RESULT_TYPES[job.job_type], job.result

@@ -3,27 +3,64 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
+from google.protobuf.message import Message
 from san.jobs.v1 import job_service_pb2 as pb
 
 from job_service.domain.errors import FieldViolation, InvalidRequestError
+from job_service.domain.limits import (
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_RETRY_LIMIT,
+    MAX_CANCEL_REASON_CHARS,
+    MAX_ENUM_FILTER_VALUES,
+    MAX_ERROR_MESSAGE_CONTAINS_CHARS,
+    MAX_JOB_ID_CHARS,
+    MAX_PAGE_SIZE,
+    MAX_PAGE_TOKEN_CHARS,
+    MAX_REQUESTED_BY_CHARS,
+    MAX_RETRY_JOB_IDS,
+    MAX_RETRY_LIMIT,
+    MAX_RETRY_TARGET_IDS,
+    MAX_STREAM_JOB_IDS,
+    MAX_TARGET_ID_CHARS,
+)
 from job_service.domain.model import JobFilter, JobStatus, JobType, NewJob, OnDuplicate
-from job_service.domain.validation import EnqueueLimits, validate_enqueue
+from job_service.domain.validation import (
+    EnqueueLimits,
+    check_count,
+    check_free_text,
+    check_identifier,
+    validate_enqueue,
+)
 from job_service.transport.convert import (
     JOB_TYPE_FROM_PB,
     STATUS_FROM_PB,
     from_timestamp,
     message_to_dict,
+    timestamp_violation,
 )
 
-MAX_STREAM_JOB_IDS = 1000
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 1000
-DEFAULT_RETRY_LIMIT = 1000
-MAX_RETRY_LIMIT = 10_000
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "DEFAULT_RETRY_LIMIT",
+    "MAX_PAGE_SIZE",
+    "MAX_RETRY_LIMIT",
+    "MAX_STREAM_JOB_IDS",
+    "StreamRequest",
+    "cancel",
+    "enqueue",
+    "is_uuid",
+    "job_id",
+    "list_jobs",
+    "retry_failed",
+    "stream",
+]
+# An invalid value is echoed in its violation only up to this many characters.
+_SHOWN_CHARS = 40
 
 _ON_DUPLICATE = {
     pb.ON_DUPLICATE_UNSPECIFIED: OnDuplicate.REJECT,
@@ -38,6 +75,9 @@ def _raise_if(violations: list[FieldViolation]) -> None:
 
 
 def is_uuid(value: str) -> bool:
+    """True for a string uuid.UUID reads (any of its spellings), of bounded length."""
+    if len(value) > MAX_JOB_ID_CHARS:
+        return False
     try:
         uuid.UUID(value)
     except ValueError:
@@ -45,22 +85,46 @@ def is_uuid(value: str) -> bool:
     return True
 
 
+def _shown(value: str) -> str:
+    """`value` quoted for an error message, cut short: errors never echo megabytes."""
+    if len(value) <= _SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
 def job_id(field: str, value: str) -> str:
+    """The canonical form of the UUID in `value`, or InvalidRequestError on `field`."""
     if not value:
         raise InvalidRequestError([FieldViolation(field, "is required")])
     if not is_uuid(value):
-        raise InvalidRequestError([FieldViolation(field, f"{value!r} is not a UUID")])
+        raise InvalidRequestError([FieldViolation(field, f"{_shown(value)} is not a UUID")])
     return str(uuid.UUID(value))
 
 
-def _job_ids(field: str, values: Iterable[str], out: list[FieldViolation]) -> tuple[str, ...]:
+def _job_ids(
+    field: str, values: Sequence[str], max_count: int, out: list[FieldViolation]
+) -> tuple[str, ...]:
+    if not check_count(field, len(values), max_count, out):
+        return ()
     ids: list[str] = []
     for index, value in enumerate(values):
         if is_uuid(value):
             ids.append(str(uuid.UUID(value)))
         else:
-            out.append(FieldViolation(f"{field}[{index}]", f"{value!r} is not a UUID"))
+            out.append(FieldViolation(f"{field}[{index}]", f"{_shown(value)} is not a UUID"))
     return tuple(dict.fromkeys(ids))
+
+
+def _timestamp(field: str, request: Message, out: list[FieldViolation]) -> datetime | None:
+    """The UTC datetime of an optional Timestamp field, or None when unset or bad."""
+    if not request.HasField(field):
+        return None
+    value = getattr(request, field)
+    problem = timestamp_violation(value)
+    if problem is not None:
+        out.append(FieldViolation(field, problem))
+        return None
+    return from_timestamp(value)
 
 
 E = TypeVar("E")
@@ -70,6 +134,9 @@ def _enum_values(
     field: str, values: Iterable[int], known: Mapping[Any, E], what: str, out: list[FieldViolation]
 ) -> tuple[E, ...]:
     """Decode repeated enum numbers; an unspecified or unknown number is a violation."""
+    values = list(values)
+    if not check_count(field, len(values), MAX_ENUM_FILTER_VALUES, out):
+        return ()
     decoded: list[E] = []
     for index, value in enumerate(values):
         member = known.get(value)
@@ -140,54 +207,60 @@ class StreamRequest:
 
 
 def stream(request: pb.StreamJobUpdatesRequest) -> StreamRequest:
+    """StreamJobUpdates' request: at most MAX_STREAM_JOB_IDS UUIDs, known enum values."""
     out: list[FieldViolation] = []
-    if len(request.job_ids) > MAX_STREAM_JOB_IDS:
-        out.append(
-            FieldViolation(
-                "job_ids", f"at most {MAX_STREAM_JOB_IDS} ids; got {len(request.job_ids)}"
-            )
-        )
-    ids = _job_ids("job_ids", request.job_ids, out)
+    ids = _job_ids("job_ids", request.job_ids, MAX_STREAM_JOB_IDS, out)
     types = _job_types("job_types", request.job_types, out)
     statuses = _statuses("statuses", request.statuses, out)
     _raise_if(out)
     return StreamRequest(ids, types, statuses)
 
 
+def _error_message_contains(value: str, out: list[FieldViolation]) -> str | None:
+    field = "error_message_contains"
+    check_free_text(field, value, MAX_ERROR_MESSAGE_CONTAINS_CHARS, out)
+    return value or None
+
+
 def list_jobs(request: pb.ListJobsRequest) -> tuple[JobFilter, int, str | None]:
+    """ListJobs' filter, page size and page token (decoded later, by the store)."""
     out: list[FieldViolation] = []
     if request.page_size < 0 or request.page_size > MAX_PAGE_SIZE:
         out.append(FieldViolation("page_size", f"must be between 0 and {MAX_PAGE_SIZE}"))
+    check_identifier("target_id", request.target_id, MAX_TARGET_ID_CHARS, out)
+    check_identifier("page_token", request.page_token, MAX_PAGE_TOKEN_CHARS, out)
     job_filter = JobFilter(
         statuses=_statuses("statuses", request.statuses, out),
         job_types=_job_types("job_types", request.job_types, out),
         target_ids=(request.target_id,) if request.target_id else (),
-        error_message_contains=request.error_message_contains or None,
-        created_after=from_timestamp(request.created_after)
-        if request.HasField("created_after")
-        else None,
-        created_before=from_timestamp(request.created_before)
-        if request.HasField("created_before")
-        else None,
+        error_message_contains=_error_message_contains(request.error_message_contains, out),
+        created_after=_timestamp("created_after", request, out),
+        created_before=_timestamp("created_before", request, out),
     )
     _raise_if(out)
     return job_filter, request.page_size or DEFAULT_PAGE_SIZE, request.page_token or None
 
 
+def _target_ids(values: Sequence[str], out: list[FieldViolation]) -> tuple[str, ...]:
+    if not check_count("target_ids", len(values), MAX_RETRY_TARGET_IDS, out):
+        return ()
+    for index, value in enumerate(values):
+        check_identifier(f"target_ids[{index}]", value, MAX_TARGET_ID_CHARS, out, required=True)
+    return tuple(dict.fromkeys(values))
+
+
 def retry_failed(request: pb.RetryFailedRequest) -> tuple[JobFilter, int]:
+    """RetryFailed's filter (FAILED jobs only) and limit."""
     out: list[FieldViolation] = []
+    check_identifier("requested_by", request.requested_by, MAX_REQUESTED_BY_CHARS, out)
     job_filter = JobFilter(
-        job_ids=_job_ids("job_ids", request.job_ids, out),
+        job_ids=_job_ids("job_ids", request.job_ids, MAX_RETRY_JOB_IDS, out),
         statuses=(JobStatus.FAILED,),
         job_types=_job_types("job_types", request.job_types, out),
-        target_ids=tuple(request.target_ids),
-        error_message_contains=request.error_message_contains or None,
-        failed_after=from_timestamp(request.failed_after)
-        if request.HasField("failed_after")
-        else None,
-        failed_before=from_timestamp(request.failed_before)
-        if request.HasField("failed_before")
-        else None,
+        target_ids=_target_ids(request.target_ids, out),
+        error_message_contains=_error_message_contains(request.error_message_contains, out),
+        failed_after=_timestamp("failed_after", request, out),
+        failed_before=_timestamp("failed_before", request, out),
     )
     has_criterion = any(
         (
@@ -213,3 +286,11 @@ def retry_failed(request: pb.RetryFailedRequest) -> tuple[JobFilter, int]:
         )
     _raise_if(out)
     return job_filter, request.limit or DEFAULT_RETRY_LIMIT
+
+
+def cancel(request: pb.CancelJobRequest) -> tuple[str, str]:
+    """CancelJob's job id (canonical UUID) and reason."""
+    out: list[FieldViolation] = []
+    check_free_text("reason", request.reason, MAX_CANCEL_REASON_CHARS, out)
+    _raise_if(out)
+    return job_id("job_id", request.job_id), request.reason

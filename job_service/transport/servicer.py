@@ -12,11 +12,20 @@ from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from job_service.app import JobApplication
 from job_service.domain.errors import JobNotFoundError
+from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, LIST_PAGE_HEADROOM_BYTES
 from job_service.domain.model import Job
 from job_service.domain.validation import EnqueueLimits
 from job_service.transport import requests
 from job_service.transport.convert import job_to_pb, stats_to_pb
+from job_service.transport.decoding import add_lenient_service
 from job_service.transport.errors import stream_errors, unary_errors
+from job_service.transport.pages import fit_page
+from job_service.transport.stream_limits import (
+    StreamGate,
+    StreamRefusedError,
+    connection_key,
+    peer_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,20 +34,28 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 class JobServiceServicer(pb_grpc.JobServiceServicer):
     def __init__(
-        self, app: JobApplication, limits: EnqueueLimits, default_max_attempts: int
+        self,
+        app: JobApplication,
+        limits: EnqueueLimits,
+        default_max_attempts: int,
+        *,
+        stream_gate: StreamGate,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self._app = app
+        # What a ListJobs page's jobs may take of the send limit (--max-message-bytes).
+        self._page_budget_bytes = max_message_bytes - LIST_PAGE_HEADROOM_BYTES
         self._limits = limits
         self._default_max_attempts = default_max_attempts
+        self._stream_gate = stream_gate
 
     @unary_errors
     async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueResponse:
         new, on_duplicate = requests.enqueue(request, self._limits, self._default_max_attempts)
         job, deduplicated = await self._app.enqueue(new, on_duplicate)
-        # A new job holds exactly the request's input: send that message back as is.
-        case = request.WhichOneof("input")
-        given = getattr(request, case) if case and not deduplicated else None
-        return pb.EnqueueResponse(job=job_to_pb(job, given), deduplicated=deduplicated)
+        # No input in the answer: the caller has it, and it may be megabytes (GetJob
+        # returns it).
+        return pb.EnqueueResponse(job=job_to_pb(job, with_input=False), deduplicated=deduplicated)
 
     @unary_errors
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
@@ -49,15 +66,13 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         job_filter, page_size, token = requests.list_jobs(request)
         jobs, next_token = await self._app.list_jobs(job_filter, page_size, token)
-        return pb.ListJobsResponse(
-            jobs=[job_to_pb(j) for j in jobs], next_page_token=next_token or ""
-        )
+        return fit_page(jobs, next_token, self._page_budget_bytes)
 
     @unary_errors
     async def CancelJob(
         self, request: pb.CancelJobRequest, context: Context
     ) -> pb.CancelJobResponse:
-        job = await self._app.cancel(requests.job_id("job_id", request.job_id), request.reason)
+        job = await self._app.cancel(*requests.cancel(request))
         return pb.CancelJobResponse(job=job_to_pb(job))
 
     @unary_errors
@@ -86,8 +101,24 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         self, request: pb.StreamJobUpdatesRequest, context: Context
     ) -> AsyncIterator[pb.StreamJobUpdatesResponse]:
         wanted = requests.stream(request)
+        try:
+            lease = self._stream_gate.admit(
+                peer_key(context), connection_key(context), feed=not wanted.job_ids
+            )
+        except StreamRefusedError as refused:
+            await context.abort_with_status(refused.to_status())  # type: ignore[attr-defined]
+            return
         # Subscribe before reading the snapshot, so no change between the two is lost.
         subscription = self._app.hub.subscribe(wanted.job_ids, wanted.job_types, wanted.statuses)
+
+        def end(_: object) -> None:
+            subscription.close()
+            lease.release()
+
+        # Whichever comes first ends the stream's claims: the finally below, or grpc
+        # ending the call (that covers a generator left suspended at a yield).
+        # grpc-stubs types the callback as a class, not a Protocol: hence the ignore.
+        context.add_done_callback(end)  # type: ignore[arg-type]
         try:
             if wanted.job_ids:
                 async for job in self._watch_jobs(wanted.job_ids, subscription):
@@ -97,7 +128,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
                     for job in await subscription.get():
                         yield pb.StreamJobUpdatesResponse(job=job_to_pb(job))
         finally:
-            subscription.close()
+            end(None)
 
     async def _watch_jobs(self, job_ids: tuple[str, ...], subscription: Any) -> AsyncIterator[Job]:
         snapshot = await self._app.load(job_ids)
@@ -127,3 +158,10 @@ def _not_newer(job: Job, previous: Job) -> bool:
     if job.updated_at != previous.updated_at:
         return job.updated_at < previous.updated_at
     return job.status == previous.status and job.attempt_count == previous.attempt_count
+
+
+def add_job_service_to_server(servicer: JobServiceServicer, server: grpc.aio.Server) -> None:
+    """Serve `servicer` on `server`, like the generated add_JobServiceServicer_to_server,
+    except that a request that is not a valid message (bad UTF-8 in a string field)
+    gets INVALID_ARGUMENT naming the field instead of gRPC's UNKNOWN."""
+    add_lenient_service(servicer, pb.DESCRIPTOR.services_by_name["JobService"], server)

@@ -67,7 +67,7 @@ async def start_service(
 
     async def start(**overrides: Any) -> Service:
         settings = JobServiceSettings(
-            listen="127.0.0.1:0",
+            listen=overrides.pop("listen", "127.0.0.1:0"),
             database_url=database_url,
             gateway=overrides.pop("gateway", address),
             retry_base_delay=overrides.pop("retry_base_delay", 0.05),

@@ -26,12 +26,13 @@ from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
 @dataclass
 class Fail:
-    """Answer with this status (and ErrorInfo reason / RetryInfo delay)."""
+    """Answer with this status (and ErrorInfo reason / RetryInfo delay: seconds, or
+    a Duration as is, for values no float can say)."""
 
     code: grpc.StatusCode
     message: str
     reason: str = ""
-    retry_delay: float | None = None
+    retry_delay: float | duration_pb2.Duration | None = None
 
 
 @dataclass
@@ -82,7 +83,10 @@ class ScriptedGateway(gw_grpc.AiGatewayServiceServicer):
         if action.retry_delay is not None:
             retry = any_pb2.Any()
             delay = duration_pb2.Duration()
-            delay.FromNanoseconds(int(action.retry_delay * 1e9))
+            if isinstance(action.retry_delay, duration_pb2.Duration):
+                delay.CopyFrom(action.retry_delay)
+            else:
+                delay.FromNanoseconds(int(action.retry_delay * 1e9))
             retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
             status.details.append(retry)
         return status
@@ -198,9 +202,13 @@ def _recall(request: gw.GenerateRecallRequest) -> gw.GenerateRecallResponse:
 
 
 async def start_scripted_gateway(
-    gateway: ScriptedGateway, address: str = "127.0.0.1:0"
+    gateway: ScriptedGateway,
+    address: str = "127.0.0.1:0",
+    options: list[tuple[str, Any]] | None = None,
 ) -> tuple[grpc.aio.Server, str]:
-    server = grpc.aio.server()
+    """Serve `gateway` at `address`; `options` are grpc server options (e.g. the
+    real gateway's message size limits)."""
+    server = grpc.aio.server(options=options)
     gw_grpc.add_AiGatewayServiceServicer_to_server(gateway, server)
     port = server.add_insecure_port(address)
     await server.start()

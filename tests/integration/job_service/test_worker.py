@@ -82,7 +82,8 @@ async def test_rate_limit_waits_at_least_retry_info(start_service: StartService)
     limited = Fail(
         grpc.StatusCode.RESOURCE_EXHAUSTED, "5 requests/s", "RATE_LIMITED", retry_delay=0.8
     )
-    service = await start_service()
+    # RetryInfo is a floor up to --retry-max-delay (test_gateway_link: clamped above it).
+    service = await start_service(retry_max_delay=2.0)
     service.gateway.script = lambda _j, attempt: limited if attempt == 1 else None
     job = (await service.stub.Enqueue(card_request("rl", "Text."))).job
     final = (await wait_terminal(service.stub, [job.id], timeout=30))[job.id]

@@ -13,7 +13,12 @@ import pytest
 from _storage_support import enqueue, failure, new_job
 from sqlalchemy import Engine, event
 
-from job_service.domain.errors import DuplicateJobError, LeaseLostError, StorageUnavailableError
+from job_service.domain.errors import (
+    DuplicateJobError,
+    LeaseLostError,
+    StorageDataError,
+    StorageFailureError,
+)
 from job_service.domain.model import Failure, Job, JobStatus, NewJob, OnDuplicate
 from job_service.storage.direct import DirectStatement, HeldConnection
 from job_service.storage.repository import MAX_BATCH, SqlJobStore
@@ -195,7 +200,8 @@ async def test_a_row_the_database_refuses_fails_only_its_own_caller(store: SqlJo
     results = await asyncio.gather(
         *(store.enqueue(n, REJECT) for n in [*good[:3], bad, *good[3:]]), return_exceptions=True
     )
-    assert isinstance(results[3], StorageUnavailableError)
+    # A CHECK violation nothing handles: ours (INTERNAL), not an outage.
+    assert isinstance(results[3], StorageFailureError)
     written = [r for i, r in enumerate(results) if i != 3]
     assert all(isinstance(r, tuple) and not r[1] for r in written)
     stats = await store.stats()
@@ -317,7 +323,7 @@ async def test_an_outcome_the_database_refuses_fails_only_its_own_caller(
             return await store.fail(job_id, tokens[job_id], chosen, None)
 
         outcomes = await asyncio.gather(*(fail(i) for i in ids), return_exceptions=True)
-        assert isinstance(outcomes[2], StorageUnavailableError)
+        assert isinstance(outcomes[2], StorageDataError)  # SQLSTATE 22001
         for index, outcome in enumerate(outcomes):
             if index != 2:
                 assert isinstance(outcome, Job) and outcome.status is JobStatus.FAILED

@@ -11,7 +11,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import CheckConstraint, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from job_service.domain.errors import StorageUnavailableError
+from job_service.domain.errors import StorageFailureError, StorageUnavailableError
 from job_service.domain.model import JobFilter
 from job_service.storage.engine import create_engine
 from job_service.storage.migrate import migrate
@@ -100,10 +100,11 @@ async def test_an_unreachable_database_raises_storage_unavailable(tmp_path) -> N
             await store.close()
 
 
-async def test_an_unmigrated_database_raises_storage_unavailable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_an_unmigrated_database_raises_storage_failure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A missing table is a broken deployment (INTERNAL), not an outage to retry.
     store = SqlJobStore(f"sqlite+aiosqlite:///{tmp_path}/empty.db")
     try:
-        with pytest.raises(StorageUnavailableError):
+        with pytest.raises(StorageFailureError):
             await store.get("x")
     finally:
         await store.close()

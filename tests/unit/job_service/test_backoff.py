@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import math
 import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from job_service.domain.backoff import BackoffPolicy
 
@@ -20,8 +24,26 @@ def test_delay_is_capped() -> None:
 
 
 def test_retry_info_is_a_floor() -> None:
-    policy = BackoffPolicy(base_delay=0.1, max_delay=1.0)
+    policy = BackoffPolicy(base_delay=0.1, max_delay=20.0)
     assert policy.delay(1, retry_after=12.0) == 12.0
+
+
+@pytest.mark.parametrize("retry_after", [12.0, 2592000.0, 1e12, 2.0**63, math.inf])
+def test_retry_info_is_clamped_to_the_max_delay(retry_after: float) -> None:
+    policy = BackoffPolicy(base_delay=0.1, max_delay=1.0)
+    assert policy.delay(1, retry_after=retry_after) == 1.0
+
+
+@pytest.mark.parametrize("retry_after", [-5.0, -math.inf, math.nan])
+def test_a_negative_or_nan_retry_info_is_no_floor(retry_after: float) -> None:
+    policy = BackoffPolicy(base_delay=2.0, max_delay=300.0)
+    assert 1.0 <= policy.delay(1, retry_after=retry_after) <= 2.0
+
+
+def test_a_huge_max_delay_still_gives_a_valid_retry_time() -> None:
+    policy = BackoffPolicy(base_delay=1e300, max_delay=1e300)
+    delay = policy.delay(5, retry_after=math.inf)
+    assert datetime.now(UTC) + timedelta(seconds=delay) > datetime.now(UTC)
 
 
 def test_jitter_spreads_retries() -> None:

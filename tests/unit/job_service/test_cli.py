@@ -53,6 +53,12 @@ def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch)
         "batch_interval": "0.01",
         "grace": "3",
         "max_text_chars": "500",
+        "max_streams": "900",
+        "max_streams_per_peer": "90",
+        "max_streams_per_connection": "80",
+        "max_feeds": "9",
+        "max_feeds_per_peer": "2",
+        "max_message_bytes": "1048576",
         "instance_id": "blue",
         "log_level": "debug",
         "event_loop": "asyncio",
@@ -66,7 +72,23 @@ def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch)
     assert settings.instance_id == "blue" and settings.log_level == "DEBUG"
     assert settings.batch_interval == 0.01
     assert settings.event_loop == "asyncio"
+    assert settings.max_message_bytes == 1_048_576
     assert set(settings.deadlines().values()) == {4.0}
+    assert (settings.max_streams, settings.max_streams_per_peer) == (900, 90)
+    assert (settings.max_streams_per_connection, settings.max_feeds) == (80, 9)
+    assert settings.max_feeds_per_peer == 2
+
+
+def test_stream_bounds_default_to_room_for_the_web_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in list(__import__("os").environ):
+        if name.startswith("SAN_JOBS_"):
+            monkeypatch.delenv(name)
+    settings = settings_for(["--max-streams-per-peer", "50"])
+    assert settings.max_streams_per_peer == 50
+    assert (settings.max_streams, settings.max_streams_per_connection) == (10_000, 2_000)
+    assert (settings.max_feeds, settings.max_feeds_per_peer) == (100, 10)
 
 
 def test_flag_wins_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -102,9 +102,9 @@ def test_long_gateway_message_is_truncated() -> None:
 
 
 def test_unexpected_failure_is_final() -> None:
-    failure = unexpected_failure(ValueError("bad"))
+    failure = unexpected_failure("0123abcd")
     assert failure.transient is False
-    assert failure.message == "Internal error: ValueError: bad"
+    assert failure.message == "Internal error in the job service (error id 0123abcd)"
 
 
 def test_resource_exhausted_without_rate_limit_details_is_not_called_a_rate_limit() -> None:

@@ -13,6 +13,15 @@ ErrorInfo reasons used by this service:
     metadata `jobId` and `status`.
   - INVALID_REQUEST: bad input; a BadRequest detail names each bad field.
   - STORAGE_UNAVAILABLE: the database could not be reached.
+
+Limits: every string and repeated field of a request has a bound, written on
+the field; a request over one gets INVALID_ARGUMENT with a BadRequest naming
+the field. Lengths are in characters (code points). Identifier-like strings
+(ids, target_id, request_id, requested_by, url, page_token) refuse every
+control character (U+0000-U+001F, U+007F-U+009F); free text refuses NUL only.
+A string that is not valid UTF-8 (a lone surrogate, for one) is INVALID_ARGUMENT
+too. A whole message, either way, is at most the server's --max-message-bytes
+(4 MiB by default); a larger request gets RESOURCE_EXHAUSTED from gRPC.
 """
 
 from collections import abc as _abc
@@ -364,12 +373,14 @@ class CardAnalysisInput(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The page's text; required, at most the server's limit (100,000
-    characters by default).
+    characters by default, --max-text-chars); no NUL.
     """
     url: _builtins.str
-    """Where the page came from; optional."""
+    """Where the page came from; optional, at most 4,096 characters, no control
+    characters.
+    """
     title: _builtins.str
-    """The page's title; optional."""
+    """The page's title; optional, at most 1,000 characters, no NUL."""
     def __init__(
         self,
         *,
@@ -432,10 +443,13 @@ class TilGenerationInput(_message.Message):
     DAY_FIELD_NUMBER: _builtins.int
     NOTES_FIELD_NUMBER: _builtins.int
     day: _builtins.str
-    """The day, as YYYY-MM-DD."""
+    """The day, as YYYY-MM-DD (10 characters)."""
     @_builtins.property
     def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """The day's notes; at least one."""
+        """The day's notes; at least one non-blank, at most 1,000 notes holding at
+        most the server's text limit (100,000 characters by default) in all; no
+        NUL.
+        """
 
     def __init__(
         self,
@@ -490,9 +504,11 @@ class RecallSource(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     title: _builtins.str
-    """The source's title."""
+    """The source's title; at most 1,000 characters, no NUL."""
     text: _builtins.str
-    """The source's text; required."""
+    """The source's text; required, no NUL. The texts of all sources hold at most
+    the server's text limit (100,000 characters by default) in all.
+    """
     def __init__(
         self,
         *,
@@ -519,7 +535,7 @@ class RecallGenerationInput(_message.Message):
     """How many questions to make: 0 means the default of 5; at most 20."""
     @_builtins.property
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecallSource]:
-        """The sources to ask about; at least one."""
+        """The sources to ask about; 1 to 100."""
 
     def __init__(
         self,
@@ -611,15 +627,22 @@ class EnqueueRequest(_message.Message):
     job_type: Global___JobType.ValueType
     """What kind of work; required."""
     target_id: _builtins.str
-    """What the job is about; required, 1 to 256 characters."""
+    """What the job is about; required, 1 to 256 characters, no control
+    characters.
+    """
     requested_by: _builtins.str
-    """Who asks (a user or service id); optional."""
+    """Who asks (a user or service id); optional, at most 256 characters, no
+    control characters.
+    """
     request_id: _builtins.str
     """Optional idempotency key (AIP-155): a repeated Enqueue with the same key
-    returns the job the first one created, with deduplicated = true.
+    returns the job the first one created, with deduplicated = true. At most
+    256 characters, no control characters.
     """
     max_attempts: _builtins.int
-    """Attempts before the job is FAILED; 0 means the server's default."""
+    """Attempts before the job is FAILED; 0 means the server's default; at most
+    100.
+    """
     on_duplicate: Global___OnDuplicate.ValueType
     """What to do when an active job exists for (job_type, target_id)."""
     @_builtins.property
@@ -671,7 +694,9 @@ class EnqueueResponse(_message.Message):
     """
     @_builtins.property
     def job(self) -> Global___Job:
-        """The job, as committed."""
+        """The job, as committed, without its input: the input oneof is never set
+        here, so a large input is not sent back (GetJob returns it).
+        """
 
     def __init__(
         self,
@@ -695,7 +720,7 @@ class GetJobRequest(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
-    """The job's UUID."""
+    """The job's UUID (at most 64 characters are read)."""
     def __init__(
         self,
         *,
@@ -750,12 +775,14 @@ class StreamJobUpdatesRequest(_message.Message):
 
     @_builtins.property
     def job_types(self) -> _containers.RepeatedScalarFieldContainer[Global___JobType.ValueType]:
-        """Feed filter: only these job types (all when empty). Ignored with job_ids."""
+        """Feed filter: only these job types (all when empty; at most 100 values).
+        Ignored with job_ids.
+        """
 
     @_builtins.property
     def statuses(self) -> _containers.RepeatedScalarFieldContainer[Global___JobStatus.ValueType]:
-        """Feed filter: only changes into these statuses (all when empty). Ignored
-        with job_ids.
+        """Feed filter: only changes into these statuses (all when empty; at most 100
+        values). Ignored with job_ids.
         """
 
     def __init__(
@@ -816,7 +843,9 @@ class RetryFailedRequest(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     REQUESTED_BY_FIELD_NUMBER: _builtins.int
     error_message_contains: _builtins.str
-    """Only jobs whose error_message contains this text (case-sensitive)."""
+    """Only jobs whose error_message contains this text (case-sensitive); at most
+    1,003 characters, no NUL.
+    """
     all_failed: _builtins.bool
     """Every FAILED job; required when no other criterion is given."""
     limit: _builtins.int
@@ -824,26 +853,32 @@ class RetryFailedRequest(_message.Message):
     dry_run: _builtins.bool
     """List what would move without moving anything."""
     requested_by: _builtins.str
-    """Who asks; recorded in the log."""
+    """Who asks; recorded in the log. At most 256 characters, no control
+    characters.
+    """
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Only these jobs."""
+        """Only these jobs (UUIDs; at most 10,000)."""
 
     @_builtins.property
     def job_types(self) -> _containers.RepeatedScalarFieldContainer[Global___JobType.ValueType]:
-        """Only jobs of these types."""
+        """Only jobs of these types (at most 100 values)."""
 
     @_builtins.property
     def target_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Only jobs about these targets."""
+        """Only jobs about these targets (at most 10,000; each 1 to 256 characters,
+        no control characters).
+        """
 
     @_builtins.property
     def failed_after(self) -> _timestamp_pb2.Timestamp:
-        """Only jobs that failed at or after this time."""
+        """Only jobs that failed at or after this time (a valid Timestamp: years 1 to
+        9999, nanos 0 to 999,999,999).
+        """
 
     @_builtins.property
     def failed_before(self) -> _timestamp_pb2.Timestamp:
-        """Only jobs that failed before this time."""
+        """Only jobs that failed before this time (a valid Timestamp)."""
 
     def __init__(
         self,
@@ -946,30 +981,37 @@ class ListJobsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     target_id: _builtins.str
-    """Only jobs about this target."""
+    """Only jobs about this target; at most 256 characters, no control
+    characters.
+    """
     error_message_contains: _builtins.str
-    """Only jobs whose error_message contains this text (case-sensitive)."""
+    """Only jobs whose error_message contains this text (case-sensitive); at most
+    1,003 characters, no NUL.
+    """
     page_size: _builtins.int
     """Page size: 0 means 50; at most 1,000."""
     page_token: _builtins.str
     """The next_page_token of the previous page; empty for the first page. Must
-    be used with the same filter.
+    be used with the same filter. At most 512 characters; anything this
+    service did not make is INVALID_ARGUMENT.
     """
     @_builtins.property
     def statuses(self) -> _containers.RepeatedScalarFieldContainer[Global___JobStatus.ValueType]:
-        """Only jobs in these statuses (all when empty)."""
+        """Only jobs in these statuses (all when empty; at most 100 values)."""
 
     @_builtins.property
     def job_types(self) -> _containers.RepeatedScalarFieldContainer[Global___JobType.ValueType]:
-        """Only jobs of these types (all when empty)."""
+        """Only jobs of these types (all when empty; at most 100 values)."""
 
     @_builtins.property
     def created_after(self) -> _timestamp_pb2.Timestamp:
-        """Only jobs created at or after this time."""
+        """Only jobs created at or after this time (a valid Timestamp: years 1 to
+        9999, nanos 0 to 999,999,999).
+        """
 
     @_builtins.property
     def created_before(self) -> _timestamp_pb2.Timestamp:
-        """Only jobs created before this time."""
+        """Only jobs created before this time (a valid Timestamp)."""
 
     def __init__(
         self,
@@ -1003,7 +1045,9 @@ class ListJobsResponse(_message.Message):
     """Token of the next page; empty on the last page."""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
-        """The jobs on this page."""
+        """The jobs on this page: at most page_size, fewer when more would not fit
+        the server's message limit (--max-message-bytes, AIP-158).
+        """
 
     def __init__(
         self,
@@ -1028,9 +1072,9 @@ class CancelJobRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
-    """The job's UUID."""
+    """The job's UUID (at most 64 characters are read)."""
     reason: _builtins.str
-    """Why; stored as the job's cancel_reason."""
+    """Why; stored as the job's cancel_reason. At most 1,000 characters, no NUL."""
     def __init__(
         self,
         *,

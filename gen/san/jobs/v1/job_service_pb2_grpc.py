@@ -80,7 +80,8 @@ class JobServiceServicer:
 
     def Enqueue(self, request, context):
         """Enqueue stores a job as PENDING and returns it at once; the work happens
-        later. The job is committed before the call returns.
+        later. The job is committed before the call returns. The returned job carries
+        no input (GetJob returns it).
 
         Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
         with ErrorInfo DUPLICATE_JOB when an active job exists for the same
@@ -105,6 +106,17 @@ class JobServiceServicer:
         change, in order per job. With job_ids, the stream ends with OK once every
         named job is terminal. Without job_ids, it is a live feed of every change
         matching the filter and never ends by itself.
+
+        Open streams are bounded per instance (default 10,000), per peer (the
+        client's address; default 2,000), and per connection (default 2,000);
+        live feeds, offered every change, have smaller bounds of their own
+        (default 100 per instance, 10 per peer) and count as streams too.
+
+        Errors: INVALID_ARGUMENT with BadRequest for bad input; NOT_FOUND when a
+        named job does not exist; RESOURCE_EXHAUSTED with ErrorInfo
+        TOO_MANY_STREAMS (metadata "limit": the bound's flag name, "maxStreams":
+        its value) and a QuotaFailure when a bound is reached; that stream alone
+        is refused. Close a stream, or retry later.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -120,6 +132,11 @@ class JobServiceServicer:
 
     def ListJobs(self, request, context):
         """ListJobs returns jobs matching a filter, newest first, one page at a time.
+        A page may hold fewer than page_size jobs when more would not fit the
+        server's message limit (at least one, though): go on with next_page_token.
+
+        Errors: INVALID_ARGUMENT for a bad filter or a page_token this service did
+        not make.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

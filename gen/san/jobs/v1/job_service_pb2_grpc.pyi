@@ -13,6 +13,15 @@ ErrorInfo reasons used by this service:
     metadata `jobId` and `status`.
   - INVALID_REQUEST: bad input; a BadRequest detail names each bad field.
   - STORAGE_UNAVAILABLE: the database could not be reached.
+
+Limits: every string and repeated field of a request has a bound, written on
+the field; a request over one gets INVALID_ARGUMENT with a BadRequest naming
+the field. Lengths are in characters (code points). Identifier-like strings
+(ids, target_id, request_id, requested_by, url, page_token) refuse every
+control character (U+0000-U+001F, U+007F-U+009F); free text refuses NUL only.
+A string that is not valid UTF-8 (a lone surrogate, for one) is INVALID_ARGUMENT
+too. A whole message, either way, is at most the server's --max-message-bytes
+(4 MiB by default); a larger request gets RESOURCE_EXHAUSTED from gRPC.
 """
 
 from collections import abc as _abc
@@ -49,7 +58,8 @@ class JobServiceStub:
     def __new__(cls, channel: _aio.Channel) -> JobServiceAsyncStub: ...
     Enqueue: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.EnqueueRequest, _job_service_pb2.EnqueueResponse]
     """Enqueue stores a job as PENDING and returns it at once; the work happens
-    later. The job is committed before the call returns.
+    later. The job is committed before the call returns. The returned job carries
+    no input (GetJob returns it).
 
     Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
     with ErrorInfo DUPLICATE_JOB when an active job exists for the same
@@ -66,13 +76,30 @@ class JobServiceStub:
     change, in order per job. With job_ids, the stream ends with OK once every
     named job is terminal. Without job_ids, it is a live feed of every change
     matching the filter and never ends by itself.
+
+    Open streams are bounded per instance (default 10,000), per peer (the
+    client's address; default 2,000), and per connection (default 2,000);
+    live feeds, offered every change, have smaller bounds of their own
+    (default 100 per instance, 10 per peer) and count as streams too.
+
+    Errors: INVALID_ARGUMENT with BadRequest for bad input; NOT_FOUND when a
+    named job does not exist; RESOURCE_EXHAUSTED with ErrorInfo
+    TOO_MANY_STREAMS (metadata "limit": the bound's flag name, "maxStreams":
+    its value) and a QuotaFailure when a bound is reached; that stream alone
+    is refused. Close a stream, or retry later.
     """
     RetryFailed: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.RetryFailedRequest, _job_service_pb2.RetryFailedResponse]
     """RetryFailed puts FAILED jobs chosen by a filter back to PENDING. Each job
     moves at most once however many calls race; the attempt history is kept.
     """
     ListJobs: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ListJobsRequest, _job_service_pb2.ListJobsResponse]
-    """ListJobs returns jobs matching a filter, newest first, one page at a time."""
+    """ListJobs returns jobs matching a filter, newest first, one page at a time.
+    A page may hold fewer than page_size jobs when more would not fit the
+    server's message limit (at least one, though): go on with next_page_token.
+
+    Errors: INVALID_ARGUMENT for a bad filter or a page_token this service did
+    not make.
+    """
     CancelJob: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.CancelJobRequest, _job_service_pb2.CancelJobResponse]
     """CancelJob cancels a PENDING or PROCESSING job. A PROCESSING job's gateway
     call is stopped.
@@ -94,7 +121,8 @@ class JobServiceAsyncStub(JobServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Enqueue: _aio.UnaryUnaryMultiCallable[_job_service_pb2.EnqueueRequest, _job_service_pb2.EnqueueResponse]  # type: ignore[assignment]
     """Enqueue stores a job as PENDING and returns it at once; the work happens
-    later. The job is committed before the call returns.
+    later. The job is committed before the call returns. The returned job carries
+    no input (GetJob returns it).
 
     Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
     with ErrorInfo DUPLICATE_JOB when an active job exists for the same
@@ -111,13 +139,30 @@ class JobServiceAsyncStub(JobServiceStub):
     change, in order per job. With job_ids, the stream ends with OK once every
     named job is terminal. Without job_ids, it is a live feed of every change
     matching the filter and never ends by itself.
+
+    Open streams are bounded per instance (default 10,000), per peer (the
+    client's address; default 2,000), and per connection (default 2,000);
+    live feeds, offered every change, have smaller bounds of their own
+    (default 100 per instance, 10 per peer) and count as streams too.
+
+    Errors: INVALID_ARGUMENT with BadRequest for bad input; NOT_FOUND when a
+    named job does not exist; RESOURCE_EXHAUSTED with ErrorInfo
+    TOO_MANY_STREAMS (metadata "limit": the bound's flag name, "maxStreams":
+    its value) and a QuotaFailure when a bound is reached; that stream alone
+    is refused. Close a stream, or retry later.
     """
     RetryFailed: _aio.UnaryUnaryMultiCallable[_job_service_pb2.RetryFailedRequest, _job_service_pb2.RetryFailedResponse]  # type: ignore[assignment]
     """RetryFailed puts FAILED jobs chosen by a filter back to PENDING. Each job
     moves at most once however many calls race; the attempt history is kept.
     """
     ListJobs: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ListJobsRequest, _job_service_pb2.ListJobsResponse]  # type: ignore[assignment]
-    """ListJobs returns jobs matching a filter, newest first, one page at a time."""
+    """ListJobs returns jobs matching a filter, newest first, one page at a time.
+    A page may hold fewer than page_size jobs when more would not fit the
+    server's message limit (at least one, though): go on with next_page_token.
+
+    Errors: INVALID_ARGUMENT for a bad filter or a page_token this service did
+    not make.
+    """
     CancelJob: _aio.UnaryUnaryMultiCallable[_job_service_pb2.CancelJobRequest, _job_service_pb2.CancelJobResponse]  # type: ignore[assignment]
     """CancelJob cancels a PENDING or PROCESSING job. A PROCESSING job's gateway
     call is stopped.
@@ -142,7 +187,8 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_job_service_pb2.EnqueueResponse, _abc.Awaitable[_job_service_pb2.EnqueueResponse]]:
         """Enqueue stores a job as PENDING and returns it at once; the work happens
-        later. The job is committed before the call returns.
+        later. The job is committed before the call returns. The returned job carries
+        no input (GetJob returns it).
 
         Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
         with ErrorInfo DUPLICATE_JOB when an active job exists for the same
@@ -171,6 +217,17 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         change, in order per job. With job_ids, the stream ends with OK once every
         named job is terminal. Without job_ids, it is a live feed of every change
         matching the filter and never ends by itself.
+
+        Open streams are bounded per instance (default 10,000), per peer (the
+        client's address; default 2,000), and per connection (default 2,000);
+        live feeds, offered every change, have smaller bounds of their own
+        (default 100 per instance, 10 per peer) and count as streams too.
+
+        Errors: INVALID_ARGUMENT with BadRequest for bad input; NOT_FOUND when a
+        named job does not exist; RESOURCE_EXHAUSTED with ErrorInfo
+        TOO_MANY_STREAMS (metadata "limit": the bound's flag name, "maxStreams":
+        its value) and a QuotaFailure when a bound is reached; that stream alone
+        is refused. Close a stream, or retry later.
         """
 
     @_abc_1.abstractmethod
@@ -189,7 +246,13 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _job_service_pb2.ListJobsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_job_service_pb2.ListJobsResponse, _abc.Awaitable[_job_service_pb2.ListJobsResponse]]:
-        """ListJobs returns jobs matching a filter, newest first, one page at a time."""
+        """ListJobs returns jobs matching a filter, newest first, one page at a time.
+        A page may hold fewer than page_size jobs when more would not fit the
+        server's message limit (at least one, though): go on with next_page_token.
+
+        Errors: INVALID_ARGUMENT for a bad filter or a page_token this service did
+        not make.
+        """
 
     @_abc_1.abstractmethod
     def CancelJob(

@@ -1,0 +1,692 @@
+"""Property-based (hypothesis): every JobService RPC, fed generated hostile requests,
+answers OK or a code that is the caller's to act on, and keeps serving.
+
+Real parts: JobService in-process on a loopback port, on SQLite and on PostgreSQL
+(the `service` fixture of conftest.py), with the scripted gateway. Hypothesis drives a
+plain (sync) gRPC client from a worker thread while the server runs on the test's
+event loop.
+
+Each answer is recorded rather than asserted on the spot, so one run shows every kind
+of wrong answer at once (the assertion at the end lists them, one example each), and
+the run's size is fixed: derandomized, so CI runs the same examples every time.
+
+Hostile means: NUL and other control characters, lone surrogates (which no protobuf
+library will serialize: they are written into the wire bytes by hand, as a broken
+client would send them), text that looks like SQL, JSON or LIKE patterns, lengths up
+to past the message limit, counts up to 40,000, every int32, timestamps from year -292
+billion to +292 billion and nanos outside [0, 1e9), enum numbers that name nothing,
+and undecodable request bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from san.jobs.v1 import job_service_pb2 as pb
+
+from tests.integration.job_service.conftest import Service
+from tests.integration.job_service.scripted_gateway import Fail, Hang
+from tests.support.jobs_api import card_request, wait_terminal
+
+# The answers a caller may get: OK, or a code that says what the caller did wrong.
+ALLOWED = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+# Text that must never reach a caller in an error message: driver, SQL, stack, paths.
+LEAKS = (
+    "Traceback",
+    'File "',
+    "SELECT ",
+    "INSERT ",
+    "UPDATE ",
+    "[SQL:",
+    "sqlalchemy",
+    "asyncpg",
+    "sqlite",
+    "postgresql://",
+    "Error:",
+)
+# An error message longer than this echoes what it was sent.
+MAX_MESSAGE_CHARS = 2_000
+
+# Examples per RPC (each run on SQLite and again on PostgreSQL).
+EXAMPLES = {
+    "Enqueue": 120,
+    "GetJob": 40,
+    "ListJobs": 60,
+    "CancelJob": 40,
+    "RetryFailed": 60,
+    "GetJobStats": 15,
+    "StreamJobUpdates": 30,
+}
+CALL_TIMEOUT = 30.0
+# A live feed (no job_ids) that has not failed within this long is serving.
+FEED_PEEK_SECONDS = 0.1
+
+# Stands for a lone surrogate: protobuf refuses to serialize one, so requests carry
+# this (unused) code point and the wire bytes get a UTF-8-encoded U+D800 in its place.
+SURROGATE_MARK = "\U0010fffe"
+_MARK_BYTES = SURROGATE_MARK.encode()
+_SURROGATE_BYTES = b"\xed\xa0\x80?"  # same length, so no length prefix changes
+
+HUGE_LENGTHS = (257, 1_001, 100_001, 1_100_000, 4_300_000)
+HUGE_COUNTS = (1_001, 40_000)
+
+
+def _wire(request: Any) -> bytes:
+    """A request's wire bytes (with lone surrogates put in), or raw bytes as given."""
+    if isinstance(request, bytes):
+        return request
+    assert isinstance(request, Message)
+    return request.SerializeToString().replace(_MARK_BYTES, _SURROGATE_BYTES)
+
+
+# -- strategies ------------------------------------------------------------------
+
+SPECIAL_STRINGS = (
+    "",
+    " ",
+    "\x00",
+    "a\x00b",
+    "\x00" * 300,
+    "\n",
+    "user\nERROR forged log line",
+    "\r\n\t\x0b\x0c",
+    "\x1b[2J\x1b[31mred",
+    "\x7f\x80\x9f",
+    "\u202eevil",
+    "\ufeffbom",
+    "\u2028\u2029",
+    "🙂" * 10,
+    "한국어 텍스트",
+    SURROGATE_MARK,
+    f"a{SURROGATE_MARK}b",
+    "'; DROP TABLE async_jobs; --",
+    "%",
+    "_",
+    "\\",
+    "%_\\%",
+    "null",
+    '{"a": [1, {"b": null}]}',
+    "2026-11-29",
+    "0001-01-01",
+    "9999-12-31",
+    "0000-00-00",
+    "2026-02-30",
+)
+
+_any_char = st.characters(exclude_categories=["Cs"], exclude_characters=SURROGATE_MARK)
+_control_char = st.characters(max_codepoint=0x9F).filter(lambda c: c < " " or c >= "\x7f")
+
+
+def short_text() -> st.SearchStrategy[str]:
+    """Short strings a careless or hostile caller might send."""
+    return st.one_of(
+        st.sampled_from(SPECIAL_STRINGS),
+        st.text(_any_char, max_size=30),
+        st.text(_control_char, min_size=1, max_size=10),
+    )
+
+
+def hostile_text() -> st.SearchStrategy[str]:
+    """Mostly short hostile strings; now and then one character repeated up to past
+    the message limit (one_of picks its branches alike: the short ones come 5 times)."""
+    huge = st.one_of(
+        st.just("[" * 10_000),
+        st.tuples(st.sampled_from(HUGE_LENGTHS), st.sampled_from("x\x00한")).map(
+            lambda n_c: n_c[1] * n_c[0]
+        ),
+    )
+    return st.one_of(*[short_text()] * 5, huge)
+
+
+def ids(pool: Sequence[str], *, short: bool = False) -> st.SearchStrategy[str]:
+    """Job ids: ones that exist, well-formed unknown ones in every spelling uuid.UUID
+    accepts, and hostile strings (only short ones with `short`)."""
+    text = short_text() if short else hostile_text()
+    return st.one_of(
+        st.sampled_from(pool),
+        st.sampled_from(pool),
+        st.uuids().map(str),
+        st.uuids().map(lambda u: u.hex.upper()),
+        st.uuids().map(lambda u: "{" + str(u) + "}"),
+        st.uuids().map(lambda u: f"urn:uuid:{u}"),
+        st.sampled_from(pool).map(lambda i: i + "\x00"),
+        text,
+    )
+
+
+def many(
+    element: st.SearchStrategy[Any], repeated: st.SearchStrategy[Any] | None = None
+) -> st.SearchStrategy[list[Any]]:
+    """Short lists of `element`, or one `repeated` (a small one: 40,000 huge strings
+    would not fit in memory) repeated a huge number of times."""
+    return st.one_of(
+        *[st.lists(element, max_size=4)] * 3,
+        st.tuples(element if repeated is None else repeated, st.sampled_from(HUGE_COUNTS)).map(
+            lambda e_n: [e_n[0]] * e_n[1]
+        ),
+    )
+
+
+INT32_EDGES = (-(2**31), -1, 0, 1, 2, 5, 20, 21, 1_000, 1_001, 10_000, 10_001, 2**31 - 1)
+
+
+def int32s() -> st.SearchStrategy[int]:
+    return st.one_of(st.sampled_from(INT32_EDGES), st.integers(-(2**31), 2**31 - 1))
+
+
+def enums(valid: Sequence[int]) -> st.SearchStrategy[int]:
+    """Mostly valid enum numbers; also 0 (UNSPECIFIED) and numbers that name nothing."""
+    return st.one_of(st.sampled_from(valid), st.sampled_from(valid), int32s())
+
+
+SECONDS_EDGES = (
+    -(2**63),
+    -62_135_596_801,  # 0000-12-31T23:59:59Z
+    -62_135_596_800,  # 0001-01-01T00:00:00Z
+    -1,
+    0,
+    1_780_000_000,
+    253_402_300_799,  # 9999-12-31T23:59:59Z
+    253_402_300_800,
+    2**63 - 1,
+)
+NANOS_EDGES = (-(2**31), -1, 0, 999_999_999, 1_000_000_000, 2**31 - 1)
+
+
+def timestamps() -> st.SearchStrategy[Timestamp | None]:
+    return st.one_of(
+        st.none(),
+        st.builds(
+            Timestamp,
+            seconds=st.one_of(st.sampled_from(SECONDS_EDGES), st.integers(-(2**63), 2**63 - 1)),
+            nanos=st.one_of(st.sampled_from(NANOS_EDGES), st.integers(-(2**31), 2**31 - 1)),
+        ),
+    )
+
+
+JOB_TYPES = (pb.JOB_TYPE_CARD_ANALYSIS, pb.JOB_TYPE_TIL_GENERATION, pb.JOB_TYPE_RECALL_GENERATION)
+STATUSES = tuple(v for v in pb.JobStatus.values() if v != pb.JOB_STATUS_UNSPECIFIED)
+
+
+def _card() -> st.SearchStrategy[dict[str, Any]]:
+    text = st.one_of(st.just("A page about queues. Workers take jobs."), hostile_text())
+    return st.fixed_dictionaries(
+        {
+            "card_analysis_input": st.builds(
+                pb.CardAnalysisInput, text=text, url=hostile_text(), title=hostile_text()
+            )
+        }
+    )
+
+
+def _til() -> st.SearchStrategy[dict[str, Any]]:
+    day = st.one_of(st.dates().map(lambda d: d.isoformat()), hostile_text())
+    notes = st.one_of(st.just(["a note"]), many(hostile_text(), short_text()))
+    return st.fixed_dictionaries(
+        {"til_generation_input": st.builds(pb.TilGenerationInput, day=day, notes=notes)}
+    )
+
+
+def _recall() -> st.SearchStrategy[dict[str, Any]]:
+    source = st.builds(pb.RecallSource, title=hostile_text(), text=hostile_text())
+    small = st.builds(pb.RecallSource, title=short_text(), text=short_text())
+    return st.fixed_dictionaries(
+        {
+            "recall_generation_input": st.builds(
+                pb.RecallGenerationInput, sources=many(source, small), question_count=int32s()
+            )
+        }
+    )
+
+
+_INPUT_OF = {
+    pb.JOB_TYPE_CARD_ANALYSIS: _card,
+    pb.JOB_TYPE_TIL_GENERATION: _til,
+    pb.JOB_TYPE_RECALL_GENERATION: _recall,
+}
+
+
+@st.composite
+def enqueue_requests(draw: st.DrawFn, pool: Pool) -> pb.EnqueueRequest:
+    """A well-formed request (so it reaches storage) with one to three fields made
+    hostile; the input may also be another type's, or missing."""
+    job_type = draw(enums(JOB_TYPES))
+    hostile = draw(st.sets(st.sampled_from(_ENQUEUE_FIELDS), min_size=1, max_size=3))
+    matching = _INPUT_OF.get(job_type, _card)
+    inputs = [_card(), _til(), _recall(), st.just({})]
+    given_input = draw(
+        st.one_of(*[matching()] * 3, *inputs) if "input" in hostile else _benign_input(job_type)
+    )
+    fields = {
+        "target_id": st.one_of(st.sampled_from(pool.targets), hostile_text()),
+        "requested_by": hostile_text(),
+        "request_id": st.one_of(st.sampled_from(("rid-1", "rid-2")), hostile_text()),
+        "max_attempts": int32s(),
+        "on_duplicate": enums(tuple(pb.OnDuplicate.values())),
+    }
+    chosen = {name: draw(fields[name]) for name in hostile if name in fields}
+    return pb.EnqueueRequest(
+        job_type=job_type,
+        target_id=chosen.pop("target_id", f"t-{draw(st.integers(0, 10**9))}"),
+        **chosen,
+        **given_input,
+    )
+
+
+_ENQUEUE_FIELDS = (
+    "input",
+    "target_id",
+    "requested_by",
+    "request_id",
+    "max_attempts",
+    "on_duplicate",
+)
+
+
+def _benign_input(job_type: int) -> st.SearchStrategy[dict[str, Any]]:
+    if job_type == pb.JOB_TYPE_TIL_GENERATION:
+        value: Message = pb.TilGenerationInput(day="2026-11-29", notes=["a note"])
+        return st.just({"til_generation_input": value})
+    if job_type == pb.JOB_TYPE_RECALL_GENERATION:
+        value = pb.RecallGenerationInput(sources=[pb.RecallSource(title="t", text="A text.")])
+        return st.just({"recall_generation_input": value})
+    return st.just({"card_analysis_input": pb.CardAnalysisInput(text="A page about queues.")})
+
+
+def list_requests(pool: Pool) -> st.SearchStrategy[pb.ListJobsRequest]:
+    return st.builds(
+        lambda statuses, types, after, before, rest: pb.ListJobsRequest(
+            statuses=statuses,
+            job_types=types,
+            created_after=after,
+            created_before=before,
+            **rest,
+        ),
+        statuses=many(enums(STATUSES)),
+        types=many(enums(JOB_TYPES)),
+        after=timestamps(),
+        before=timestamps(),
+        rest=st.fixed_dictionaries(
+            {
+                "target_id": st.one_of(st.sampled_from(pool.targets), hostile_text()),
+                "error_message_contains": hostile_text(),
+                "page_size": int32s(),
+                "page_token": page_tokens(pool),
+            }
+        ),
+    )
+
+
+def _b64(value: Any) -> str:
+    raw = value if isinstance(value, bytes) else json.dumps(value).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def page_tokens(pool: Pool) -> st.SearchStrategy[str]:
+    """Real tokens, and tokens shaped like them with hostile contents."""
+    job_id = pool.job_ids[0]
+    crafted = (
+        ["0001-01-01T00:00:00+14:00", job_id],
+        ["9999-12-31T23:59:59-14:00", job_id],
+        ["2026-11-29T00:00:00+00:00", "not-a-uuid"],
+        ["2026-11-29T00:00:00+00:00", "\x00"],
+        ["not a date", job_id],
+        [["nested", ["list"]], {"a": 1}],
+        [1, 2],
+        [],
+        {"created": "2026-11-29"},
+        None,
+    )
+    return st.one_of(
+        st.just(""),
+        st.sampled_from(pool.page_tokens),
+        st.sampled_from([_b64(c) for c in crafted]),
+        st.just(_b64(b"[" * 100_000)),
+        st.binary(max_size=40).map(_b64),
+        hostile_text(),
+    )
+
+
+def retry_requests(pool: Pool) -> st.SearchStrategy[pb.RetryFailedRequest]:
+    return st.builds(
+        lambda job_ids, types, target_ids, after, before, rest: pb.RetryFailedRequest(
+            job_ids=job_ids,
+            job_types=types,
+            target_ids=target_ids,
+            failed_after=after,
+            failed_before=before,
+            **rest,
+        ),
+        job_ids=many(ids(pool.job_ids), ids(pool.job_ids, short=True)),
+        types=many(enums(JOB_TYPES)),
+        target_ids=many(
+            st.one_of(st.sampled_from(pool.targets), hostile_text()),
+            st.one_of(st.sampled_from(pool.targets), short_text()),
+        ),
+        after=timestamps(),
+        before=timestamps(),
+        rest=st.fixed_dictionaries(
+            {
+                "error_message_contains": hostile_text(),
+                "all_failed": st.booleans(),
+                "limit": int32s(),
+                "dry_run": st.booleans(),
+                "requested_by": hostile_text(),
+            }
+        ),
+    )
+
+
+def stream_requests(pool: Pool) -> st.SearchStrategy[pb.StreamJobUpdatesRequest]:
+    return st.builds(
+        pb.StreamJobUpdatesRequest,
+        job_ids=st.one_of(st.just([]), many(ids(pool.job_ids), ids(pool.job_ids, short=True))),
+        job_types=many(enums(JOB_TYPES)),
+        statuses=many(enums(STATUSES)),
+    )
+
+
+def raw_requests() -> st.SearchStrategy[bytes]:
+    """Bytes that are not a request at all, or a request with unknown fields."""
+    unknown_fields = bytes([0x78, 0x01]) + bytes([0x9A, 0x06, 0x03]) + b"abc"  # fields 15, 99
+    return st.one_of(st.just(b""), st.just(unknown_fields), st.binary(min_size=1, max_size=64))
+
+
+# -- calling ----------------------------------------------------------------------
+
+
+@dataclass
+class Pool:
+    """What exists on the server before the run: requests then name real things."""
+
+    job_ids: list[str]
+    targets: list[str]
+    page_tokens: list[str]
+
+
+@dataclass
+class Findings:
+    examples: Counter[str] = field(default_factory=Counter)
+    seconds: dict[str, float] = field(default_factory=dict)
+    codes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # (rpc, code, message head) -> one request that got it
+    bad: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+    def record(self, rpc: str, code: grpc.StatusCode, message: str, request: Any) -> None:
+        self.examples[rpc] += 1
+        self.codes[(rpc, code.name)] += 1
+        leak = next((word for word in LEAKS if word in message), None)
+        if code in ALLOWED and leak is None and len(message) <= MAX_MESSAGE_CHARS:
+            return
+        why = f"leaks {leak!r}: " if leak else ""
+        if len(message) > MAX_MESSAGE_CHARS:
+            why = f"message of {len(message)} chars: "
+        # One example per kind of answer: numbers in the message do not make a new kind.
+        key = (rpc, code.name, why + re.sub(r"-?\d+", "N", message)[:90])
+        self.bad.setdefault(key, _describe(request))
+
+
+def _describe(request: Any) -> str:
+    """A request in a line: each set field, long values and lists cut short."""
+    if isinstance(request, bytes):
+        return f"raw bytes {request[:40]!r}"
+    parts = []
+    for descriptor, value in request.ListFields():
+        if descriptor.is_repeated:
+            head = [_short(v) for v in value[:2]]
+            parts.append(f"{descriptor.name}=[{len(value)} items: {', '.join(head)}]")
+        else:
+            parts.append(f"{descriptor.name}={_short(value)}")
+    return f"{type(request).__name__}({', '.join(parts)})"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, Message):
+        return _describe(value)
+    text = repr(value)
+    return text if len(text) <= 50 else f"{text[:40]}...({len(text)} chars)"
+
+
+class Client:
+    """Sync calls over one channel; every request goes out as raw bytes (_wire)."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.insecure_channel(
+            address, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        )
+
+    def unary(self, rpc: str, response_type: type[Message], request: Any) -> tuple[Any, str]:
+        """(code, message) of one unary call."""
+        call = self.channel.unary_unary(
+            f"/san.jobs.v1.JobService/{rpc}",
+            request_serializer=_wire,
+            response_deserializer=response_type.FromString,
+        )
+        try:
+            call(request, timeout=CALL_TIMEOUT)
+        except grpc.RpcError as error:
+            return error.code(), error.details() or ""  # type: ignore[attr-defined]
+        return grpc.StatusCode.OK, ""
+
+    def stream(self, request: Any, expected: int | None) -> tuple[Any, str]:
+        """(code, message) of a StreamJobUpdates call: OK once `expected` messages came
+        (or, for a live feed, when nothing failed within FEED_PEEK_SECONDS)."""
+        call = self.channel.unary_stream(
+            "/san.jobs.v1.JobService/StreamJobUpdates",
+            request_serializer=_wire,
+            response_deserializer=pb.StreamJobUpdatesResponse.FromString,
+        )(request, timeout=CALL_TIMEOUT)
+        peeked = threading.Event()
+
+        def peek_done() -> None:
+            peeked.set()
+            call.cancel()
+
+        timer = threading.Timer(FEED_PEEK_SECONDS if expected is None else 10.0, peek_done)
+        timer.start()
+        received = 0
+        try:
+            for _ in call:
+                received += 1
+                if expected is not None and received >= expected:
+                    call.cancel()
+                    break
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.CANCELLED and peeked.is_set():  # type: ignore[attr-defined]
+                return grpc.StatusCode.OK, ""
+            return error.code(), error.details() or ""  # type: ignore[attr-defined]
+        finally:
+            timer.cancel()
+        return grpc.StatusCode.OK, ""
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def _expected_messages(request: pb.StreamJobUpdatesRequest) -> int | None:
+    """Messages a healthy stream sends first: one per distinct named job."""
+    if not request.job_ids:
+        return None
+    distinct: set[uuid.UUID] = set()
+    for value in request.job_ids:
+        try:
+            distinct.add(uuid.UUID(value))
+        except ValueError:
+            return 1  # refused as a whole; if it were not, its first message counts
+    return len(distinct)
+
+
+def _settings(rpc: str) -> settings:
+    return settings(
+        max_examples=EXAMPLES[rpc],
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+def run_every_rpc(address: str, pool: Pool) -> Findings:
+    """Hypothesis over each RPC in turn, from this (non-loop) thread."""
+    client = Client(address)
+    found = Findings()
+
+    def unary(rpc: str, response: type[Message]) -> Callable[[Any], None]:
+        def check(request: Any) -> None:
+            code, message = client.unary(rpc, response, request)
+            found.record(rpc, code, message, request)
+
+        return check
+
+    enqueue = unary("Enqueue", pb.EnqueueResponse)
+    get_job = unary("GetJob", pb.GetJobResponse)
+    list_jobs = unary("ListJobs", pb.ListJobsResponse)
+    cancel = unary("CancelJob", pb.CancelJobResponse)
+    retry = unary("RetryFailed", pb.RetryFailedResponse)
+    stats = unary("GetJobStats", pb.GetJobStatsResponse)
+
+    def stream(request: pb.StreamJobUpdatesRequest | bytes) -> None:
+        expected = 1 if isinstance(request, bytes) else _expected_messages(request)
+        code, message = client.stream(request, expected)
+        found.record("StreamJobUpdates", code, message, request)
+
+    raw = raw_requests()
+    runs: list[tuple[str, Callable[[Any], None], st.SearchStrategy[Any]]] = [
+        ("Enqueue", enqueue, st.one_of(enqueue_requests(pool), raw)),
+        ("GetJob", get_job, st.one_of(st.builds(pb.GetJobRequest, job_id=ids(pool.job_ids)), raw)),
+        ("ListJobs", list_jobs, st.one_of(list_requests(pool), raw)),
+        (
+            "CancelJob",
+            cancel,
+            st.one_of(
+                st.builds(pb.CancelJobRequest, job_id=ids(pool.job_ids), reason=hostile_text()),
+                raw,
+            ),
+        ),
+        ("RetryFailed", retry, st.one_of(retry_requests(pool), raw)),
+        ("GetJobStats", stats, st.one_of(st.just(pb.GetJobStatsRequest()), raw)),
+        ("StreamJobUpdates", stream, st.one_of(stream_requests(pool), raw)),
+    ]
+    try:
+        for rpc, check, strategy in runs:
+            started = time.monotonic()
+            test = given(strategy)(_settings(rpc)(check))
+            for request in _explicit_examples(pool).get(rpc, []):
+                test = example(request)(test)
+            test()
+            found.seconds[rpc] = round(time.monotonic() - started, 1)
+    finally:
+        client.close()
+    return found
+
+
+def _explicit_examples(pool: Pool) -> dict[str, list[Any]]:
+    """Requests always tried, besides the generated ones: the cases issue 9 reported."""
+    nul = "a\x00b"
+    return {
+        "Enqueue": [
+            card_request(nul, "text"),
+            card_request("t-nul-text", nul),
+            card_request("t-nul-by", "text", requested_by=nul),
+            card_request("t-nul-rid", "text", request_id=nul),
+            pb.EnqueueRequest(
+                job_type=pb.JOB_TYPE_TIL_GENERATION,
+                target_id="t-nul-note",
+                til_generation_input=pb.TilGenerationInput(day="2026-11-29", notes=[nul]),
+            ),
+        ],
+        "CancelJob": [pb.CancelJobRequest(job_id=pool.job_ids[-1], reason=nul)],
+        "ListJobs": [
+            pb.ListJobsRequest(target_id=nul),
+            pb.ListJobsRequest(error_message_contains=nul),
+            pb.ListJobsRequest(page_token=nul),
+        ],
+        "RetryFailed": [
+            pb.RetryFailedRequest(target_ids=[nul]),
+            pb.RetryFailedRequest(job_ids=[pool.job_ids[0]] * 40_000),
+            pb.RetryFailedRequest(job_ids=[str(uuid.UUID(int=i)) for i in range(40_000)]),
+        ],
+        "GetJob": [pb.GetJobRequest(job_id="x" * 13_000_000)],
+    }
+
+
+async def _seed(service: Service) -> Pool:
+    """FAILED jobs (for RetryFailed), then active ones that stay active (the gateway
+    hangs), so Enqueue can meet duplicates and CancelJob both outcomes."""
+    stub = service.stub
+    service.gateway.script = lambda _job, _attempt: Fail(
+        grpc.StatusCode.INVALID_ARGUMENT, "seeded failure 제한 %_"
+    )
+    failed = [
+        (await stub.Enqueue(card_request(f"failed-{i}", "Seeded text."))).job.id for i in range(3)
+    ]
+    await wait_terminal(stub, failed, timeout=20)
+    service.gateway.script = lambda _job, _attempt: Hang()
+    active = [
+        (await stub.Enqueue(card_request(f"active-{i}", "Seeded text."))).job.id for i in range(3)
+    ]
+    page = await stub.ListJobs(pb.ListJobsRequest(page_size=1))
+    return Pool(
+        job_ids=failed + active,
+        targets=[f"failed-{i}" for i in range(3)] + [f"active-{i}" for i in range(3)],
+        page_tokens=[page.next_page_token],
+    )
+
+
+async def _still_serving(service: Service, job_id: str) -> None:
+    async with grpc.aio.insecure_channel(service.runtime.address) as channel:
+        health = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=10
+        )
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    got = await service.stub.GetJob(pb.GetJobRequest(job_id=job_id), timeout=10)
+    assert got.job.id == job_id
+    fresh = await service.stub.Enqueue(card_request(f"after-{uuid.uuid4()}", "Still here."))
+    assert fresh.job.status == pb.JOB_STATUS_PENDING
+
+
+@pytest.mark.timeout(300)
+async def test_every_rpc_answers_hostile_requests_with_a_callers_code(
+    service: Service, database_url: str
+) -> None:
+    pool = await _seed(service)
+    found = await asyncio.to_thread(run_every_rpc, service.runtime.address, pool)
+    database = database_url.split(":", 1)[0]
+    summary = "\n".join(
+        f"  {rpc} {code}: {count}" for (rpc, code), count in sorted(found.codes.items())
+    )
+    print(
+        f"\n[{database}] examples per RPC: {dict(found.examples)}"
+        f"\nseconds per RPC: {found.seconds}\ncodes:\n{summary}"
+    )
+    assert set(found.examples) == set(EXAMPLES)
+    await _still_serving(service, pool.job_ids[0])
+    wrong = "\n".join(
+        f"  {rpc} -> {code} {what!r}\n      e.g. {example}"
+        for (rpc, code, what), example in sorted(found.bad.items())
+    )
+    assert not found.bad, f"[{database}] answers a caller must never get:\n{wrong}"
