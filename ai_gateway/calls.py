@@ -16,10 +16,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from google.protobuf.message import Message
 from san.aigateway.v1 import ai_gateway_pb2 as pb
 
+from ai_gateway.bounds import MAX_ANSWER_BYTES
 from ai_gateway.calllog import CallLog, CallRecord
-from ai_gateway.errors import GatewayError, InternalError
+from ai_gateway.errors import GatewayError, InternalError, MalformedResponse
 from ai_gateway.gateway import CallInfo, Gateway
 from ai_gateway.tokens import estimate_tokens_all
 from ai_gateway.validation import analyze_input, recall_input, til_input
@@ -27,7 +29,7 @@ from ai_gateway.validation import analyze_input, recall_input, til_input
 logger = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
-Resp = TypeVar("Resp")
+Resp = TypeVar("Resp", bound=Message)
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,12 @@ RECALL = CallKind("GenerateRecall", _recall)
 class CallRunner:
     """Runs calls over a :class:`~ai_gateway.gateway.Gateway`, one record per call."""
 
-    def __init__(self, gateway: Gateway, call_log: CallLog) -> None:
+    def __init__(
+        self, gateway: Gateway, call_log: CallLog, max_answer_bytes: int = MAX_ANSWER_BYTES
+    ) -> None:
         self._gateway = gateway
         self._call_log = call_log
+        self._max_answer_bytes = max_answer_bytes
 
     async def run(
         self, kind: CallKind[Req, Resp], request: Req, call: CallInfo, remaining: float | None
@@ -95,13 +100,20 @@ class CallRunner:
         """The call's response, or a :class:`GatewayError` saying why there is none.
 
         ``remaining`` is the caller's time left in seconds (None: no deadline). An
-        unexpected exception is logged with its traceback and becomes
+        answer too big to send is :class:`MalformedResponse` (this call's failure alone).
+        An unexpected exception is logged with its traceback and becomes
         :class:`InternalError`; cancellation propagates (recorded as CANCELLED).
         """
         start = time.perf_counter()
         code = "UNKNOWN"
         try:
             response = await kind.answer(self._gateway, request, call, remaining)
+            size = response.ByteSize()
+            if size > self._max_answer_bytes:
+                raise MalformedResponse(
+                    f"the model's answer is too large: {size} bytes "
+                    f"(at most {self._max_answer_bytes})"
+                )
             code = "OK"
             return response
         except GatewayError as err:

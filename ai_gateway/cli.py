@@ -12,6 +12,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from ai_gateway.settings import ENV_PREFIX, GatewaySettings
+from san_shared.safe_text import SafeFormatter, safe_text
 
 EXIT_USAGE = 2
 
@@ -68,7 +69,8 @@ def _describe(err: ValidationError, given: set[str]) -> str:
         name = str(problem["loc"][0]) if problem["loc"] else "?"
         where = "--" + name.replace("_", "-") if name in given else f"{ENV_PREFIX}{name.upper()}"
         parts.append(f"{where}: {problem['msg']} (got {problem.get('input')!r})")
-    return "; ".join(parts)
+    # The value given may be a URL with a password in it.
+    return safe_text("; ".join(parts))
 
 
 def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -83,19 +85,27 @@ def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str) -> None:
+    """Log records to stderr, one line each: values from callers and from upstream
+    (call ids, error texts) cannot forge a line or carry a control character, and
+    URL passwords are masked (see job_service.logformat)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter(LOG_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``ai-gateway`` console script."""
     settings = load_settings(argv)
-    logging.basicConfig(
-        level=settings.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings.log_level)
     from ai_gateway.server import serve  # after logging is set up; keeps --help fast
 
     try:
         with asyncio.Runner(loop_factory=_loop_factory(settings.event_loop)) as runner:
             runner.run(serve(settings))
     except (OSError, RuntimeError) as err:
-        print(f"ai-gateway: error: {err}", file=sys.stderr)
+        print(safe_text(f"ai-gateway: error: {err}"), file=sys.stderr)
         sys.exit(1)

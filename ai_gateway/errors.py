@@ -37,6 +37,14 @@ from grpc_status import rpc_status
 
 DOMAIN = "aigateway.san"
 INTERNAL_MESSAGE = "internal error in the AI gateway"
+# The longest RetryInfo.retry_delay the gateway ever sends (seconds): whatever an
+# upstream's Retry-After or a setting says, a caller is never told to wait longer
+# (JobService clamps again, to its own --retry-max-delay).
+MAX_RETRY_DELAY = 300.0
+# A BadRequest names at most this many fields (then one "... more" entry), and a value
+# echoed in an error is cut to MAX_ECHO characters: an error stays small whatever came in.
+MAX_VIOLATIONS = 100
+MAX_ECHO = 64
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,10 @@ class InvalidRequest(GatewayError):
     reason = "INVALID_REQUEST"
 
     def __init__(self, violations: Sequence[FieldViolation]) -> None:
-        self.violations = list(violations)
+        self.violations = list(violations[:MAX_VIOLATIONS])
+        if len(violations) > MAX_VIOLATIONS:
+            more = len(violations) - MAX_VIOLATIONS
+            self.violations.append(FieldViolation("...", f"and {more} more bad fields"))
         text = "; ".join(f"{v.field}: {v.description}" for v in self.violations)
         super().__init__(f"invalid request: {text}")
 
@@ -121,7 +132,7 @@ class RateLimited(GatewayError):
         metadata: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message, metadata=metadata)
-        self.retry_delay = max(0.0, retry_delay)
+        self.retry_delay = clamp_delay(retry_delay)
         self.subject = subject
         self.description = description
 
@@ -174,6 +185,23 @@ class InternalError(GatewayError):
 def json_error_message(err: json.JSONDecodeError) -> str:
     """The parser's own words for a JSON error, e.g. ``JSON Parse Error at line 4: ...``."""
     return f"JSON Parse Error at line {err.lineno}, column {err.colno}: {err.msg}"
+
+
+def clamp_delay(seconds: float) -> float:
+    """``seconds`` as a delay the gateway may send: finite, from 0 to MAX_RETRY_DELAY.
+
+    NaN (no meaningful wait) becomes 0; infinity becomes the maximum.
+    """
+    if math.isnan(seconds):
+        return 0.0
+    return min(MAX_RETRY_DELAY, max(0.0, seconds))
+
+
+def echo(value: str) -> str:
+    """``value`` quoted for an error message, cut to MAX_ECHO characters."""
+    if len(value) <= MAX_ECHO:
+        return repr(value)
+    return f"{value[:MAX_ECHO]!r}... ({len(value)} characters)"
 
 
 def seconds_to_duration(seconds: float) -> duration_pb2.Duration:

@@ -17,6 +17,7 @@ from ai_gateway.backends.base import Backend
 from ai_gateway.backends.instant import InstantBackend
 from ai_gateway.backends.local.backend import LocalBackend
 from ai_gateway.backends.openai import OpenAIBackend
+from ai_gateway.bounds import StreamLimits
 from ai_gateway.calllog import CallLog
 from ai_gateway.faults import FaultInjector
 from ai_gateway.gateway import Gateway
@@ -27,14 +28,9 @@ from ai_gateway.settings import GatewaySettings
 logger = logging.getLogger("ai_gateway")
 
 SERVICE_NAME = ai_gateway_pb2.DESCRIPTOR.services_by_name["AiGatewayService"].full_name
-# A StreamCalls request may batch many calls with texts of up to 100,000 characters
-# (JobService's channel to the gateway accepts as much the other way).
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 SERVER_OPTIONS = [
     # so_reuseport off: a second gateway on the same port must fail, not share it.
     ("grpc.so_reuseport", 0),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     # A StreamCalls stream lives for hours and is often quiet, or carries one long
     # model call: its client's keepalive pings (JobService: every 30 s) then come
     # with no data between them. By default a server takes more than one such ping
@@ -47,12 +43,26 @@ SERVER_OPTIONS = [
 ]
 
 
+def server_options(settings: GatewaySettings) -> list[tuple[str, int]]:
+    """SERVER_OPTIONS plus the message size limits of ``settings``.
+
+    One limit both ways: a StreamCalls request message may batch many calls (JobService
+    sends at most its own --max-message-bytes plus envelope per call); a result that
+    would not fit in a response fails alone (see :mod:`ai_gateway.stream`).
+    """
+    return [
+        *SERVER_OPTIONS,
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+    ]
+
+
 def make_backend(settings: GatewaySettings) -> Backend:
     """The backend named by ``settings.backend``."""
     if settings.backend == "openai":
         return OpenAIBackend(
             base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key.get_secret_value(),
+            api_key=settings.api_key().get_secret_value(),
             chat_model=settings.openai_chat_model,
             embedding_model=settings.openai_embedding_model,
             max_input_tokens=settings.max_input_tokens,
@@ -78,9 +88,13 @@ class GatewayServer:
             faults=FaultInjector(faults),
             min_deadline=settings.min_deadline,
         )
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
+        self.server = grpc.aio.server(options=server_options(settings))
         self.health = HealthServicer()
-        self.servicer = AiGatewayServicer(self.gateway, self.call_log)
+        self.servicer = AiGatewayServicer(
+            self.gateway,
+            self.call_log,
+            StreamLimits.for_message_bytes(settings.max_message_bytes, settings.max_stream_calls),
+        )
         ai_gateway_pb2_grpc.add_AiGatewayServiceServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

@@ -11,9 +11,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 from san.aigateway.v1 import ai_gateway_pb2 as pb
 from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
+from ai_gateway.bounds import StreamLimits
 from ai_gateway.calllog import CallLog
 from ai_gateway.calls import ANALYZE, RECALL, TIL, CallKind, CallRunner
 from ai_gateway.errors import GatewayError, to_rpc_status
@@ -21,7 +23,7 @@ from ai_gateway.gateway import CallInfo, Gateway
 from ai_gateway.stream import CallStream
 
 Req = TypeVar("Req")
-Resp = TypeVar("Resp")
+Resp = TypeVar("Resp", bound=Message)
 Context = grpc.aio.ServicerContext[object, object]
 
 _MAX_CLIENT_ID = 128
@@ -32,8 +34,11 @@ _NO_DEADLINE = 10**6
 class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
     """The AiGatewayService RPCs over a :class:`~ai_gateway.gateway.Gateway`."""
 
-    def __init__(self, gateway: Gateway, call_log: CallLog) -> None:
-        self._runner = CallRunner(gateway, call_log)
+    def __init__(
+        self, gateway: Gateway, call_log: CallLog, limits: StreamLimits | None = None
+    ) -> None:
+        self._limits = limits or StreamLimits()
+        self._runner = CallRunner(gateway, call_log, self._limits.max_answer_bytes)
         self._streams: set[CallStream] = set()
         # The tasks running RPCs, unary or streams: see close().
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -65,7 +70,8 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
     ) -> None:
         """Many calls over one stream; see :mod:`ai_gateway.stream`."""
         metadata = _metadata(context.invocation_metadata())
-        stream = CallStream(self._runner, _client_id(metadata, context.peer()), context)
+        client_id = _client_id(metadata, context.peer())
+        stream = CallStream(self._runner, client_id, context, self._limits)
         handler = _current_task()
         self._streams.add(stream)
         self._handlers.add(handler)

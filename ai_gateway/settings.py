@@ -8,12 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ai_gateway.faults import FaultConfig
 
 ENV_PREFIX = "SAN_GATEWAY_"
+MIB = 1024 * 1024
 BackendName = Literal["local", "openai", "instant"]
 
 
@@ -26,6 +27,9 @@ class GatewaySettings(BaseSettings):
     backend: BackendName = Field("local", description="local, openai or instant")
     openai_base_url: str = Field("https://api.openai.com/v1", description="OpenAI-compatible API")
     openai_api_key: SecretStr = Field(SecretStr(""), description="API key (Bearer token)")
+    openai_api_key_file: Path | None = Field(
+        None, description="read the API key from this file instead (keeps it out of ps)"
+    )
     openai_chat_model: str = Field("gpt-4o-mini", description="chat completions model")
     openai_embedding_model: str = Field("text-embedding-3-small", description="embeddings model")
     max_input_tokens: int = Field(8192, gt=0, description="refuse inputs estimated above this")
@@ -34,6 +38,14 @@ class GatewaySettings(BaseSettings):
     max_concurrency: int = Field(64, ge=1, description="calls doing backend work at once")
     min_deadline: float = Field(0.05, ge=0, description="refuse calls with less time left (s)")
     grace: float = Field(5.0, ge=0, description="seconds to finish calls on shutdown")
+    # Above JobService's largest call (its own --max-message-bytes, 4 MiB, plus envelope),
+    # so that whatever JobService may send is received.
+    max_message_bytes: int = Field(
+        16 * MIB, ge=MIB, description="gRPC receive and send limit per message (bytes)"
+    )
+    max_stream_calls: int = Field(
+        1000, ge=1, description="StreamCalls: calls in flight plus unsent results per stream"
+    )
     call_log: Path | None = Field(None, description="append one JSON line per call here")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="logging")
     event_loop: Literal["uvloop", "asyncio"] = Field(
@@ -59,6 +71,23 @@ class GatewaySettings(BaseSettings):
             raise ValueError(f"expected HOST:PORT with a port from 0 to 65535, got {value!r}")
         return value
 
+    @field_validator("openai_api_key_file")
+    @classmethod
+    def _check_key_file(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        if path is None:
+            return None
+        key = info.data.get("openai_api_key")
+        if isinstance(key, SecretStr) and key.get_secret_value():
+            raise ValueError("give the API key or the API key file, not both")
+        read_key_file(path)  # unreadable or empty: refused at startup, not at the first call
+        return path
+
+    def api_key(self) -> SecretStr:
+        """The upstream API key: from the key file when one is set, else the setting."""
+        if self.openai_api_key_file is not None:
+            return SecretStr(read_key_file(self.openai_api_key_file))
+        return self.openai_api_key
+
     def faults(self) -> FaultConfig:
         """The fault-injection part of the settings."""
         return FaultConfig(
@@ -69,3 +98,15 @@ class GatewaySettings(BaseSettings):
             retry_delay=self.fault_retry_delay,
             seed=self.fault_seed,
         )
+
+
+def read_key_file(path: Path) -> str:
+    """The key in ``path`` without its trailing newline; ValueError if unreadable or empty."""
+    try:
+        key = path.read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
+        raise ValueError(f"cannot read the API key file {str(path)!r}: {reason}") from None
+    if not key.strip():
+        raise ValueError(f"the API key file {str(path)!r} is empty")
+    return key

@@ -2,15 +2,20 @@
 
 Two loops share the stream:
 
-* the reader takes each request message, starts one task per call (each through the
-  same :class:`~ai_gateway.calls.CallRunner` as a unary RPC, so it is checked, limited,
-  bounded by its deadline and recorded exactly as one) and cancels the calls named in
-  ``cancel_call_ids``;
+* the reader takes each request message, cancels the calls named in
+  ``cancel_call_ids`` and starts one task per call (each through the same
+  :class:`~ai_gateway.calls.CallRunner` as a unary RPC, so it is checked, limited,
+  bounded by its deadline and recorded exactly as one);
 * the writer (the RPC's own task) sends finished results. Batching is adaptive and
   never timed: whatever finished while the previous message was being written goes
   out in the next one (up to about 1 MiB). At light load a message holds one result
   and nothing waits; under load batches grow with it, and gRPC's cost per message is
   paid once per batch instead of once per call.
+
+Backpressure: the calls in flight plus the results not yet sent are at most
+``--max-stream-calls``. A call that finds the stream full waits for room (the writer
+sending results), and the reader reads nothing more meanwhile: gRPC's flow control then
+stops the caller. A caller that sends and never reads holds that much and no more.
 
 How the stream ends: the caller half-closes (calls in flight finish and are sent, then
 OK); the caller cancels or the connection breaks (grpc.aio cancels the RPC's task and
@@ -27,18 +32,26 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
 from san.aigateway.v1 import ai_gateway_pb2 as pb
 
+from ai_gateway.bounds import (
+    ENTRY_FRAMING_BYTES,
+    ENVELOPE_BYTES,
+    MAX_CALL_ID_CHARS,
+    MAX_CALLS_PER_MESSAGE,
+    StreamLimits,
+)
 from ai_gateway.calls import ANALYZE, RECALL, TIL, CallKind, CallRunner
 from ai_gateway.errors import (
     BackendUnavailable,
     FieldViolation,
     GatewayError,
     InvalidRequest,
+    MalformedResponse,
     cancelled_status,
     to_rpc_status,
     to_status_proto,
@@ -49,8 +62,6 @@ logger = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[pb.StreamCallsRequest, pb.StreamCallsResponse]
 
-# A response message carries at most about this much of results; a bigger one goes alone.
-MAX_RESULTS_BYTES = 1024 * 1024
 # The method name in the record of a call that named no request (it has no RPC kind).
 STREAM_METHOD = "StreamCalls"
 SHUTTING_DOWN = "the AI gateway is shutting down"
@@ -68,15 +79,37 @@ _Flight = tuple[asyncio.Task[None], CallInfo]  # a call's task and who/what it i
 class CallStream:
     """The calls of one StreamCalls RPC. :meth:`serve` runs it; call it once."""
 
-    def __init__(self, runner: CallRunner, client_id: str, context: Context) -> None:
+    def __init__(
+        self,
+        runner: CallRunner,
+        client_id: str,
+        context: Context,
+        limits: StreamLimits | None = None,
+    ) -> None:
         self._runner = runner
         self._client_id = client_id
         self._context = context
+        self._limits = limits or StreamLimits()
         self._loop = asyncio.get_running_loop()
         self._in_flight: dict[str, _Flight] = {}
-        self._done: list[pb.StreamedCallResult] = []
-        self._wake = asyncio.Event()
+        # Finished results not yet sent, each with its size (computed once).
+        self._done: list[tuple[pb.StreamedCallResult, int]] = []
+        self._sending = 0  # results in the message being written
+        self._wake = asyncio.Event()  # for the writer: a result is done, or the reader ended
+        self._room = asyncio.Event()  # for the reader: results were sent
         self._draining = False
+        # True while the reader waits for room (reads nothing): for tests and operators.
+        self.paused = False
+
+    @property
+    def writing(self) -> bool:
+        """Whether a response message is being written (it waits for flow control)."""
+        return self._sending > 0
+
+    @property
+    def pending(self) -> int:
+        """Calls in flight plus results not yet sent: what the stream holds."""
+        return len(self._in_flight) + len(self._done) + self._sending
 
     async def serve(self) -> None:
         """Run the stream until it ends (see the module docstring for how)."""
@@ -109,7 +142,13 @@ class CallStream:
             if not reading and (error := reader.exception()) is not None:
                 raise error  # a protocol violation: end now, the calls in flight with it
             if self._done:
-                await self._context.write(pb.StreamCallsResponse(results=self._take()))
+                batch = self._take()
+                self._sending = len(batch)
+                try:
+                    await self._context.write(pb.StreamCallsResponse(results=batch))
+                finally:
+                    self._sending = 0
+                self._room.set()
                 continue
             if not reading:
                 if not self._in_flight:
@@ -120,16 +159,17 @@ class CallStream:
             await self._wake.wait()
 
     def _take(self) -> list[pb.StreamedCallResult]:
-        """The finished results for the next message: all of them, up to about 1 MiB."""
+        """The finished results for the next message: all of them, up to about 1 MiB
+        (StreamLimits.batch_bytes); a bigger result goes alone."""
         done = self._done
         size = 0
-        for i, result in enumerate(done):
-            size += result.ByteSize()
-            if size > MAX_RESULTS_BYTES and i > 0:
+        for i, (_, result_size) in enumerate(done):
+            size += result_size + ENTRY_FRAMING_BYTES
+            if size > self._limits.batch_bytes and i > 0:
                 self._done = done[i:]
-                return done[:i]
+                return [result for result, _ in done[:i]]
         self._done = []
-        return done
+        return [result for result, _ in done]
 
     async def _read(self) -> None:
         while True:
@@ -137,22 +177,49 @@ class CallStream:
             if request is _EOF:
                 return
             if request.calls:
-                self._check_ids(request.calls)
-                now = self._loop.time()
-                for call in request.calls:
-                    self._start(call, now)
+                self._check_calls(request.calls)
+            # Cancels first: a call started and cancelled in the same message never
+            # runs, and a cancel is not held up behind calls waiting for room.
+            cancels = set(request.cancel_call_ids)
             for call_id in request.cancel_call_ids:
                 self._cancel(call_id)
+            now = self._loop.time()
+            for call in request.calls:
+                await self._wait_for_room()
+                if call.call_id in cancels:
+                    self._refuse(call.call_id, self._info(call), None)
+                else:
+                    self._start(call, now)
 
-    def _check_ids(self, calls: Iterable[pb.StreamedCall]) -> None:
-        """Raise InvalidRequest (ends the stream) for an empty or repeated call_id."""
+    async def _wait_for_room(self) -> None:
+        """Return once the stream holds fewer than --max-stream-calls calls and results."""
+        while self.pending >= self._limits.max_stream_calls:
+            self.paused = True
+            self._room.clear()
+            await self._room.wait()
+        self.paused = False
+
+    def _check_calls(self, calls: Sequence[pb.StreamedCall]) -> None:
+        """Raise InvalidRequest (ends the stream) for too many calls in one message, or
+        an empty, too long or repeated call_id."""
+        if len(calls) > MAX_CALLS_PER_MESSAGE:
+            problem = f"at most {MAX_CALLS_PER_MESSAGE} calls per message, got {len(calls)}"
+            logger.warning("StreamCalls from %s: calls: %s", self._client_id, problem)
+            raise InvalidRequest([FieldViolation("calls", problem)])
         ids = [call.call_id for call in calls]
-        if "" not in ids and len(set(ids)) == len(ids) and self._in_flight.keys().isdisjoint(ids):
+        if (
+            "" not in ids
+            and max(map(len, ids)) <= MAX_CALL_ID_CHARS
+            and len(set(ids)) == len(ids)
+            and self._in_flight.keys().isdisjoint(ids)
+        ):
             return
         seen: set[str] = set()
         for i, call_id in enumerate(ids):
             if not call_id:
                 problem = "required"
+            elif len(call_id) > MAX_CALL_ID_CHARS:
+                problem = f"at most {MAX_CALL_ID_CHARS} characters, got {len(call_id)}"
             elif call_id in self._in_flight:
                 problem = f"{call_id!r} is already in flight on this stream"
             elif call_id in seen:
@@ -163,19 +230,23 @@ class CallStream:
             logger.warning("StreamCalls from %s: calls[%d].call_id %s", self._client_id, i, problem)
             raise InvalidRequest([FieldViolation(f"calls[{i}].call_id", problem)])
 
+    def _info(self, call: pb.StreamedCall) -> CallInfo:
+        """Who the call is for, as its record names it."""
+        which = call.WhichOneof("request")
+        method = STREAM_METHOD if which is None else _KINDS[which].method
+        attempt = call.attempt if call.attempt > 0 else None  # 0: unknown, as x-attempt
+        return CallInfo(method, self._client_id, call.job_id or None, attempt)
+
     def _start(self, call: pb.StreamedCall, now: float) -> None:
         which = call.WhichOneof("request")
-        job_id = call.job_id or None
-        attempt = call.attempt if call.attempt > 0 else None  # 0: unknown, as x-attempt
+        info = self._info(call)
         if which is None:
-            info = CallInfo(STREAM_METHOD, self._client_id, job_id, attempt)
             missing = FieldViolation(
                 "request", "one of analyze_content, generate_til, generate_recall is required"
             )
             self._refuse(call.call_id, info, InvalidRequest([missing]))
             return
         kind = _KINDS[which]
-        info = CallInfo(kind.method, self._client_id, job_id, attempt)
         if self._draining:
             self._refuse(call.call_id, info, BackendUnavailable(SHUTTING_DOWN))
             return
@@ -225,13 +296,29 @@ class CallStream:
             self._runner.record(info, "CANCELLED", time.perf_counter())
             self._finish(call_id, pb.StreamedCallResult(call_id=call_id, error=cancelled_status()))
 
-    def _refuse(self, call_id: str, info: CallInfo, err: GatewayError) -> None:
-        """Answer a call with ``err`` without running it (it is still recorded)."""
-        self._runner.record(info, err.code.name, time.perf_counter())
-        self._done.append(pb.StreamedCallResult(call_id=call_id, error=to_status_proto(err)))
-        self._wake.set()
+    def _refuse(self, call_id: str, info: CallInfo, err: GatewayError | None) -> None:
+        """Answer a call with ``err`` (None: cancelled) without running it (it is still
+        recorded)."""
+        code = "CANCELLED" if err is None else err.code.name
+        self._runner.record(info, code, time.perf_counter())
+        status = cancelled_status() if err is None else to_status_proto(err)
+        self._add(pb.StreamedCallResult(call_id=call_id, error=status))
 
     def _finish(self, call_id: str, result: pb.StreamedCallResult) -> None:
         del self._in_flight[call_id]
-        self._done.append(result)
+        self._add(result)
+
+    def _add(self, result: pb.StreamedCallResult) -> None:
+        """Queue ``result`` for the writer; one too big to send becomes its call's error.
+
+        Answers are checked by the runner; this catches anything else (a huge error),
+        so that the writer never sends a message above the server's send limit.
+        """
+        size = result.ByteSize()
+        if size > self._limits.max_answer_bytes + ENVELOPE_BYTES // 2:
+            err = MalformedResponse(f"the result is too large to send: {size} bytes")
+            logger.error("StreamCalls from %s: %s", self._client_id, err.message)
+            result = pb.StreamedCallResult(call_id=result.call_id, error=to_status_proto(err))
+            size = result.ByteSize()
+        self._done.append((result, size))
         self._wake.set()

@@ -11,7 +11,7 @@ import re
 
 from san.aigateway.v1 import ai_gateway_pb2 as pb
 
-from ai_gateway.errors import FieldViolation, InvalidRequest
+from ai_gateway.errors import FieldViolation, InvalidRequest, echo
 from ai_gateway.models import AnalyzeInput, RecallInput, RecallSource, TilInput
 
 DEFAULT_QUESTIONS = 5
@@ -31,7 +31,7 @@ def til_input(request: pb.GenerateTilRequest) -> TilInput:
     """The validated input of GenerateTil."""
     bad: list[FieldViolation] = []
     if not _is_day(request.day):
-        bad.append(FieldViolation("day", f"must be a date as YYYY-MM-DD, got {request.day!r}"))
+        bad.append(FieldViolation("day", f"must be a date as YYYY-MM-DD, got {echo(request.day)}"))
     if not request.notes:
         bad.append(FieldViolation("notes", "at least one note is required"))
     bad += [

@@ -5,12 +5,17 @@ Failures are translated here, at the HTTP boundary, into the gateway's own error
 =============================================  ==========================================
 upstream                                       gateway error
 =============================================  ==========================================
-429 (``Retry-After`` seconds or HTTP date)     RateLimited (retry_delay from the header)
+429 (``Retry-After`` seconds or HTTP date)     RateLimited (retry_delay from the header,
+                                               finite, at most MAX_RETRY_DELAY = 300 s)
 5xx, connection refused/reset, other 4xx       BackendUnavailable
 no answer within the caller's deadline         DeadlineExceeded
 400 ``context_length_exceeded``                TokenLimitExceeded (numbers from upstream)
 body or model answer not the expected JSON     MalformedResponse ("JSON Parse Error at ...")
 =============================================  ==========================================
+
+Upstream text is untrusted (an error body may echo the API key): callers get fixed
+messages that name the HTTP status only, e.g. "backend rejected the request: HTTP 401
+from the upstream API"; the upstream's own words go to the log, key-like strings masked.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
 import math
 import re
 import time
@@ -25,7 +31,9 @@ from typing import Any
 
 import httpx
 
+from ai_gateway.backends.secrets import SecretMasker
 from ai_gateway.errors import (
+    MAX_RETRY_DELAY,
     BackendUnavailable,
     DeadlineExceeded,
     MalformedResponse,
@@ -44,9 +52,18 @@ from ai_gateway.models import (
 )
 from ai_gateway.tokens import estimate_tokens_all
 
+logger = logging.getLogger(__name__)
+
 # Used when the caller sets no deadline: never wait on the network forever.
 DEFAULT_TIMEOUT = 60.0
+# A Retry-After that is missing or not a number of seconds or a date (negative, NaN,
+# garbage) means this wait; any other is clamped to 0..MAX_RETRY_DELAY.
 DEFAULT_RETRY_AFTER = 1.0
+# The most of an upstream answer the gateway reads: a chat or embedding answer is a
+# few KiB to a few hundred; an endless or huge body must not fill the gateway's memory.
+MAX_UPSTREAM_BODY_BYTES = 8 * 1024 * 1024
+# Numbers read from an upstream message (a context length) above this are not believed.
+_MAX_UPSTREAM_NUMBER = 10**9
 
 _ANALYZE_PROMPT = (
     "You analyse a text. Answer with one JSON object and nothing else: "
@@ -80,6 +97,7 @@ class OpenAIBackend:
         max_input_tokens: int,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._mask = SecretMasker([api_key])
         self._client = httpx.AsyncClient(base_url=base_url.rstrip("/") + "/", headers=headers)
         self.chat_model = chat_model
         self.embedding_model = embedding_model
@@ -140,7 +158,7 @@ class OpenAIBackend:
             content = body["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as err:
             raise MalformedResponse(
-                f"unexpected response shape: no choices[0].message.content ({err!r})"
+                f"unexpected response shape: no choices[0].message.content ({type(err).__name__})"
             ) from err
         if not isinstance(content, str):
             raise MalformedResponse("unexpected response shape: message content is not text")
@@ -153,8 +171,9 @@ class OpenAIBackend:
         try:
             vector = [float(x) for x in body["data"][0]["embedding"]]
         except (KeyError, IndexError, TypeError, ValueError) as err:
+            # Not the exception's words: they may quote the upstream's values.
             raise MalformedResponse(
-                f"unexpected response shape: no data[0].embedding ({err!r})"
+                f"unexpected response shape: no data[0].embedding ({type(err).__name__})"
             ) from err
         norm = math.sqrt(sum(x * x for x in vector))
         if not vector or norm == 0 or not math.isfinite(norm):
@@ -172,17 +191,15 @@ class OpenAIBackend:
             # httpx's timeout is per phase (connect, each read, ...); asyncio.timeout bounds
             # the whole exchange, so a server that trickles bytes cannot outlive the caller.
             async with asyncio.timeout(remaining):
-                response = await self._client.post(
-                    path, json=payload, timeout=httpx.Timeout(remaining)
-                )
+                response = await self._post_capped(path, payload, remaining)
         except (httpx.TimeoutException, TimeoutError) as err:
             raise DeadlineExceeded(
                 f"upstream model did not answer within {remaining:.3f} s"
             ) from err
         except httpx.TransportError as err:
-            raise BackendUnavailable(
-                f"backend unavailable: {type(err).__name__}: {err or 'connection failed'}"
-            ) from err
+            # The exception's words may hold the upstream's address or data: log them.
+            logger.warning("upstream %s: %s: %s", path, type(err).__name__, self._mask(str(err)))
+            raise BackendUnavailable(f"backend unavailable: {type(err).__name__}") from err
         self._raise_for_status(response, texts)
         try:
             body = json.loads(response.text)
@@ -192,14 +209,52 @@ class OpenAIBackend:
             raise MalformedResponse("unexpected response shape: body is not a JSON object")
         return body
 
+    async def _post_capped(
+        self, path: str, payload: dict[str, Any], remaining: float
+    ) -> httpx.Response:
+        """POST, reading at most MAX_UPSTREAM_BODY_BYTES of the answer (its status and
+        headers are kept; a longer body is a malformed answer, never read whole)."""
+        request = self._client.build_request(
+            "POST", path, json=payload, timeout=httpx.Timeout(remaining)
+        )
+        response = await self._client.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_UPSTREAM_BODY_BYTES:
+                raise _body_too_large(response.status_code)
+            chunks: list[bytes] = []
+            size = 0
+            # Decoded bytes: a small compressed body may unpack to gigabytes.
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_UPSTREAM_BODY_BYTES:
+                    raise _body_too_large(response.status_code)
+                chunks.append(chunk)
+        finally:
+            await response.aclose()
+        headers = httpx.Headers(response.headers)
+        for decoded_away in ("content-encoding", "content-length", "transfer-encoding"):
+            headers.pop(decoded_away, None)
+        return httpx.Response(
+            response.status_code, headers=headers, content=b"".join(chunks), request=request
+        )
+
     def _raise_for_status(self, response: httpx.Response, texts: list[str]) -> None:
         status = response.status_code
         if status < 400:
             return
         detail = _error_detail(response)
+        # The upstream's words are for the operator (masked), never for the caller.
+        logger.warning(
+            "upstream %s answered HTTP %d: %s",
+            response.request.url.path,
+            status,
+            self._mask(detail),
+        )
+        said = f"HTTP {status} from the upstream API"
         if status == 429:
             raise RateLimited(
-                f"upstream rate limit exceeded: {detail}",
+                f"upstream rate limit exceeded: {said}",
                 retry_delay=parse_retry_after(response.headers.get("retry-after")),
                 subject="backend",
                 description="upstream model rate limit",
@@ -211,25 +266,43 @@ class OpenAIBackend:
                 tokens or estimate_tokens_all(texts), limit or self.max_input_tokens
             )
         if status >= 500:
-            raise BackendUnavailable(f"backend unavailable: HTTP {status}: {detail}")
+            raise BackendUnavailable(f"backend unavailable: {said}")
         # 401/403/404 and the like: the gateway is misconfigured; retrying after the
         # operator fixes it can succeed, so this is "unavailable", not the caller's fault.
-        raise BackendUnavailable(f"backend rejected the request: HTTP {status}: {detail}")
+        raise BackendUnavailable(f"backend rejected the request: {said}")
+
+
+def _body_too_large(status: int) -> MalformedResponse:
+    logger.warning(
+        "upstream answered HTTP %d with a body over %d bytes", status, MAX_UPSTREAM_BODY_BYTES
+    )
+    return MalformedResponse(
+        f"the upstream answer is larger than {MAX_UPSTREAM_BODY_BYTES:,} bytes (HTTP {status})"
+    )
 
 
 def parse_retry_after(value: str | None) -> float:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date).
+
+    Always finite, from 0 to MAX_RETRY_DELAY: a huge or infinite value is clamped; a
+    negative, NaN or unreadable one means DEFAULT_RETRY_AFTER.
+    """
     if not value:
         return DEFAULT_RETRY_AFTER
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if math.isnan(seconds) or seconds < 0:
+            return DEFAULT_RETRY_AFTER
+        return min(seconds, MAX_RETRY_DELAY)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        seconds = when.timestamp() - time.time()
+    except (TypeError, ValueError, OverflowError, IndexError):
         return DEFAULT_RETRY_AFTER
-    return max(0.0, when.timestamp() - time.time())
+    return min(max(0.0, seconds), MAX_RETRY_DELAY)
 
 
 def _deadline(time_left: float | None) -> float:
@@ -277,7 +350,12 @@ def _context_numbers(message: str) -> tuple[int | None, int | None]:
     """(tokens sent, model limit) from an OpenAI-style context-length message, if present."""
     limit = re.search(r"maximum context length is (\d+)", message)
     sent = re.search(r"(?:resulted in|requested) (\d+) tokens", message)
-    return (
-        int(sent.group(1)) if sent else None,
-        int(limit.group(1)) if limit else None,
-    )
+    return _believable(sent), _believable(limit)
+
+
+def _believable(found: re.Match[str] | None) -> int | None:
+    """The number matched, unless absent or too big to be a real token count."""
+    if found is None or len(found.group(1)) > 10:
+        return None
+    number = int(found.group(1))
+    return number if 0 < number <= _MAX_UPSTREAM_NUMBER else None

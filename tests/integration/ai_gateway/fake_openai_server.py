@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import threading
 import time
@@ -11,7 +12,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 BROKEN_CONTENT = '{\n  "summary": "ok",\n  "tags": [\n    "a",,\n  ]\n}'
@@ -29,8 +30,45 @@ def _chat_answer(system: str) -> dict[str, Any]:
     return {"questions": [{"question": "Q?", "answer": "A", "source_index": 0}]}
 
 
-async def _behave(model: str) -> Response | None:
-    """The failure a model name asks for, or None for a normal answer."""
+def _echo_key(status: int, authorization: str, headers: dict[str, str] | None = None) -> Response:
+    """An error whose body echoes the caller's credentials, as some upstreams do."""
+    key = authorization.removeprefix("Bearer ")
+    message = f"Incorrect API key provided: {key}. Header was: Authorization: {authorization}"
+    return JSONResponse(
+        {"error": {"message": message, "code": "invalid_api_key"}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+async def _endless() -> Any:
+    for _ in range(64):  # chunked, no length: 1 MiB pieces, far past any cap
+        yield b" " * (1024 * 1024)
+
+
+def _gzip_bomb() -> Response:  # 64 MiB of spaces in about 64 KiB
+    bomb = gzip.compress(b" " * (64 * 1024 * 1024))
+    return Response(bomb, media_type="application/json", headers={"Content-Encoding": "gzip"})
+
+
+# Answers far larger than any upstream answer should be: the gateway must not read them whole.
+_HUGE_BODIES: dict[str, Any] = {
+    "huge-body": lambda: Response(b" " * (64 * 1024 * 1024), media_type="application/json"),
+    "endless-body": lambda: StreamingResponse(_endless(), media_type="application/json"),
+    "gzip-bomb": _gzip_bomb,
+}
+
+
+async def _behave(model: str, authorization: str = "") -> Response | None:
+    """The failure a model name asks for, or None for a normal answer.
+
+    ``echo-key-STATUS``: that HTTP status, the body echoing the API key;
+    ``retry-after=VALUE``: a 429 with that Retry-After header (and the key echoed).
+    """
+    if model.startswith("echo-key-"):
+        return _echo_key(int(model.removeprefix("echo-key-")), authorization)
+    if model.startswith("retry-after="):
+        return _echo_key(429, authorization, {"Retry-After": model.removeprefix("retry-after=")})
     if model == "rate-limited":
         return JSONResponse(
             {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
@@ -48,6 +86,8 @@ async def _behave(model: str) -> Response | None:
         )
     if model == "html-body":
         return PlainTextResponse("<html>\n<body>\nBad gateway\n</body>", status_code=200)
+    if model in _HUGE_BODIES:
+        return _HUGE_BODIES[model]()
     if model == "unauthorized":
         return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
     return None
@@ -56,7 +96,7 @@ async def _behave(model: str) -> Response | None:
 async def chat(request: Request) -> Response:
     body = await request.json()
     request.app.state.requests.append(("chat", body, dict(request.headers)))
-    failure = await _behave(body["model"])
+    failure = await _behave(body["model"], request.headers.get("authorization", ""))
     if failure is not None:
         return failure
     content = (
@@ -70,7 +110,7 @@ async def chat(request: Request) -> Response:
 async def embeddings(request: Request) -> Response:
     body = await request.json()
     request.app.state.requests.append(("embeddings", body, dict(request.headers)))
-    failure = await _behave(body["model"])
+    failure = await _behave(body["model"], request.headers.get("authorization", ""))
     if failure is not None:
         return failure
     return JSONResponse({"data": [{"embedding": [3.0, 4.0]}]})

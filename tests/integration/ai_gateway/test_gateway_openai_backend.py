@@ -68,11 +68,14 @@ async def test_429_becomes_rate_limited_with_retry_after(make_backend: MakeBacke
     with pytest.raises(RateLimited) as caught:
         await make_backend(chat="rate-limited").analyze(TEXT, 5.0)
     assert caught.value.retry_delay == 7.0
-    assert "Rate limit reached" in caught.value.message
+    # The upstream's words are logged, not passed on.
+    assert caught.value.message == "upstream rate limit exceeded: HTTP 429 from the upstream API"
 
 
 async def test_500_becomes_unavailable(make_backend: MakeBackend) -> None:
-    with pytest.raises(BackendUnavailable, match="HTTP 500: upstream exploded"):
+    with pytest.raises(
+        BackendUnavailable, match=r"^backend unavailable: HTTP 500 from the upstream API$"
+    ):
         await make_backend(chat="server-error").analyze(TEXT, 5.0)
 
 

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from fake_openai_server import FakeOpenAI
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
+
+from tests.support.processes import running, start_gateway
 
 BIN = Path(sys.executable).parent / "ai-gateway"
 LISTENING = re.compile(
@@ -94,3 +97,25 @@ def test_port_in_use_is_one_line_exit_1() -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("ai-gateway: error:")
+
+
+def test_the_api_key_comes_from_a_file_and_stays_out_of_ps(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    key = "sk-file-only-0123456789abcdef"
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    args = ["--backend", "openai", "--openai-base-url", fake_openai.base_url]
+    args += ["--openai-api-key-file", str(key_file)]
+    with running(start_gateway(tmp_path, *args)) as gateway:
+        # What `ps` shows of the process: its command line, which has no key in it.
+        assert key not in Path(f"/proc/{gateway.proc.pid}/cmdline").read_text()
+        with grpc.insecure_channel(gateway.address) as channel:
+            stub = ai_gateway_pb2_grpc.AiGatewayServiceStub(channel)
+            reply = stub.AnalyzeContent(
+                ai_gateway_pb2.AnalyzeContentRequest(text="Queues hold jobs."), timeout=10
+            )
+    assert reply.summary == "A fake summary."
+    assert fake_openai.requests[-1][2]["authorization"] == f"Bearer {key}"
+    assert key not in gateway.log()

@@ -28,10 +28,10 @@ from san.aigateway.v1 import ai_gateway_pb2 as pb
 from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
 from ai_gateway.backends.instant import InstantBackend
+from ai_gateway.bounds import BATCH_BYTES as MAX_RESULTS_BYTES
 from ai_gateway.models import AnalyzeInput, AnalyzeResult
 from ai_gateway.server import GatewayServer
 from ai_gateway.settings import GatewaySettings
-from ai_gateway.stream import MAX_RESULTS_BYTES
 
 EN = (
     "A job queue stores background work in a database table. Each worker claims a job by "

@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,77 @@ def test_bad_values_exit_2_with_one_line(
     assert lines[0].startswith("ai-gateway: error: ")
     assert expected in lines[0]
     assert "Traceback" not in result.stderr
+
+
+KEY = "sk-from-file-0123456789abcdef"
+
+
+def test_api_key_from_a_file_without_its_trailing_newline(tmp_path: Path) -> None:
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(KEY + "\n")
+    settings = load_settings(["--openai-api-key-file", str(key_file)])
+    assert settings.api_key().get_secret_value() == KEY
+    assert KEY not in repr(settings)
+
+
+def test_api_key_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "openai.key"
+    key_file.write_text(KEY + "\r\n")
+    monkeypatch.setenv("SAN_GATEWAY_OPENAI_API_KEY_FILE", str(key_file))
+    assert load_settings([]).api_key().get_secret_value() == KEY
+
+
+def test_without_a_file_the_key_setting_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAN_GATEWAY_OPENAI_API_KEY", KEY)
+    assert load_settings([]).api_key().get_secret_value() == KEY
+
+
+def _run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ai_gateway", *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["--openai-api-key-file", "{missing}"], {}, "cannot read the API key file"),
+        (["--openai-api-key-file", "{dir}"], {}, "cannot read the API key file"),
+        (["--openai-api-key-file", "{empty}"], {}, "is empty"),
+        (
+            ["--openai-api-key", KEY, "--openai-api-key-file", "{key}"],
+            {},
+            "--openai-api-key-file: Value error, give the API key or the API key file, not both",
+        ),
+        (
+            [],
+            {"SAN_GATEWAY_OPENAI_API_KEY": KEY, "SAN_GATEWAY_OPENAI_API_KEY_FILE": "{key}"},
+            "SAN_GATEWAY_OPENAI_API_KEY_FILE: Value error, give the API key or the API key file",
+        ),
+    ],
+)
+def test_a_bad_key_file_is_a_one_line_startup_error(
+    tmp_path: Path, args: list[str], env: dict[str, str], expected: str
+) -> None:
+    paths = {
+        "missing": tmp_path / "missing.key",
+        "dir": tmp_path,
+        "empty": tmp_path / "empty.key",
+        "key": tmp_path / "openai.key",
+    }
+    paths["empty"].write_text("\n")
+    paths["key"].write_text(KEY)
+    fill = {name: str(path) for name, path in paths.items()}
+    result = _run_cli(
+        [a.format(**fill) for a in args], {k: v.format(**fill) for k, v in env.items()}
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("ai-gateway: error: ")
+    assert expected in lines[0]
+    assert KEY not in result.stderr

@@ -7,17 +7,21 @@ Errors follow the rich error model (google.rpc.Status in the
 `grpc-status-details-bin` trailer) with an ErrorInfo in domain
 `aigateway.san`. Reasons and the details that come with them:
   - DEADLINE_EXCEEDED: the caller's deadline is too short, or passed.
-  - RESOURCE_EXHAUSTED, reason RATE_LIMITED: the caller's rate limit or
-    the gateway's concurrency limit is reached; RetryInfo.retry_delay says
-    when to try again, QuotaFailure names the limit.
-  - UNAVAILABLE, reason BACKEND_UNAVAILABLE: the model backend is down or
-    unreachable.
+  - RESOURCE_EXHAUSTED, reason RATE_LIMITED: the caller's rate limit,
+    the gateway's concurrency limit or the upstream API's rate limit is
+    reached; RetryInfo.retry_delay says when to try again (never more than
+    300 s, whatever the upstream said), QuotaFailure names the limit.
+  - UNAVAILABLE, reason BACKEND_UNAVAILABLE: the model backend is down,
+    unreachable or refused the gateway (e.g. "backend rejected the
+    request: HTTP 401 from the upstream API"). The upstream's own error
+    text is never passed on: the message names the HTTP status only.
   - INVALID_ARGUMENT, reason TOKEN_LIMIT_EXCEEDED: the input is longer than
     the model takes; the message reads "Token limit exceeded (N > LIMIT)".
   - INVALID_ARGUMENT, reason INVALID_REQUEST: bad input; BadRequest names
     each bad field.
   - INTERNAL, reason MALFORMED_RESPONSE: the model's answer could not be
-    parsed; the message carries the parser's words.
+    parsed (the message carries the parser's words), or is too large to
+    send (over 4 MiB).
 """
 
 from collections import abc as _abc
@@ -287,7 +291,7 @@ class StreamCallsRequest(_message.Message):
     CANCEL_CALL_IDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedCall]:
-        """Calls to start."""
+        """Calls to start; at most 1,000 per message."""
 
     @_builtins.property
     def cancel_call_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -325,7 +329,7 @@ class StreamedCall(_message.Message):
     GENERATE_RECALL_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Chosen by the caller, unique among the calls in flight on the stream;
-    the call's result carries it back. Required.
+    the call's result carries it back. Required; 1 to 128 characters.
     """
     job_id: _builtins.str
     """The job the call works for, for the gateway's logs and call records (the

@@ -111,8 +111,22 @@ class AiGatewayServiceServicer:
         When the caller half-closes, the calls in flight finish, their outcomes
         are sent, and the stream ends with OK. When the stream is cancelled or
         breaks, every call in flight is cancelled. A request that breaks the
-        protocol (an empty or repeated call_id) ends the stream with
-        INVALID_ARGUMENT.
+        protocol ends the stream with INVALID_ARGUMENT (BadRequest names the
+        field): an empty or repeated call_id, a call_id longer than 128
+        characters, or more than 1,000 calls in one message. The stream is one
+        caller's, so only that caller is affected.
+
+        Bounds. A request message is at most the gateway's --max-message-bytes
+        (default 16 MiB; a bigger one ends the stream with RESOURCE_EXHAUSTED,
+        from gRPC). A call the gateway cannot take fails alone, in its result,
+        never the stream: bad input, limits, and an answer bigger than 4 MiB,
+        which becomes INTERNAL with reason MALFORMED_RESPONSE (so does a unary
+        call's). Backpressure: a stream holds at most --max-stream-calls (default
+        1,000) calls in flight plus results not yet sent; while it is full, the
+        gateway reads nothing more from it (the calls of a message already read
+        wait for room), so a caller that sends and never reads is stopped by
+        gRPC's flow control. A caller that keeps at most that many calls in
+        flight, and reads its results, never waits.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -7,17 +7,21 @@ Errors follow the rich error model (google.rpc.Status in the
 `grpc-status-details-bin` trailer) with an ErrorInfo in domain
 `aigateway.san`. Reasons and the details that come with them:
   - DEADLINE_EXCEEDED: the caller's deadline is too short, or passed.
-  - RESOURCE_EXHAUSTED, reason RATE_LIMITED: the caller's rate limit or
-    the gateway's concurrency limit is reached; RetryInfo.retry_delay says
-    when to try again, QuotaFailure names the limit.
-  - UNAVAILABLE, reason BACKEND_UNAVAILABLE: the model backend is down or
-    unreachable.
+  - RESOURCE_EXHAUSTED, reason RATE_LIMITED: the caller's rate limit,
+    the gateway's concurrency limit or the upstream API's rate limit is
+    reached; RetryInfo.retry_delay says when to try again (never more than
+    300 s, whatever the upstream said), QuotaFailure names the limit.
+  - UNAVAILABLE, reason BACKEND_UNAVAILABLE: the model backend is down,
+    unreachable or refused the gateway (e.g. "backend rejected the
+    request: HTTP 401 from the upstream API"). The upstream's own error
+    text is never passed on: the message names the HTTP status only.
   - INVALID_ARGUMENT, reason TOKEN_LIMIT_EXCEEDED: the input is longer than
     the model takes; the message reads "Token limit exceeded (N > LIMIT)".
   - INVALID_ARGUMENT, reason INVALID_REQUEST: bad input; BadRequest names
     each bad field.
   - INTERNAL, reason MALFORMED_RESPONSE: the model's answer could not be
-    parsed; the message carries the parser's words.
+    parsed (the message carries the parser's words), or is too large to
+    send (over 4 MiB).
 """
 
 from collections import abc as _abc
@@ -84,8 +88,22 @@ class AiGatewayServiceStub:
     When the caller half-closes, the calls in flight finish, their outcomes
     are sent, and the stream ends with OK. When the stream is cancelled or
     breaks, every call in flight is cancelled. A request that breaks the
-    protocol (an empty or repeated call_id) ends the stream with
-    INVALID_ARGUMENT.
+    protocol ends the stream with INVALID_ARGUMENT (BadRequest names the
+    field): an empty or repeated call_id, a call_id longer than 128
+    characters, or more than 1,000 calls in one message. The stream is one
+    caller's, so only that caller is affected.
+
+    Bounds. A request message is at most the gateway's --max-message-bytes
+    (default 16 MiB; a bigger one ends the stream with RESOURCE_EXHAUSTED,
+    from gRPC). A call the gateway cannot take fails alone, in its result,
+    never the stream: bad input, limits, and an answer bigger than 4 MiB,
+    which becomes INTERNAL with reason MALFORMED_RESPONSE (so does a unary
+    call's). Backpressure: a stream holds at most --max-stream-calls (default
+    1,000) calls in flight plus results not yet sent; while it is full, the
+    gateway reads nothing more from it (the calls of a message already read
+    wait for room), so a caller that sends and never reads is stopped by
+    gRPC's flow control. A caller that keeps at most that many calls in
+    flight, and reads its results, never waits.
     """
 
 @_typing.type_check_only
@@ -127,8 +145,22 @@ class AiGatewayServiceAsyncStub(AiGatewayServiceStub):
     When the caller half-closes, the calls in flight finish, their outcomes
     are sent, and the stream ends with OK. When the stream is cancelled or
     breaks, every call in flight is cancelled. A request that breaks the
-    protocol (an empty or repeated call_id) ends the stream with
-    INVALID_ARGUMENT.
+    protocol ends the stream with INVALID_ARGUMENT (BadRequest names the
+    field): an empty or repeated call_id, a call_id longer than 128
+    characters, or more than 1,000 calls in one message. The stream is one
+    caller's, so only that caller is affected.
+
+    Bounds. A request message is at most the gateway's --max-message-bytes
+    (default 16 MiB; a bigger one ends the stream with RESOURCE_EXHAUSTED,
+    from gRPC). A call the gateway cannot take fails alone, in its result,
+    never the stream: bad input, limits, and an answer bigger than 4 MiB,
+    which becomes INTERNAL with reason MALFORMED_RESPONSE (so does a unary
+    call's). Backpressure: a stream holds at most --max-stream-calls (default
+    1,000) calls in flight plus results not yet sent; while it is full, the
+    gateway reads nothing more from it (the calls of a message already read
+    wait for room), so a caller that sends and never reads is stopped by
+    gRPC's flow control. A caller that keeps at most that many calls in
+    flight, and reads its results, never waits.
     """
 
 class AiGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -191,8 +223,22 @@ class AiGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
         When the caller half-closes, the calls in flight finish, their outcomes
         are sent, and the stream ends with OK. When the stream is cancelled or
         breaks, every call in flight is cancelled. A request that breaks the
-        protocol (an empty or repeated call_id) ends the stream with
-        INVALID_ARGUMENT.
+        protocol ends the stream with INVALID_ARGUMENT (BadRequest names the
+        field): an empty or repeated call_id, a call_id longer than 128
+        characters, or more than 1,000 calls in one message. The stream is one
+        caller's, so only that caller is affected.
+
+        Bounds. A request message is at most the gateway's --max-message-bytes
+        (default 16 MiB; a bigger one ends the stream with RESOURCE_EXHAUSTED,
+        from gRPC). A call the gateway cannot take fails alone, in its result,
+        never the stream: bad input, limits, and an answer bigger than 4 MiB,
+        which becomes INTERNAL with reason MALFORMED_RESPONSE (so does a unary
+        call's). Backpressure: a stream holds at most --max-stream-calls (default
+        1,000) calls in flight plus results not yet sent; while it is full, the
+        gateway reads nothing more from it (the calls of a message already read
+        wait for room), so a caller that sends and never reads is stopped by
+        gRPC's flow control. A caller that keeps at most that many calls in
+        flight, and reads its results, never waits.
         """
 
 def add_AiGatewayServiceServicer_to_server(servicer: AiGatewayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
