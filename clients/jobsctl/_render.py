@@ -1,12 +1,19 @@
-"""How jobsctl shows things: rich tables for people, JSON for scripts."""
+"""How jobsctl shows things: rich tables for people, JSON for scripts.
+
+Every text that comes from the server goes through `plain` (for plain lines) or
+`markup_text` (for rich markup) before it is shown: a job's fields are written by whoever
+enqueued it or by an upstream model, and a control character in them (ESC, CSI)
+would otherwise drive the reader's terminal.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
@@ -18,6 +25,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 from clients._display import format_time, job_type_name, status_name
 from clients.jobsctl._values import format_age
 from clients.sdk import JobsError
+from san_shared.safe_text import escape_control, safe_text
 
 STATUS_STYLE = {
     "PENDING": "yellow",
@@ -26,6 +34,23 @@ STATUS_STYLE = {
     "FAILED": "red",
     "CANCELLED": "magenta",
 }
+
+
+# What json.dumps(ensure_ascii=False) leaves raw: DEL, C1 controls, the Unicode line
+# separators and lone surrogates (it escapes C0 itself).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def plain(text: str) -> str:
+    """`text` from the server made safe for a terminal line: control characters
+    (newlines too) written as visible escapes, database passwords masked."""
+    return safe_text(text)
+
+
+def markup_text(text: str, *, multi_line: bool = False) -> str:
+    """`text` from the server for rich output: control characters escaped (a line
+    break kept when `multi_line`), and rich markup in it shown, not obeyed."""
+    return escape(escape_control(text, keep_newlines=multi_line))
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -42,9 +67,15 @@ def to_dict(message: Message) -> dict[str, Any]:
     return MessageToDict(message, always_print_fields_with_no_presence=False)
 
 
-def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+def print_json(value: Any, stream: TextIO | None = None) -> None:
+    """`value` as one line of JSON: Korean stays readable, every control character
+    is a \\u escape (no raw C1 or U+2028 reaches the terminal or the next program)."""
+    text = json.dumps(value, ensure_ascii=False)
+    # Outside strings JSON is plain ASCII, so every match is inside a string.
+    text = _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    out = stream or sys.stdout
+    out.write(text + "\n")
+    out.flush()
 
 
 def error_dict(error: JobsError) -> dict[str, Any]:
@@ -92,16 +123,16 @@ def job_detail(console: Console, job: pb.Job) -> None:
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     rows: list[tuple[str, str]] = [
-        ("id", job.id),
+        ("id", markup_text(job.id)),
         ("type", job_type_name(job.job_type)),
         ("status", _status(job)),
-        ("target", escape(job.target_id)),
+        ("target", markup_text(job.target_id)),
         ("attempts", f"{job.attempt_count}/{job.max_attempts}"),
         ("created", format_time(job.create_time)),
         ("updated", format_time(job.update_time)),
     ]
     if job.requested_by:
-        rows.append(("requested by", escape(job.requested_by)))
+        rows.append(("requested by", markup_text(job.requested_by)))
     if job.HasField("next_attempt_time"):
         rows.append(("next attempt", format_time(job.next_attempt_time)))
     if job.HasField("complete_time"):
@@ -109,14 +140,18 @@ def job_detail(console: Console, job: pb.Job) -> None:
     if job.HasField("fail_time"):
         rows.append(("failed", format_time(job.fail_time)))
     if job.HasField("cancel_time"):
-        reason = f" ({escape(job.cancel_reason)})" if job.cancel_reason else ""
+        reason = f" ({markup_text(job.cancel_reason)})" if job.cancel_reason else ""
         rows.append(("cancelled", format_time(job.cancel_time) + reason))
     if job.error_message:
-        code = " / ".join(c for c in (job.error_code, job.error_reason) if c)
+        code = markup_text(" / ".join(c for c in (job.error_code, job.error_reason) if c))
         rows.append(
-            ("error", f"[red]{escape(job.error_message)}[/]" + (f" [{code}]" if code else ""))
+            (
+                "error",
+                f"[red]{markup_text(job.error_message, multi_line=True)}[/]"
+                + (f" \\[{code}]" if code else ""),
+            )
         )
-    rows.extend((label, escape(text)) for label, text in result_lines(job))
+    rows.extend((label, markup_text(text, multi_line=True)) for label, text in result_lines(job))
     for label, value in rows:
         grid.add_row(label, value)
     console.print(grid)
@@ -130,7 +165,7 @@ def job_detail(console: Console, job: pb.Job) -> None:
                 str(attempt.attempt),
                 format_time(attempt.start_time),
                 format_time(attempt.end_time),
-                escape(error) or "-",
+                markup_text(error) or "-",
             )
         console.print(table)
 
@@ -143,10 +178,10 @@ def jobs_table(console: Console, jobs: Sequence[pb.Job]) -> None:
     table.columns[6].no_wrap = True
     for job in jobs:
         table.add_row(
-            job.id,
+            markup_text(job.id),
             job_type_name(job.job_type),
             _status(job),
-            escape(job.target_id),
+            markup_text(job.target_id),
             f"{job.attempt_count}/{job.max_attempts}",
             format_time(job.create_time),
             _error_cell(job),
@@ -159,8 +194,8 @@ def _error_cell(job: pb.Job) -> str:
     if not job.error_message:
         return ""
     if job.status == pb.JOB_STATUS_COMPLETED:
-        return f"[dim]earlier: {escape(job.error_message)}[/]"
-    return escape(job.error_message)
+        return f"[dim]earlier: {markup_text(job.error_message)}[/]"
+    return markup_text(job.error_message)
 
 
 def watch_line(job: pb.Job) -> str:
@@ -173,7 +208,7 @@ def watch_line(job: pb.Job) -> str:
     # A COMPLETED job keeps its last failure (the contract's "last failure"); the line
     # that announces success must not read like an error.
     if job.error_message and job.status != pb.JOB_STATUS_COMPLETED:
-        parts.append(job.error_message.replace("\n", " "))
+        parts.append(plain(job.error_message.replace("\n", " ")))
     return "  ".join(parts)
 
 
@@ -192,7 +227,7 @@ def history_lines(job: pb.Job) -> list[str]:
             f"attempt {attempt.attempt}/{job.max_attempts}"
         )
         if attempt.error_code and attempt.HasField("end_time"):
-            message = attempt.error_message.replace("\n", " ")
+            message = plain(attempt.error_message.replace("\n", " "))
             lines.append(
                 f"{format_time(attempt.end_time)}  {'(failed)':<10}  "
                 f"attempt {attempt.attempt}/{job.max_attempts}  {message}"
@@ -247,6 +282,6 @@ def stats_dict(stats: pb.GetJobStatsResponse, now: datetime) -> dict[str, Any]:
 def skipped_table(console: Console, skipped: Iterable[pb.SkippedJob]) -> None:
     table = Table("skipped job", "reason", title_justify="left")
     for item in skipped:
-        table.add_row(item.job_id, escape(item.reason))
+        table.add_row(markup_text(item.job_id), markup_text(item.reason))
     if table.row_count:
         console.print(table)

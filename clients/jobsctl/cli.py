@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import NoReturn
 
-from rich.markup import escape
 from san.jobs.v1 import job_service_pb2 as pb
 
 from clients.jobsctl import _render
@@ -253,7 +252,7 @@ def cmd_enqueue(client: JobsClient, args: argparse.Namespace) -> int:
     if args.json:
         _render.print_json(_render.to_dict(response))
     else:
-        print(response.job.id, flush=True)
+        print(_render.plain(response.job.id), flush=True)
         if response.deduplicated:
             sys.stderr.write("jobsctl: note: an existing job was returned\n")
     return EXIT_OK
@@ -293,7 +292,7 @@ def cmd_list(client: JobsClient, args: argparse.Namespace) -> int:
     _render.jobs_table(console, jobs)
     if token:
         _render.make_console(stderr=True).print(
-            f"more: jobsctl list ... --page-token {token}  (or --all)"
+            f"more: jobsctl list ... --page-token {_render.markup_text(token)}  (or --all)"
         )
     return EXIT_OK
 
@@ -315,9 +314,9 @@ def cmd_watch(client: JobsClient, args: argparse.Namespace) -> int:
         console = _render.make_console()
         if last.status == pb.JOB_STATUS_COMPLETED:
             for label, text in _render.result_lines(last):
-                console.print(f"[bold]{label}[/]: {escape(text)}")
+                console.print(f"[bold]{label}[/]: {_render.markup_text(text, multi_line=True)}")
         elif last.error_message:
-            console.print(f"[red]error[/]: {escape(last.error_message)}")
+            console.print(f"[red]error[/]: {_render.markup_text(last.error_message)}")
     return EXIT_OK if last.status == pb.JOB_STATUS_COMPLETED else EXIT_JOB_UNSUCCESSFUL
 
 
@@ -364,7 +363,7 @@ def cmd_retry_failed(client: JobsClient, args: argparse.Namespace) -> int:
         else:
             console.print(f"{len(ids)} of {preview.matched_count} matched FAILED jobs would move:")
             for job_id in ids:
-                console.print(job_id)
+                console.print(_render.markup_text(job_id))
             _render.skipped_table(console, preview.skipped)
         return EXIT_OK
     if not _confirm(len(ids), args):
@@ -421,7 +420,7 @@ def cmd_cancel(client: JobsClient, args: argparse.Namespace) -> int:
     if args.json:
         _render.print_json(_render.to_dict(job))
     else:
-        print(f"cancelled {job.id}", flush=True)
+        print(f"cancelled {_render.plain(job.id)}", flush=True)
     return EXIT_OK
 
 
@@ -453,7 +452,8 @@ def _one_line(text: str) -> str:
 def _fail(message: str, code: int, error: JobsError | None, as_json: bool) -> int:
     if as_json and error is not None:
         _render.print_json(_render.error_dict(error))
-    sys.stderr.write(f"jobsctl: error: {_one_line(message)}\n")
+    # The message quotes the server (and what the caller typed): escaped, one line.
+    sys.stderr.write(f"jobsctl: error: {_render.plain(_one_line(message))}\n")
     return code
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from san_shared.sqlite_files import prepare_sqlite_url
 
 metadata = sa.MetaData()
 
@@ -35,12 +36,6 @@ class Scrap:
     created_at: datetime
 
 
-def _ensure_sqlite_folder(url: str) -> None:
-    parsed = sa.engine.make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-
-
 class ScrapStore:
     """Every read and write of the scraps table."""
 
@@ -49,7 +44,9 @@ class ScrapStore:
 
     @classmethod
     async def open(cls, database_url: str) -> ScrapStore:
-        _ensure_sqlite_folder(database_url)
+        # The scraps hold what users saved: a private file (0600) in a private folder
+        # (0700 when made here), as job-service's database.
+        prepare_sqlite_url(database_url)
         engine = create_async_engine(database_url)
         async with engine.begin() as connection:
             await connection.run_sync(metadata.create_all)

@@ -3,18 +3,25 @@
 Errors from JobService become HTTP statuses in one place (:func:`jobs_error_response`):
 409 duplicate or wrong state, 404 unknown, 422 bad input, 429 rate limited, 503
 JobService down, 502 anything else; always with a JSON body ``{"error": {...}}``.
+Bodies of writes are bounded and must be JSON (:mod:`clients.web._body_guard`); the
+other failures are answered by :mod:`clients.web._failures`, in the same shape.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy.exc as sa_exc
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -35,10 +42,18 @@ from clients.sdk import (
     RateLimitedError,
     ServiceUnavailableError,
 )
-from clients.web._store import ScrapStore
+from clients.web._body_guard import BodyGuard
+from clients.web._failures import on_http_error, on_store_error, on_unexpected_error
+from clients.web._store import Scrap, ScrapStore
 
 STATIC = Path(__file__).parent / "static"
 REQUESTED_BY = "san-web"
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_BODY_TIMEOUT = 30.0
+JOB_SERVICE_UNAVAILABLE = "JobService is unavailable; try again later"
+JOB_SERVICE_FAILED = "JobService failed to answer this request"
+
+log = logging.getLogger("san_web")
 
 
 def job_history(job: Job) -> list[dict[str, Any]]:
@@ -130,11 +145,14 @@ def jobs_error_response(error: JobsError) -> JSONResponse:
         status = 429
         if error.retry_delay is not None:
             headers["Retry-After"] = str(max(1, round(error.retry_delay)))
-    elif isinstance(error, ServiceUnavailableError):
-        status = 503
-        error.message = f"JobService is unavailable: {error.message}"
     else:
-        status = 502
+        # The message of these may hold addresses, driver text or a stack: it goes to
+        # the log only (repr: no control characters in the log line).
+        log.warning("JobService answered %s: %r", error.code.name, error.message)
+        if isinstance(error, ServiceUnavailableError):
+            status, error.message = 503, JOB_SERVICE_UNAVAILABLE
+        else:
+            status, error.message = 502, JOB_SERVICE_FAILED
     return JSONResponse(error_body(error), status_code=status, headers=headers)
 
 
@@ -164,7 +182,7 @@ def _store(request: Request) -> ScrapStore:
 async def _read_scrap_body(request: Request) -> dict[str, str] | JSONResponse:
     try:
         body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # deep nesting
         return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
     if not isinstance(body, dict):
         return invalid("the body must be a JSON object", ("body", "is not a JSON object"))
@@ -176,12 +194,42 @@ async def _read_scrap_body(request: Request) -> dict[str, str] | JSONResponse:
             value = ""
         if not isinstance(value, str):
             violations.append((name, "must be a string"))
+        elif problem := _unstorable(value):
+            violations.append((name, problem))
         values[name] = value if isinstance(value, str) else ""
     if not values["text"].strip() and not any(f == "text" for f, _ in violations):
         violations.append(("text", "is required and must not be blank"))
     if violations:
         return invalid("invalid scrap", *violations)
     return values
+
+
+def _unstorable(value: str) -> str | None:
+    """Why ``value`` cannot be stored (by san-web's own database or JobService's), if
+    it cannot: PostgreSQL refuses NUL, and a lone surrogate (``"\\ud800"`` is valid
+    JSON) is not encodable as UTF-8 at all."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text (no lone surrogates)"
+    return None
+
+
+def _scrap_id(request: Request) -> str | None:
+    """The path's scrap id if it can be one (ids are UUIDs), so that no odd string
+    (NUL, megabytes) ever reaches a query."""
+    raw: str = request.path_params["scrap_id"]
+    try:
+        return str(uuid.UUID(raw)) if len(raw) == 36 else None
+    except ValueError:
+        return None
+
+
+async def _find_scrap(request: Request) -> Scrap | None:
+    scrap_id = _scrap_id(request)
+    return None if scrap_id is None else await _store(request).get(scrap_id)
 
 
 async def _enqueue_analysis(
@@ -212,7 +260,7 @@ async def create_scrap(request: Request) -> Response:
 
 
 async def get_scrap(request: Request) -> Response:
-    scrap = await _store(request).get(request.path_params["scrap_id"])
+    scrap = await _find_scrap(request)
     if scrap is None:
         return not_found("no such scrap")
     return JSONResponse(
@@ -229,7 +277,7 @@ async def get_scrap(request: Request) -> Response:
 
 async def analyze_scrap(request: Request) -> Response:
     """Analyse a scrap again; 409 while its previous analysis is still active."""
-    scrap = await _store(request).get(request.path_params["scrap_id"])
+    scrap = await _find_scrap(request)
     if scrap is None:
         return not_found("no such scrap")
     job_id = await _enqueue_analysis(request, scrap.id, scrap.text, scrap.url, scrap.title)
@@ -237,10 +285,11 @@ async def analyze_scrap(request: Request) -> Response:
 
 
 async def delete_scrap(request: Request) -> Response:
-    scrap_id = request.path_params["scrap_id"]
     store = _store(request)
-    if await store.get(scrap_id) is None:
+    scrap = await _find_scrap(request)
+    if scrap is None:
         return not_found("no such scrap")
+    scrap_id = scrap.id
     client = _client(request)
     active = await client.list_jobs(
         target_id=scrap_id,
@@ -334,8 +383,11 @@ def create_app(
     job_service: str,
     database_url: str,
     client_factory: Callable[[str], AsyncJobsClient] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> Starlette:
-    """The app; JobService at ``job_service`` (HOST:PORT), scraps in ``database_url``."""
+    """The app; JobService at ``job_service`` (HOST:PORT), scraps in ``database_url``;
+    request bodies of at most ``max_body_bytes``, all in within ``body_timeout`` s."""
     make_client = client_factory or AsyncJobsClient
 
     @asynccontextmanager
@@ -359,6 +411,21 @@ def create_app(
         Route("/api/async-jobs/{job_id}/events", async_job_events),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={JobsError: _on_jobs_error}
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[
+            Middleware(BodyGuard, max_body_bytes=max_body_bytes, body_timeout=body_timeout)
+        ],
+        exception_handlers={
+            JobsError: _on_jobs_error,
+            HTTPException: on_http_error,
+            sa_exc.SQLAlchemyError: on_store_error,
+            # A refused connection to the scraps database is a bare OSError: SQLAlchemy
+            # wraps only the driver's own exceptions (JobService errors are JobsError).
+            OSError: on_store_error,
+            Exception: on_unexpected_error,
+        },
     )
+    app.state.max_body_bytes = max_body_bytes
+    return app

@@ -1,5 +1,7 @@
 """san-web's command line: ``san-web --listen HOST:PORT --job-service HOST:PORT
---database-url URL``; each flag has a ``SAN_WEB_*`` environment variable."""
+--database-url URL`` and the limits on what one client may hold (body size, open
+connections, time to send a request); each flag has a ``SAN_WEB_*`` environment
+variable."""
 
 from __future__ import annotations
 
@@ -13,11 +15,16 @@ from typing import NoReturn
 
 import uvicorn
 
-from clients.web.app import create_app
+from clients.web._logging import safe_log_config
+from clients.web._protocol import guarded_h11_protocol
+from clients.web.app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, create_app
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
 DEFAULT_JOB_SERVICE = "127.0.0.1:50051"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/san-web.db"
+# Each open page holds one connection (its live event stream) for as long as it is open.
+DEFAULT_MAX_CONNECTIONS = 100
+DEFAULT_HEADER_TIMEOUT = 5.0
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -25,6 +32,22 @@ def _split(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {address!r}")
     return host.strip("[]"), int(port)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < 86_400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +70,31 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help=f"SQLAlchemy async URL of san-web's own scraps table (default "
         f"{DEFAULT_DATABASE_URL}) [env SAN_WEB_DATABASE_URL]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-body-bytes", type=_positive_int,
+        default=env("SAN_WEB_MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY_BYTES), metavar="BYTES",
+        help=f"largest request body; bigger ones get 413 (default {DEFAULT_MAX_BODY_BYTES}) "
+        "[env SAN_WEB_MAX_BODY_BYTES]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-connections", type=_positive_int,
+        default=env("SAN_WEB_MAX_CONNECTIONS") or str(DEFAULT_MAX_CONNECTIONS), metavar="N",
+        help="open connections at most; one more is answered 503 and closed (default "
+        f"{DEFAULT_MAX_CONNECTIONS}) [env SAN_WEB_MAX_CONNECTIONS]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--header-timeout", type=_positive_seconds,
+        default=env("SAN_WEB_HEADER_TIMEOUT") or str(DEFAULT_HEADER_TIMEOUT), metavar="SECONDS",
+        help="time a client has to send a whole request head, from connecting or from its "
+        f"previous answer; then 408 and closed (default {DEFAULT_HEADER_TIMEOUT:g}) "
+        "[env SAN_WEB_HEADER_TIMEOUT]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--body-timeout", type=_positive_seconds,
+        default=env("SAN_WEB_BODY_TIMEOUT") or str(DEFAULT_BODY_TIMEOUT), metavar="SECONDS",
+        help="time a client has to send a whole request body after its head; then 408 "
+        f"(default {DEFAULT_BODY_TIMEOUT:g}) [env SAN_WEB_BODY_TIMEOUT]",
     )  # fmt: skip
     parser.add_argument(
         "--log-level", default=env("SAN_WEB_LOG_LEVEL") or "warning",
@@ -95,12 +143,24 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except OSError as error:
         sys.stderr.write(f"san-web: error: cannot listen on {args.listen}: {error.strerror}\n")
         sys.exit(1)
-    app = create_app(job_service=args.job_service, database_url=args.database_url)
+    app = create_app(
+        job_service=args.job_service,
+        database_url=args.database_url,
+        max_body_bytes=args.max_body_bytes,
+        body_timeout=args.body_timeout,
+    )
     config = uvicorn.Config(
         app,
         log_level=args.log_level,
+        # One line per record, whatever a client sent; passwords masked.
+        log_config=safe_log_config(args.log_level),
         timeout_graceful_shutdown=3,
         lifespan="on",
+        # uvicorn's own limit_concurrency would only refuse a connection once its
+        # request head is complete: the protocol below counts every open connection.
+        http=guarded_h11_protocol(
+            max_connections=args.max_connections, header_timeout=args.header_timeout
+        ),
     )
     server = _Server(config, sock)
     server.run(sockets=[sock])

@@ -86,9 +86,12 @@ def dead_address() -> str:
     return f"127.0.0.1:{port}"
 
 
-def start_web(log_dir: Path, job_service: str) -> RunningService:
-    """A real san-web process (python -m, so it works before the console script exists)."""
-    database = log_dir / "san-web.db"
+def start_web(
+    log_dir: Path, job_service: str, *args: str, database_url: str | None = None
+) -> RunningService:
+    """A real san-web process (python -m, so it works before the console script exists);
+    its scraps in a SQLite file in ``log_dir`` unless ``database_url`` says otherwise."""
+    database = database_url or f"sqlite+aiosqlite:///{log_dir / 'san-web.db'}"
     return start_service(
         "san-web",
         [
@@ -100,7 +103,8 @@ def start_web(log_dir: Path, job_service: str) -> RunningService:
             "--job-service",
             job_service,
             "--database-url",
-            f"sqlite+aiosqlite:///{database}",
+            database,
+            *args,
         ],
         log_dir,
     )

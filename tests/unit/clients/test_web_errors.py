@@ -44,6 +44,46 @@ def test_status_per_error(error: JobsError, status: int) -> None:
         assert response.headers["Retry-After"] == "2"
 
 
+@pytest.mark.parametrize(
+    ("error", "status", "message"),
+    [
+        (
+            ServiceUnavailableError(
+                "failed to connect to all addresses; last error: UNKNOWN: "
+                "ipv4:10.0.0.7:50051: Failed to connect to remote host: Connection refused",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ),
+            503,
+            "JobService is unavailable; try again later",
+        ),
+        (
+            ServiceUnavailableError(
+                "database unavailable: UntranslatableCharacterError: postgresql://svc@db",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ),
+            503,
+            "JobService is unavailable; try again later",
+        ),
+        (
+            JobsError(
+                'Exception calling application: File "/srv/x.py"', code=grpc.StatusCode.UNKNOWN
+            ),
+            502,
+            "JobService failed to answer this request",
+        ),
+    ],
+)
+def test_unavailable_and_failed_answers_hold_no_internals(
+    error: JobsError, status: int, message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    detail = error.message
+    with caplog.at_level("WARNING", logger="san_web"):
+        response = jobs_error_response(error)
+    assert response.status_code == status
+    assert json.loads(bytes(response.body))["error"]["message"] == message
+    assert repr(detail) in caplog.text  # the details stay in the log
+
+
 def test_duplicate_and_invalid_bodies() -> None:
     duplicate = DuplicateJobError(
         "dup", code=grpc.StatusCode.ALREADY_EXISTS, metadata={"existingJobId": "j1"}
