@@ -34,7 +34,7 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, example, given, settings
@@ -73,13 +73,13 @@ MAX_MESSAGE_CHARS = 2_000
 
 # Examples per RPC (each run on SQLite and again on PostgreSQL).
 EXAMPLES = {
-    "Enqueue": 120,
-    "GetJob": 40,
-    "ListJobs": 60,
-    "CancelJob": 40,
-    "RetryFailed": 60,
-    "GetJobStats": 15,
-    "StreamJobUpdates": 30,
+    "Enqueue": 240,
+    "GetJob": 80,
+    "ListJobs": 120,
+    "CancelJob": 80,
+    "RetryFailed": 120,
+    "GetJobStats": 20,
+    "StreamJobUpdates": 60,
 }
 CALL_TIMEOUT = 30.0
 # A live feed (no job_ids) that has not failed within this long is serving.
@@ -371,7 +371,27 @@ def page_tokens(pool: Pool) -> st.SearchStrategy[str]:
     )
 
 
+def benign_retry_requests(pool: Pool) -> st.SearchStrategy[pb.RetryFailedRequest]:
+    """Well-formed RetryFailed requests (so the filters and the move itself run too,
+    on the seeded FAILED jobs), mostly dry runs so the pool keeps FAILED jobs."""
+    return st.builds(
+        pb.RetryFailedRequest,
+        job_ids=st.lists(st.sampled_from(pool.job_ids), max_size=3),
+        job_types=st.lists(st.sampled_from(JOB_TYPES), max_size=2),
+        target_ids=st.lists(st.sampled_from(pool.targets), max_size=2),
+        error_message_contains=st.sampled_from(["", "seeded", "제한", "%_", "no such text"]),
+        all_failed=st.just(True),
+        limit=st.sampled_from([0, 1, 2, 10_000]),
+        dry_run=st.sampled_from([True, True, True, False]),
+        requested_by=st.sampled_from(["", "operator"]),
+    )
+
+
 def retry_requests(pool: Pool) -> st.SearchStrategy[pb.RetryFailedRequest]:
+    return st.one_of(benign_retry_requests(pool), hostile_retry_requests(pool))
+
+
+def hostile_retry_requests(pool: Pool) -> st.SearchStrategy[pb.RetryFailedRequest]:
     return st.builds(
         lambda job_ids, types, target_ids, after, before, rest: pb.RetryFailedRequest(
             job_ids=job_ids,
@@ -540,6 +560,17 @@ def _expected_messages(request: pb.StreamJobUpdatesRequest) -> int | None:
     return len(distinct)
 
 
+def _expected_for_raw(data: bytes) -> int | None:
+    """As _expected_messages, for raw bytes: those that parse (unknown fields are
+    skipped) are a request like any other, often a live feed; the rest are refused,
+    and a refused stream ends before its first message."""
+    try:
+        request = pb.StreamJobUpdatesRequest.FromString(data)
+    except DecodeError:
+        return 1
+    return _expected_messages(request)
+
+
 def _settings(rpc: str) -> settings:
     return settings(
         max_examples=EXAMPLES[rpc],
@@ -570,7 +601,10 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
     stats = unary("GetJobStats", pb.GetJobStatsResponse)
 
     def stream(request: pb.StreamJobUpdatesRequest | bytes) -> None:
-        expected = 1 if isinstance(request, bytes) else _expected_messages(request)
+        if isinstance(request, bytes):
+            expected = _expected_for_raw(request)
+        else:
+            expected = _expected_messages(request)
         code, message = client.stream(request, expected)
         found.record("StreamJobUpdates", code, message, request)
 

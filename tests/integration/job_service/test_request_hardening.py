@@ -386,14 +386,19 @@ BIG_TEXT = "\U0001d11e" * limits.DEFAULT_MAX_TEXT_CHARS
 
 
 async def test_enqueue_echoes_no_input_and_get_job_returns_it(service: Service) -> None:
-    response = await service.stub.Enqueue(card_request("big-1", BIG_TEXT, requested_by="u"))
+    response = await service.stub.Enqueue(
+        card_request("big-1", BIG_TEXT, requested_by="u", request_id="req-big-1")
+    )
     assert response.job.WhichOneof("input") is None
     assert response.ByteSize() < 1_000
     assert response.job.target_id == "big-1" and response.job.requested_by == "u"
+    # The same request_id returns the stored job, whatever its status by now (a
+    # duplicate by target would race with the worker finishing the first job).
     again = await service.stub.Enqueue(
-        card_request("big-1", BIG_TEXT, on_duplicate=pb.ON_DUPLICATE_RETURN_EXISTING)
+        card_request("big-1", BIG_TEXT, requested_by="u", request_id="req-big-1")
     )
-    assert again.deduplicated and again.job.WhichOneof("input") is None
+    assert again.deduplicated and again.job.id == response.job.id
+    assert again.job.WhichOneof("input") is None
     got = (await service.stub.GetJob(pb.GetJobRequest(job_id=response.job.id))).job
     assert got.card_analysis_input.text == BIG_TEXT
 
