@@ -8,7 +8,7 @@ BUF := node_modules/.bin/buf
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install proto proto-baseline lint buf-lint buf-breaking test test-fast bench run clean browser
+.PHONY: help install proto proto-baseline lint buf-lint buf-breaking test test-fast bench run clean browser certs
 
 help: ## List the tasks
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ bench: $(STAMP) ## Print the performance figures (bench/)
 
 run: $(STAMP) ## Run AiGateway, JobService (SQLite, built-in AI backend) and san-web; Ctrl-C stops all
 	$(PY) scripts/run.py
+
+certs: $(STAMP) ## Write a development CA and TLS certificates for every part into var/certs/ (--force: FORCE=1)
+	$(PY) scripts/dev_certs.py $(if $(FORCE),--force)
 
 clean: ## Remove build and test leftovers (keeps .venv and var/)
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

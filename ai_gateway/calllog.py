@@ -19,10 +19,12 @@ logger = logging.getLogger("ai_gateway.calls")
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One finished call."""
+    """One finished call: ``caller`` is the authenticated identity (the key of the
+    limits), ``client_id`` the caller's own ``x-client-id`` label (untrusted, or None)."""
 
     method: str
-    client_id: str
+    caller: str
+    client_id: str | None
     job_id: str | None
     attempt: int | None
     code: str
@@ -33,6 +35,7 @@ class CallRecord:
         return json.dumps(
             {
                 "method": self.method,
+                "caller": self.caller,
                 "client_id": self.client_id,
                 "job_id": self.job_id,
                 "attempt": self.attempt,
@@ -56,9 +59,10 @@ class CallLog:
     def record(self, rec: CallRecord) -> None:
         """Log ``rec`` (one line) and append it to the file if there is one."""
         logger.info(
-            "%s client=%s job=%s attempt=%s status=%s duration_ms=%.1f",
+            "%s caller=%s client=%s job=%s attempt=%s status=%s duration_ms=%.1f",
             rec.method,
-            rec.client_id,
+            rec.caller,
+            rec.client_id or "-",
             rec.job_id or "-",
             rec.attempt if rec.attempt is not None else "-",
             rec.code,

@@ -135,7 +135,8 @@ class CallRunner:
         self._call_log.record(
             CallRecord(
                 method=call.method,
-                client_id=call.client_id,
+                caller=call.caller,
+                client_id=call.client_label,
                 job_id=call.job_id,
                 attempt=call.attempt,
                 code=code,

@@ -40,12 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
             if hasattr(default, "get_secret_value")
             else default
         )
+        text = f"{field.description} (env {ENV_PREFIX}{name.upper()}; default {shown})"
+        if field.annotation is bool:  # a switch: given means true; its variable takes true/false
+            parser.add_argument(
+                flag,
+                dest=name,
+                default=argparse.SUPPRESS,
+                action="store_const",
+                const=True,
+                help=text,
+            )
+            continue
         parser.add_argument(
-            flag,
-            dest=name,
-            default=argparse.SUPPRESS,
-            metavar=name.upper(),
-            help=f"{field.description} (env {ENV_PREFIX}{name.upper()}; default {shown})",
+            flag, dest=name, default=argparse.SUPPRESS, metavar=name.upper(), help=text
         )
     return parser
 
@@ -66,7 +73,10 @@ def load_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
 def _describe(err: ValidationError, given: set[str]) -> str:
     parts = []
     for problem in err.errors():
-        name = str(problem["loc"][0]) if problem["loc"] else "?"
+        if not problem["loc"]:  # a check across fields: its message names the flags
+            parts.append(str(problem["msg"]))
+            continue
+        name = str(problem["loc"][0])
         where = "--" + name.replace("_", "-") if name in given else f"{ENV_PREFIX}{name.upper()}"
         parts.append(f"{where}: {problem['msg']} (got {problem.get('input')!r})")
     # The value given may be a URL with a password in it.

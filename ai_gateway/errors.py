@@ -14,6 +14,7 @@ Hierarchy::
     ├── BackendUnavailable      UNAVAILABLE        BACKEND_UNAVAILABLE
     ├── DeadlineExceeded        DEADLINE_EXCEEDED  DEADLINE_EXCEEDED
     ├── MalformedResponse       INTERNAL           MALFORMED_RESPONSE
+    ├── Unauthenticated         UNAUTHENTICATED    UNAUTHENTICATED
     └── InternalError           INTERNAL           (no ErrorInfo: a bug, told only in the log)
 """
 
@@ -170,6 +171,16 @@ class MalformedResponse(GatewayError):
     reason = "MALFORMED_RESPONSE"
 
 
+class Unauthenticated(GatewayError):
+    """The caller showed no credentials the gateway knows (see :mod:`ai_gateway.callers`).
+
+    The message says what was missing, never which part of a token was wrong.
+    """
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+    reason = "UNAUTHENTICATED"
+
+
 class InternalError(GatewayError):
     """Something unexpected broke inside the gateway (a bug; the traceback is logged).
 
@@ -242,4 +253,5 @@ _CODES: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.UNAVAILABLE: code_pb2.UNAVAILABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED: code_pb2.DEADLINE_EXCEEDED,
     grpc.StatusCode.INTERNAL: code_pb2.INTERNAL,
+    grpc.StatusCode.UNAUTHENTICATED: code_pb2.UNAUTHENTICATED,
 }

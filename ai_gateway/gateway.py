@@ -2,7 +2,7 @@
 
 1. token limit (cheap, deterministic: refuse before any work);
 2. deadline fail-fast (not enough time left for the backend to be useful);
-3. the caller's rate limit (token bucket per caller id);
+3. the caller's rate limit (token bucket per authenticated caller);
 4. the concurrency cap;
 5. fault injection (when configured), then the backend, both bounded by the deadline.
 
@@ -27,12 +27,18 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class CallInfo:
-    """Who is calling and about what (from gRPC metadata)."""
+    """Who is calling and about what.
+
+    ``caller`` is the authenticated identity (see :mod:`ai_gateway.callers`): it keys
+    the rate limit. ``client_label`` is what the caller says it is (``x-client-id``),
+    untrusted, kept for the call record only.
+    """
 
     method: str
-    client_id: str
+    caller: str
     job_id: str | None = None
     attempt: int | None = None
+    client_label: str | None = None
 
 
 class Gateway:
@@ -70,7 +76,7 @@ class Gateway:
                 f"deadline too short: {remaining:.3f} s left, "
                 f"the backend needs at least {self.min_deadline:.3f} s"
             )
-        self.rate_limiter.check(call.client_id)
+        self.rate_limiter.check(call.caller)
         loop = asyncio.get_running_loop()
         deadline = None if remaining is None else loop.time() + remaining
         with self.concurrency.slot():

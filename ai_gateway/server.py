@@ -18,12 +18,15 @@ from ai_gateway.backends.instant import InstantBackend
 from ai_gateway.backends.local.backend import LocalBackend
 from ai_gateway.backends.openai import OpenAIBackend
 from ai_gateway.bounds import StreamLimits
+from ai_gateway.callers import Authenticator, CallerTokens
 from ai_gateway.calllog import CallLog
 from ai_gateway.faults import FaultInjector
 from ai_gateway.gateway import Gateway
 from ai_gateway.limits import ConcurrencyLimiter, RateLimiter
 from ai_gateway.servicer import AiGatewayServicer
 from ai_gateway.settings import GatewaySettings
+from san_shared import tls
+from san_shared.exposure import exposure_problem
 
 logger = logging.getLogger("ai_gateway")
 
@@ -72,10 +75,58 @@ def make_backend(settings: GatewaySettings) -> Backend:
     return LocalBackend()
 
 
+def make_authenticator(settings: GatewaySettings) -> Authenticator:
+    """Who may call: holders of a --caller-tokens-file token, or of a client
+    certificate when the server requires one (--tls-client-ca); else anyone."""
+    path = settings.caller_tokens_file
+    tokens = CallerTokens(path) if path is not None else None
+    return Authenticator(tokens, client_certificates=settings.tls_client_ca is not None)
+
+
+class StartupError(RuntimeError):
+    """The gateway cannot start; the message says why in one line."""
+
+
+def check_exposure(settings: GatewaySettings) -> None:
+    """StartupError when `settings` would serve beyond loopback without TLS and
+    caller authentication (client certificates or --caller-tokens-file) and without
+    --insecure (san_shared.exposure)."""
+    # getattr: --caller-tokens-file may not exist in every build of the settings.
+    problem = exposure_problem(
+        settings.listen,
+        tls=settings.serves_tls(),
+        authenticated=settings.tls_client_ca is not None or settings.caller_tokens_file is not None,
+        insecure=settings.insecure,
+    )
+    if problem:
+        raise StartupError(problem)
+
+
+def server_tls(settings: GatewaySettings) -> grpc.ServerCredentials | None:
+    """The TLS credentials to serve with (None: plain text); StartupError, one line,
+    when a file cannot be used."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    try:
+        return tls.server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    except tls.TlsFileError as error:
+        raise StartupError(str(error)) from None
+
+
+def describe_tls(settings: GatewaySettings) -> str:
+    """How the gateway listens, for its start line."""
+    if not settings.serves_tls():
+        return "plaintext"
+    return "mutual TLS" if settings.tls_client_ca is not None else "TLS"
+
+
 class GatewayServer:
     """The gRPC server with its backend, limits and call log; start, then stop once."""
 
     def __init__(self, settings: GatewaySettings, backend: Backend | None = None) -> None:
+        check_exposure(settings)
+        # Read the TLS files before anything opens: a bad one is a one-line StartupError.
+        self.credentials = server_tls(settings)
         self.settings = settings
         self.backend = backend or make_backend(settings)
         faults = settings.faults()
@@ -90,10 +141,12 @@ class GatewayServer:
         )
         self.server = grpc.aio.server(options=server_options(settings))
         self.health = HealthServicer()
+        self.authenticator = make_authenticator(settings)
         self.servicer = AiGatewayServicer(
             self.gateway,
             self.call_log,
             StreamLimits.for_message_bytes(settings.max_message_bytes, settings.max_stream_calls),
+            self.authenticator,
         )
         ai_gateway_pb2_grpc.add_AiGatewayServiceServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -104,7 +157,10 @@ class GatewayServer:
 
     async def start(self) -> int:
         """Bind, start serving, mark SERVING; return the bound port."""
-        self.port = self.server.add_insecure_port(self.settings.listen)
+        if self.credentials is None:
+            self.port = self.server.add_insecure_port(self.settings.listen)
+        else:
+            self.port = self.server.add_secure_port(self.settings.listen, self.credentials)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         await self.server.start()
@@ -115,13 +171,26 @@ class GatewayServer:
             logger.warning("FAULT INJECTION IS ON: %s", faults.describe())
         host = self.settings.listen.rpartition(":")[0]
         logger.info(
-            "ai-gateway listening on %s:%d (backend=%s, event loop %s)",
+            "ai-gateway listening on %s:%d (%s, backend=%s, event loop %s)",
             host,
             self.port,
+            describe_tls(self.settings),
             self.backend.name,
             type(asyncio.get_running_loop()).__module__.split(".")[0],
         )
         return self.port
+
+    def reload_files(self) -> None:
+        """SIGHUP: re-read the TLS files before the next connection (certificate
+        rotation without a restart) and the caller tokens."""
+        logger.info("SIGHUP: TLS files will be re-read before the next connection")
+        tls.request_reload()
+        self.reload_callers()
+
+    def reload_callers(self) -> None:
+        """SIGHUP: re-read --caller-tokens-file (a bad file keeps the current list)."""
+        if self.authenticator.tokens is not None:
+            self.authenticator.tokens.reload()
 
     async def stop(self, grace: float | None = None) -> None:
         """NOT_SERVING, let calls in flight finish within ``grace``, then release all."""
@@ -145,6 +214,7 @@ async def serve(settings: GatewaySettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_files)
     try:
         await server.start()
     except BaseException:

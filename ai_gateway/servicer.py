@@ -16,6 +16,7 @@ from san.aigateway.v1 import ai_gateway_pb2 as pb
 from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
 from ai_gateway.bounds import StreamLimits
+from ai_gateway.callers import Authenticator
 from ai_gateway.calllog import CallLog
 from ai_gateway.calls import ANALYZE, RECALL, TIL, CallKind, CallRunner
 from ai_gateway.errors import GatewayError, to_rpc_status
@@ -35,9 +36,15 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
     """The AiGatewayService RPCs over a :class:`~ai_gateway.gateway.Gateway`."""
 
     def __init__(
-        self, gateway: Gateway, call_log: CallLog, limits: StreamLimits | None = None
+        self,
+        gateway: Gateway,
+        call_log: CallLog,
+        limits: StreamLimits | None = None,
+        authenticator: Authenticator | None = None,
     ) -> None:
+        """``authenticator`` decides who may call (None: anyone, known by address)."""
         self._limits = limits or StreamLimits()
+        self._authenticator = authenticator or Authenticator()
         self._runner = CallRunner(gateway, call_log, self._limits.max_answer_bytes)
         self._streams: set[CallStream] = set()
         # The tasks running RPCs, unary or streams: see close().
@@ -69,9 +76,13 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
         context: grpc.aio.ServicerContext[pb.StreamCallsRequest, pb.StreamCallsResponse],
     ) -> None:
         """Many calls over one stream; see :mod:`ai_gateway.stream`."""
-        metadata = _metadata(context.invocation_metadata())
-        client_id = _client_id(metadata, context.peer())
-        stream = CallStream(self._runner, client_id, context, self._limits)
+        try:
+            caller = self._authenticator.identify(context)  # type: ignore[arg-type]
+        except GatewayError as err:
+            await context.abort_with_status(to_rpc_status(err))  # type: ignore[attr-defined]
+            raise  # unreachable: abort_with_status raises
+        label = _client_label(_metadata(context.invocation_metadata()))
+        stream = CallStream(self._runner, caller, context, self._limits, client_label=label)
         handler = _current_task()
         self._streams.add(stream)
         self._handlers.add(handler)
@@ -101,13 +112,14 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
 
     async def _unary(self, kind: CallKind[Req, Resp], request: Req, context: Context) -> Resp:
         """Run one call; a gateway error ends the RPC with its rich status."""
-        call = call_info(kind.method, context)
-        remaining: float | None = context.time_remaining()
-        if remaining is not None and remaining > _NO_DEADLINE:
-            remaining = None
         handler = _current_task()
         self._handlers.add(handler)
         try:
+            # Refused before anything is counted: an unknown caller spends no one's budget.
+            call = call_info(kind.method, context, self._authenticator.identify(context))
+            remaining: float | None = context.time_remaining()
+            if remaining is not None and remaining > _NO_DEADLINE:
+                remaining = None
             return await self._runner.run(kind, request, call, remaining)
         except GatewayError as err:
             # abort_with_status is missing from grpc-stubs' aio context.
@@ -123,13 +135,18 @@ def _current_task() -> asyncio.Task[Any]:
     return task
 
 
-def call_info(method: str, context: Context) -> CallInfo:
-    """Caller id (``x-client-id``, else the peer's address), job id and attempt."""
+def call_info(method: str, context: Context, caller: str) -> CallInfo:
+    """The call's record: who (``caller``, as authenticated), the ``x-client-id``
+    label (untrusted: logged only), the job id and attempt."""
     metadata = _metadata(context.invocation_metadata())
     attempt_text = metadata.get("x-attempt", "")
     attempt = int(attempt_text) if attempt_text.isdigit() else None
     return CallInfo(
-        method, _client_id(metadata, context.peer()), metadata.get("x-job-id") or None, attempt
+        method,
+        caller,
+        metadata.get("x-job-id") or None,
+        attempt,
+        client_label=_client_label(metadata),
     )
 
 
@@ -141,13 +158,7 @@ def _metadata(pairs: grpc.aio.Metadata | None) -> dict[str, str]:
     return metadata
 
 
-def _client_id(metadata: dict[str, str], peer: str) -> str:
-    """The rate limit's key: ``x-client-id``, else the peer's host."""
-    return metadata.get("x-client-id", "").strip()[:_MAX_CLIENT_ID] or _peer_host(peer)
-
-
-def _peer_host(peer: str) -> str:
-    """``ipv4:127.0.0.1:50000`` → ``ipv4:127.0.0.1``: a reconnecting client keeps its bucket."""
-    if peer.startswith(("ipv4:", "ipv6:")):
-        return peer.rsplit(":", 1)[0]
-    return peer or "unknown"
+def _client_label(metadata: dict[str, str]) -> str | None:
+    """What the caller says it is (``x-client-id``): a label for the call record only,
+    never the key of a limit (anyone can write anything there)."""
+    return metadata.get("x-client-id", "").strip()[:_MAX_CLIENT_ID] or None

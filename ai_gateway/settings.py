@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ai_gateway.callers import read_caller_tokens
 from ai_gateway.faults import FaultConfig
+from san_shared.tls_settings import tls_pair_problem
 
 ENV_PREFIX = "SAN_GATEWAY_"
 MIB = 1024 * 1024
@@ -47,6 +49,21 @@ class GatewaySettings(BaseSettings):
         1000, ge=1, description="StreamCalls: calls in flight plus unsent results per stream"
     )
     call_log: Path | None = Field(None, description="append one JSON line per call here")
+    caller_tokens_file: Path | None = Field(
+        None,
+        description="callers allowed in: NAME TOKEN lines (bearer tokens); re-read on SIGHUP",
+    )
+    # TLS (san_shared.tls): the files are read and checked at start, re-read on SIGHUP.
+    tls_cert: Path | None = Field(None, description="serve TLS with this PEM certificate chain")
+    tls_key: Path | None = Field(None, description="the PEM private key of --tls-cert")
+    tls_client_ca: Path | None = Field(
+        None, description="mutual TLS: require client certificates signed by this PEM CA"
+    )
+    insecure: bool = Field(
+        False,
+        description="listen beyond loopback without TLS and caller authentication anyway "
+        "(a switch: takes no value)",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="logging")
     event_loop: Literal["uvloop", "asyncio"] = Field(
         "uvloop", description="uvloop, or asyncio's own event loop"
@@ -81,6 +98,24 @@ class GatewaySettings(BaseSettings):
             raise ValueError("give the API key or the API key file, not both")
         read_key_file(path)  # unreadable or empty: refused at startup, not at the first call
         return path
+
+    @field_validator("caller_tokens_file")
+    @classmethod
+    def _check_caller_tokens(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            read_caller_tokens(path)  # a bad file is refused at startup, in one line
+        return path
+
+    @model_validator(mode="after")
+    def _check_tls_pair(self) -> GatewaySettings:
+        problem = tls_pair_problem("tls", self.tls_cert, self.tls_key, self.tls_client_ca)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def serves_tls(self) -> bool:
+        """True when the gateway listens with TLS."""
+        return self.tls_cert is not None
 
     def api_key(self) -> SecretStr:
         """The upstream API key: from the key file when one is set, else the setting."""

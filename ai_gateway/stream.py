@@ -82,12 +82,16 @@ class CallStream:
     def __init__(
         self,
         runner: CallRunner,
-        client_id: str,
+        caller: str,
         context: Context,
         limits: StreamLimits | None = None,
+        client_label: str | None = None,
     ) -> None:
+        """``caller``: the stream's authenticated identity (keys every call's limits);
+        ``client_label``: its ``x-client-id``, for the call records only."""
         self._runner = runner
-        self._client_id = client_id
+        self._caller = caller
+        self._client_label = client_label
         self._context = context
         self._limits = limits or StreamLimits()
         self._loop = asyncio.get_running_loop()
@@ -204,7 +208,7 @@ class CallStream:
         an empty, too long or repeated call_id."""
         if len(calls) > MAX_CALLS_PER_MESSAGE:
             problem = f"at most {MAX_CALLS_PER_MESSAGE} calls per message, got {len(calls)}"
-            logger.warning("StreamCalls from %s: calls: %s", self._client_id, problem)
+            logger.warning("StreamCalls from %s: calls: %s", self._caller, problem)
             raise InvalidRequest([FieldViolation("calls", problem)])
         ids = [call.call_id for call in calls]
         if (
@@ -227,7 +231,7 @@ class CallStream:
             else:
                 seen.add(call_id)
                 continue
-            logger.warning("StreamCalls from %s: calls[%d].call_id %s", self._client_id, i, problem)
+            logger.warning("StreamCalls from %s: calls[%d].call_id %s", self._caller, i, problem)
             raise InvalidRequest([FieldViolation(f"calls[{i}].call_id", problem)])
 
     def _info(self, call: pb.StreamedCall) -> CallInfo:
@@ -235,7 +239,9 @@ class CallStream:
         which = call.WhichOneof("request")
         method = STREAM_METHOD if which is None else _KINDS[which].method
         attempt = call.attempt if call.attempt > 0 else None  # 0: unknown, as x-attempt
-        return CallInfo(method, self._client_id, call.job_id or None, attempt)
+        return CallInfo(
+            method, self._caller, call.job_id or None, attempt, client_label=self._client_label
+        )
 
     def _start(self, call: pb.StreamedCall, now: float) -> None:
         which = call.WhichOneof("request")
@@ -317,7 +323,7 @@ class CallStream:
         size = result.ByteSize()
         if size > self._limits.max_answer_bytes + ENVELOPE_BYTES // 2:
             err = MalformedResponse(f"the result is too large to send: {size} bytes")
-            logger.error("StreamCalls from %s: %s", self._client_id, err.message)
+            logger.error("StreamCalls from %s: %s", self._caller, err.message)
             result = pb.StreamedCallResult(call_id=result.call_id, error=to_status_proto(err))
             size = result.ByteSize()
         self._done.append((result, size))

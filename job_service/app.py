@@ -24,6 +24,8 @@ from job_service.updates import UpdateHub
 from job_service.worker import Worker
 
 log = logging.getLogger(__name__)
+# One line per operator action (RetryFailed, CancelJob): who did what to how many jobs.
+audit = logging.getLogger("job_service.audit")
 
 GET_MANY_CHUNK = 500
 
@@ -96,8 +98,13 @@ class JobApplication:
             self.worker.wake()
         return job, deduplicated
 
-    async def cancel(self, job_id: str, reason: str) -> Job:
-        job = await self.store.cancel(job_id, reason)
+    async def cancel(
+        self, job_id: str, reason: str, *, actor: str = "-", owner: str | None = None
+    ) -> Job:
+        """Cancel a job; with `owner`, only one that `owner` requested (any other is
+        JobNotFoundError). `actor` names the caller in the audit line."""
+        job = await self.store.cancel(job_id, reason, owner)
+        audit.info("CancelJob by %s: cancelled 1 job (%s)", actor, job.id)
         log.info("job_id=%s cancelled: %s", job.id, reason or "no reason given")
         self.hub.publish([job])
         self.worker.cancel_local([job.id])
@@ -110,10 +117,19 @@ class JobApplication:
             job_filter, limit, dry_run, extra_attempts=self._attempts_per_round
         )
         if dry_run:
-            log.info(
-                "retry-failed dry run by %s: %d matched", requested_by or "-", outcome.matched_count
+            audit.info(
+                "RetryFailed (dry run) by %s: %d jobs matched, none moved",
+                requested_by or "-",
+                outcome.matched_count,
             )
             return outcome
+        audit.info(
+            "RetryFailed by %s: moved %d jobs FAILED -> PENDING (%d matched, %d skipped)",
+            requested_by or "-",
+            len(outcome.retried_ids),
+            outcome.matched_count,
+            len(outcome.skipped),
+        )
         for job_id in outcome.retried_ids:
             log.info(
                 "job_id=%s moved FAILED -> PENDING by RetryFailed (%s)", job_id, requested_by or "-"
@@ -128,15 +144,22 @@ class JobApplication:
 
     # -- queries ---------------------------------------------------------------
 
-    async def get(self, job_id: str) -> Job:
-        found = await self._loader.load([job_id])
-        job = found.get(job_id)
+    async def get(self, job_id: str, owner: str | None = None) -> Job:
+        """One job; JobNotFoundError when none has `job_id`, or (with `owner`) when
+        it was requested by someone else."""
+        job = (await self.load([job_id], owner)).get(job_id)
         if job is None:
             raise JobNotFoundError(job_id)
         return job
 
-    async def load(self, job_ids: Sequence[str]) -> dict[str, Job]:
-        return await self._loader.load(job_ids)
+    async def load(self, job_ids: Sequence[str], owner: str | None = None) -> dict[str, Job]:
+        """The jobs that exist among `job_ids`, by id; with `owner`, only those it
+        requested. (Reads share the coalescing loader, one query for many callers,
+        so the owner is applied to its answer rather than in each caller's SQL.)"""
+        found = await self._loader.load(job_ids)
+        if owner is None:
+            return found
+        return {i: job for i, job in found.items() if job.requested_by == owner}
 
     async def list_jobs(
         self, job_filter: JobFilter, page_size: int, page_token: str | None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -71,6 +72,41 @@ FLAGS: list[tuple[str, str, type[Any], str]] = [
     ("--instance-id", "instance_id", str, "name of this instance in logs and notifications"),
     ("--log-level", "log_level", str, "DEBUG, INFO, WARNING or ERROR (default INFO)"),
     ("--event-loop", "event_loop", str, "uvloop or asyncio (default uvloop)"),
+    ("--tls-cert", "tls_cert", Path, "serve TLS with this PEM certificate (chain)"),
+    ("--tls-key", "tls_key", Path, "PEM private key of --tls-cert"),
+    (
+        "--tls-client-ca",
+        "tls_client_ca",
+        Path,
+        "mutual TLS: require client certificates signed by this PEM CA",
+    ),
+    ("--gateway-tls-ca", "gateway_tls_ca", Path, "call the gateway over TLS, trusting this CA"),
+    (
+        "--gateway-tls-cert",
+        "gateway_tls_cert",
+        Path,
+        "mutual TLS to the gateway: this PEM client certificate",
+    ),
+    ("--gateway-tls-key", "gateway_tls_key", Path, "PEM private key of --gateway-tls-cert"),
+    (
+        "--gateway-token-file",
+        "gateway_token_file",
+        Path,
+        "send the bearer token in this file on every gateway call (its --caller-tokens-file)",
+    ),
+    (
+        "--insecure",
+        "insecure",
+        bool,
+        "listen beyond loopback without TLS and authentication (takes no value)",
+    ),
+    (
+        "--auth",
+        "auth",
+        str,
+        "off, or token: every RPC but health needs a bearer token "
+        "(default off on loopback, token on any other address)",
+    ),
 ]
 
 
@@ -79,11 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="job-service",
         description="JobService: durable background AI jobs over gRPC.",
         epilog="Run `job-service migrate --database-url URL` to apply database migrations only "
-        "(serving applies them at start too).",
+        "(serving applies them at start too). Bearer tokens: `job-service tokens create NAME "
+        "--role ROLE`, `job-service tokens list`, `job-service tokens revoke NAME`.",
     )
     parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
     for flag, field, kind, text in FLAGS:
         env = ENV_PREFIX + field.upper()
+        if kind is bool:  # a switch: given means true; its variable takes true/false
+            parser.add_argument(
+                flag, dest=field, action="store_const", const=True, help=f"{text} [env {env}]"
+            )
+            continue
         parser.add_argument(flag, dest=field, type=kind, default=None, help=f"{text} [env {env}]")
     return parser
 
@@ -99,6 +141,9 @@ def _one_line(error: ValidationError) -> str:
     parts = []
     for item in error.errors():
         field = ".".join(str(p) for p in item["loc"])
+        if not field:  # a check across fields: its message names the flags
+            parts.append(str(item["msg"]))
+            continue
         flag = "--" + field.replace("_", "-")
         parts.append(f"{flag} (env {ENV_PREFIX}{field.upper()}): {item['msg']}")
     # A message may quote the value given (a database URL): mask its password.
@@ -106,7 +151,12 @@ def _one_line(error: ValidationError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["tokens"]:
+        from job_service.auth.commands import tokens_main
+
+        raise SystemExit(tokens_main(arguments[1:]))
+    args = build_parser().parse_args(arguments)
     try:
         settings = load_settings(args)
     except ValidationError as error:

@@ -156,8 +156,22 @@ def checked_answer(answer: Message, deadline: float | None) -> JsonDict:
     return message_to_dict(answer)
 
 
-def open_channel(address: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+def caller_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """What every gateway call (unary or StreamCalls) says about its caller: the
+    bearer token that authenticates this service (the gateway's
+    --caller-tokens-file), and x-client-id, a label for the gateway's call log."""
+    label = (("x-client-id", CLIENT_ID),)
+    return label if token is None else (("authorization", f"Bearer {token}"), *label)
+
+
+def open_channel(
+    address: str, credentials: grpc.ChannelCredentials | None = None
+) -> grpc.aio.Channel:
+    """The channel to the gateway: over TLS with `credentials` (san_shared.tls.
+    channel_credentials), in plain text without."""
+    if credentials is None:
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
 
 
 async def wait_connected(channel: grpc.aio.Channel, address: str, deadline: float) -> None:
@@ -187,11 +201,13 @@ class GrpcAiGateway:
         address: str,
         channel: grpc.aio.Channel | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        token: str | None = None,
     ) -> None:
         """With `channel`, calls go over it and `close()` leaves it open (its owner
         closes it). A request bigger than `max_call_bytes(max_message_bytes)` fails
-        its job without being sent."""
+        its job without being sent. `token`: the bearer token sent on every call."""
         self.address = address
+        self._caller = caller_metadata(token)
         self._max_call_bytes = max_call_bytes(max_message_bytes)
         self._owns_channel = channel is None
         self._channel = channel or open_channel(address)
@@ -209,7 +225,7 @@ class GrpcAiGateway:
         timeout = max(deadline - (time.monotonic() - started), 0.001)
         method: Callable[..., Awaitable[Message]] = getattr(self._stub, _KINDS[job.job_type][0])
         metadata = (
-            ("x-client-id", CLIENT_ID),
+            *self._caller,
             ("x-job-id", job.id),
             ("x-attempt", str(job.attempt_count)),
         )

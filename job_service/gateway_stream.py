@@ -47,8 +47,8 @@ from job_service.domain.failures import GatewayCallError
 from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES
 from job_service.domain.model import Job, JsonDict
 from job_service.gateway_client import (
-    CLIENT_ID,
     GrpcAiGateway,
+    caller_metadata,
     check_call_size,
     checked_answer,
     gateway_request,
@@ -116,10 +116,14 @@ def _duration(seconds: float) -> Duration:
 class _Session:
     """One open StreamCalls call: a writer, a reader, and the calls in flight."""
 
-    def __init__(self, stub: gw_grpc.AiGatewayServiceStub) -> None:
+    def __init__(
+        self,
+        stub: gw_grpc.AiGatewayServiceStub,
+        metadata: tuple[tuple[str, str], ...] = caller_metadata(None),
+    ) -> None:
         # On a grpc.aio channel the stub opens an aio call (the stubs' types say sync).
         open_stream: Any = stub.StreamCalls
-        self._call: _StreamCall = open_stream(metadata=(("x-client-id", CLIENT_ID),))
+        self._call: _StreamCall = open_stream(metadata=metadata)
         self._in_flight: dict[str, asyncio.Future[gw.StreamedCallResult]] = {}
         self._calls: list[gw.StreamedCall] = []
         self._sent: set[str] = set()  # sent and still awaited: counts toward the gateway's cap
@@ -197,6 +201,10 @@ class _Session:
         except asyncio.CancelledError:
             raise
         except Exception as error:  # the stream is done for; the reader tells why
+            if self._call.done():
+                # The gateway ended the stream first (e.g. UNAUTHENTICATED): the write
+                # failed because of it, and the reader reports the stream's own status.
+                return
             self._broken = f"{type(error).__name__}: {error}"
             self._call.cancel()
 
@@ -221,7 +229,8 @@ class _Session:
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.UNIMPLEMENTED:
                 failure = _Unimplemented(error.details())
-            elif self._broken is not None:
+            elif self._broken is not None and error.code() == grpc.StatusCode.CANCELLED:
+                # Our own cancel after a failed write: the write's error says why.
                 failure = GatewayCallError(
                     "UNAVAILABLE", "", f"the call stream broke while sending ({self._broken})"
                 )
@@ -244,14 +253,23 @@ class StreamingAiGateway:
     """Implements the `AiGateway` port over StreamCalls (unary RPCs with an older
     gateway that lacks it)."""
 
-    def __init__(self, address: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+    def __init__(
+        self,
+        address: str,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
+    ) -> None:
         """`max_message_bytes` is JobService's --max-message-bytes: a call bigger than
-        it plus CALL_OVERHEAD_BYTES fails its job without being sent."""
+        it plus CALL_OVERHEAD_BYTES fails its job without being sent. `credentials`:
+        TLS to the gateway (see open_channel). `token`: the bearer token sent on
+        every call, unary and StreamCalls (--gateway-token-file)."""
         self.address = address
         self._max_call_bytes = max_call_bytes(max_message_bytes)
-        self._channel = open_channel(address)
+        self._channel = open_channel(address, credentials)
         self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
-        self._unary = GrpcAiGateway(address, self._channel, max_message_bytes)
+        self._unary = GrpcAiGateway(address, self._channel, max_message_bytes, token)
+        self._metadata = caller_metadata(token)
         self._unary_only = False
         self._session: _Session | None = None
         self._ids = itertools.count(1)
@@ -265,7 +283,7 @@ class StreamingAiGateway:
     def _open_session(self) -> _Session:
         session = self._session
         if session is None or session.closed:
-            session = self._session = _Session(self._stub)
+            session = self._session = _Session(self._stub, self._metadata)
         return session
 
     async def run(self, job: Job, deadline: float) -> JsonDict:

@@ -16,6 +16,8 @@ from grpc_reflection.v1alpha import reflection
 from san.jobs.v1 import job_service_pb2
 
 from job_service.app import JobApplication
+from job_service.auth.interceptor import AuthInterceptor
+from job_service.auth.tokens import TokenVerifier
 from job_service.domain.backoff import BackoffPolicy
 from job_service.domain.errors import StorageError
 from job_service.domain.validation import EnqueueLimits
@@ -25,10 +27,13 @@ from job_service.settings import JobServiceSettings
 from job_service.storage.migrate import migrate
 from job_service.storage.notify import PgChangeListener
 from job_service.storage.repository import SqlJobStore
+from job_service.storage.tokens import SqlTokenStore
 from job_service.transport.servicer import JobServiceServicer, add_job_service_to_server
 from job_service.transport.stream_limits import StreamGate, StreamLimits
 from job_service.updates import UpdateHub
 from job_service.worker import Worker, WorkerConfig
+from san_shared import tls
+from san_shared.exposure import exposure_problem
 from san_shared.safe_text import mask_secrets, safe_text
 from san_shared.sqlite_files import prepare_sqlite_url
 
@@ -88,6 +93,67 @@ class StartupError(Exception):
     """The service cannot start; the message says why in one line."""
 
 
+def auth_interceptors(
+    settings: JobServiceSettings, store: SqlJobStore
+) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
+    """--auth token: the interceptor that checks every call's bearer token and role
+    (job_service.auth), reading api_tokens through the job store's engine."""
+    if not settings.checks_tokens():
+        return []
+    return [AuthInterceptor(TokenVerifier(SqlTokenStore(store.engine)))]
+
+
+def is_authenticated(settings: JobServiceSettings) -> bool:
+    """True when the service checks who calls: tokens (--auth token) or client
+    certificates (mutual TLS)."""
+    # getattr: the `auth` setting may not exist in every build of this module.
+    return settings.auth == "token" or settings.tls_client_ca is not None
+
+
+def check_exposure(settings: JobServiceSettings) -> None:
+    """StartupError when `settings` would serve beyond loopback without TLS and
+    authentication and without --insecure (san_shared.exposure)."""
+    problem = exposure_problem(
+        settings.listen,
+        tls=settings.serves_tls(),
+        authenticated=is_authenticated(settings),
+        insecure=settings.insecure,
+    )
+    if problem:
+        raise StartupError(problem)
+
+
+def server_tls(settings: JobServiceSettings) -> grpc.ServerCredentials | None:
+    """The TLS credentials to serve with (None: plain text); StartupError, one line,
+    when a file cannot be used."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    try:
+        return tls.server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    except tls.TlsFileError as error:
+        raise StartupError(str(error)) from None
+
+
+def gateway_tls(settings: JobServiceSettings) -> grpc.ChannelCredentials | None:
+    """The TLS credentials to call the gateway with (None: plain text); StartupError,
+    one line, when a file cannot be used."""
+    if not settings.calls_gateway_over_tls():
+        return None
+    try:
+        return tls.channel_credentials(
+            settings.gateway_tls_ca, settings.gateway_tls_cert, settings.gateway_tls_key
+        )
+    except tls.TlsFileError as error:
+        raise StartupError(f"gateway TLS: {error}") from None
+
+
+def describe_tls(settings: JobServiceSettings) -> str:
+    """How the service listens, for its start line."""
+    if not settings.serves_tls():
+        return "plaintext"
+    return "mutual TLS" if settings.tls_client_ca is not None else "TLS"
+
+
 def configure_logging(settings: JobServiceSettings) -> None:
     # Our format names no source file or line, so don't walk the stack for them on
     # every record: a few log lines per job are on the hot path.
@@ -120,6 +186,10 @@ class JobServiceRuntime:
     run it in-process on a loopback port."""
 
     def __init__(self, settings: JobServiceSettings) -> None:
+        check_exposure(settings)
+        # Read the TLS files first: a bad one is a one-line StartupError before anything opens.
+        self.server_credentials = server_tls(settings)
+        gateway_credentials = gateway_tls(settings)
         self.settings = settings
         self.port = 0
         self.store = SqlJobStore(
@@ -128,7 +198,12 @@ class JobServiceRuntime:
             enqueue_interval=settings.batch_interval,
         )
         self.hub = UpdateHub()
-        self.gateway = StreamingAiGateway(settings.gateway, settings.max_message_bytes)
+        self.gateway = StreamingAiGateway(
+            settings.gateway,
+            settings.max_message_bytes,
+            gateway_credentials,
+            token=settings.gateway_token(),
+        )
         self.worker = Worker(
             self.store,
             self.gateway,
@@ -146,11 +221,12 @@ class JobServiceRuntime:
             self.store, self.hub, self.worker, settings.instance_id, settings.max_attempts
         )
         self.server = grpc.aio.server(
+            interceptors=auth_interceptors(settings, self.store),
             options=[
                 *SERVER_OPTIONS,
                 concurrent_streams_option(settings),
                 *message_size_options(settings),
-            ]
+            ],
         )
         self.stream_gate = StreamGate(stream_limits(settings))
         add_job_service_to_server(
@@ -181,7 +257,12 @@ class JobServiceRuntime:
 
     async def start(self) -> None:
         try:
-            self.port = self.server.add_insecure_port(self.settings.listen)
+            if self.server_credentials is None:
+                self.port = self.server.add_insecure_port(self.settings.listen)
+            else:
+                self.port = self.server.add_secure_port(
+                    self.settings.listen, self.server_credentials
+                )
         except RuntimeError as error:
             await self.store.close()
             raise StartupError(f"cannot listen on {self.settings.listen}: {error}") from None
@@ -225,6 +306,10 @@ async def prepare_database(settings: JobServiceSettings) -> None:
 
 async def serve(settings: JobServiceSettings) -> None:
     configure_logging(settings)
+    # Refuse before the database is touched: exposure, then every TLS file.
+    check_exposure(settings)
+    server_tls(settings)
+    gateway_tls(settings)
     await prepare_database(settings)
     runtime = JobServiceRuntime(settings)
     await runtime.start()
@@ -234,10 +319,12 @@ async def serve(settings: JobServiceSettings) -> None:
     # of an Enqueue, measured with callgrind).
     gc.freeze()
     log.info(
-        "job-service listening on %s (database %s, gateway %s, %d workers, event loop %s)",
+        "job-service listening on %s (%s, database %s, gateway %s%s, %d workers, event loop %s)",
         runtime.address,
+        describe_tls(settings),
         _safe_url(settings.database_url),
         settings.gateway,
+        " over TLS" if settings.calls_gateway_over_tls() else "",
         settings.workers,
         type(asyncio.get_running_loop()).__module__.split(".")[0],
     )
@@ -245,8 +332,16 @@ async def serve(settings: JobServiceSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload_tls_files)
     await stop.wait()
     await runtime.stop()
+
+
+def reload_tls_files() -> None:
+    """SIGHUP: the next connections use the certificate files as they are now
+    (rotation without a restart); connections already open keep theirs."""
+    log.info("SIGHUP: TLS files will be re-read before the next connection")
+    tls.request_reload()
 
 
 def _safe_url(url: str) -> str:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from job_service.domain.limits import (
@@ -17,6 +18,8 @@ from job_service.domain.limits import (
     MIN_MAX_MESSAGE_BYTES,
 )
 from job_service.domain.model import JobType
+from san_shared.exposure import is_loopback
+from san_shared.tls_settings import tls_pair_problem
 
 ENV_PREFIX = "SAN_JOBS_"
 
@@ -78,6 +81,33 @@ class JobServiceSettings(BaseSettings):
     event_loop: Literal["uvloop", "asyncio"] = Field(
         "uvloop", description="uvloop, or asyncio's own loop"
     )
+    # TLS (san_shared.tls): the files are read and checked at start, re-read on SIGHUP.
+    tls_cert: Path | None = Field(None, description="serve TLS with this PEM certificate chain")
+    tls_key: Path | None = Field(None, description="the PEM private key of --tls-cert")
+    tls_client_ca: Path | None = Field(
+        None, description="mutual TLS: require client certificates signed by this PEM CA"
+    )
+    gateway_tls_ca: Path | None = Field(
+        None, description="call the gateway over TLS, trusting this PEM CA"
+    )
+    gateway_tls_cert: Path | None = Field(
+        None, description="mutual TLS to the gateway: present this PEM certificate"
+    )
+    gateway_tls_key: Path | None = Field(
+        None, description="the PEM private key of --gateway-tls-cert"
+    )
+    # For a gateway that knows its callers by token (its --caller-tokens-file).
+    gateway_token_file: Path | None = Field(
+        None, description="send the bearer token in this file on every gateway call"
+    )
+    insecure: bool = Field(
+        False, description="listen beyond loopback without TLS and authentication anyway"
+    )
+    # Bearer tokens with roles (job_service.auth). Unset: "off" on a loopback address,
+    # "token" on any other (secure by default); resolved when the settings are made.
+    auth: Literal["off", "token"] | None = Field(
+        None, description="off, or token: every RPC but health needs a bearer token"
+    )
 
     @field_validator("listen", "gateway")
     @classmethod
@@ -86,6 +116,45 @@ class JobServiceSettings(BaseSettings):
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError(f"expected HOST:PORT, got {value!r}")
         return value
+
+    @field_validator("gateway_token_file")
+    @classmethod
+    def _gateway_token_file(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            read_token_file(path)  # unreadable or empty: refused at start, in one line
+        return path
+
+    def gateway_token(self) -> str | None:
+        """The bearer token for the gateway (from --gateway-token-file), or None."""
+        return None if self.gateway_token_file is None else read_token_file(self.gateway_token_file)
+
+    @model_validator(mode="after")
+    def _resolve_auth(self) -> JobServiceSettings:
+        if self.auth is None:
+            self.auth = "off" if is_loopback(self.listen) else "token"
+        return self
+
+    def checks_tokens(self) -> bool:
+        """True when every RPC but health needs a bearer token (--auth token)."""
+        return self.auth == "token"
+
+    @model_validator(mode="after")
+    def _tls_pairs(self) -> JobServiceSettings:
+        problem = tls_pair_problem("tls", self.tls_cert, self.tls_key, self.tls_client_ca)
+        problem = problem or tls_pair_problem(
+            "gateway-tls", self.gateway_tls_cert, self.gateway_tls_key
+        )
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def serves_tls(self) -> bool:
+        """True when the service listens with TLS."""
+        return self.tls_cert is not None
+
+    def calls_gateway_over_tls(self) -> bool:
+        """True when the gateway is called over TLS (a CA, or a client certificate, given)."""
+        return self.gateway_tls_ca is not None or self.gateway_tls_cert is not None
 
     @field_validator("database_url")
     @classmethod
@@ -113,3 +182,17 @@ class JobServiceSettings(BaseSettings):
             JobType.TIL_GENERATION: self.deadline_til_generation,
             JobType.RECALL_GENERATION: self.deadline_recall_generation,
         }
+
+
+def read_token_file(path: Path) -> str:
+    """The token in `path` (surrounding white space dropped); ValueError, one line
+    that never quotes the file, when it is unreadable, empty, or not one header-safe
+    word (printable ASCII without spaces)."""
+    try:
+        token = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else "not ASCII"
+        raise ValueError(f"cannot read the token file {str(path)!r}: {reason}") from None
+    if not token or not all("!" <= char <= "~" for char in token):
+        raise ValueError(f"the token file {str(path)!r} must hold one token (no spaces)")
+    return token

@@ -43,6 +43,19 @@ class InvalidJobStateError(JobServiceError):
         super().__init__(f"job {job_id} is {status}; {wanted}")
 
 
+class UnauthenticatedError(JobServiceError):
+    """No bearer token, or one that is unknown, malformed or revoked (--auth token)."""
+
+
+class PermissionDeniedError(JobServiceError):
+    """The caller's role may not make this call (the role table, auth/roles.py)."""
+
+    def __init__(self, rpc: str, role: str, why: str = "") -> None:
+        self.rpc = rpc
+        self.role = role
+        super().__init__(f"role {role} may not call {rpc}{': ' + why if why else ''}")
+
+
 class StorageError(JobServiceError):
     """The database did not do the work. `str()` holds the driver's details, for the
     log only: what a caller reads is fixed per subclass (transport/errors.py)."""

@@ -178,6 +178,8 @@ class JobFilter:
     created_before: datetime | None = None
     failed_after: datetime | None = None
     failed_before: datetime | None = None
+    # Only jobs requested by this caller (a submitter's reads under --auth token).
+    requested_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

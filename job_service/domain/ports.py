@@ -97,9 +97,11 @@ class JobStore(Protocol):
         the token no longer owns it."""
         ...
 
-    async def cancel(self, job_id: str, reason: str) -> Job:
+    async def cancel(self, job_id: str, reason: str, owner: str | None = None) -> Job:
         """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
-        late write is refused). JobNotFoundError, or InvalidJobStateError if terminal."""
+        late write is refused). JobNotFoundError, or InvalidJobStateError if terminal.
+        With `owner`, only a job whose requested_by is `owner` moves; any other is
+        JobNotFoundError, as if it did not exist."""
         ...
 
     async def retry_failed(

@@ -449,6 +449,8 @@ class SqlJobStore:
     def _filter(self, job_filter: JobFilter) -> list[ColumnElement[bool]]:
         conds: list[ColumnElement[bool]] = []
         f = job_filter
+        if f.requested_by is not None:
+            conds.append(t.c.requested_by == f.requested_by)
         if f.job_ids:
             conds.append(t.c.id.in_(list(f.job_ids)))
         if f.statuses:
@@ -578,19 +580,22 @@ class SqlJobStore:
 
     # -- operators ------------------------------------------------------------------
 
-    async def cancel(self, job_id: str, reason: str) -> Job:
+    async def cancel(self, job_id: str, reason: str, owner: str | None = None) -> Job:
         params = self._times() | {
             "p_id": job_id,
             "p_cancel_reason": reason,
             "p_cancel_message": f"Cancelled: {reason}" if reason else "Cancelled",
         }
+        statement = self._sql.cancel
+        if owner is not None:
+            statement, params = self._sql.cancel_owned, params | {"p_owner": owner}
         async with self._single() as conn:
-            jobs = await self._jobs(conn, self._sql.cancel, params)
+            jobs = await self._jobs(conn, statement, params)
             if jobs:
                 return jobs[0]
             current = await self._jobs(conn, self._sql.by_id, {"p_id": job_id})
-        if not current:
-            raise JobNotFoundError(job_id)
+        if not current or (owner is not None and current[0].requested_by != owner):
+            raise JobNotFoundError(job_id)  # another's job does not exist for this caller
         raise InvalidJobStateError(
             job_id, current[0].status.value, "only PENDING or PROCESSING jobs can be cancelled"
         )

@@ -457,19 +457,24 @@ class Statements:
                 "error_message": p_str("p_cancel_message"),
             },
         )
+        cancelled = {
+            "status": JobStatus.CANCELLED.value,
+            "cancelled_at": now,
+            "cancel_reason": p_str("p_cancel_reason"),
+            "updated_at": now,
+            "next_attempt_at": None,
+            "due_at": None,
+            "attempts": case((IS_PROCESSING, cancelled_attempt), else_=t.c.attempts),
+            **released,
+        }
         self.cancel = self.returning(
+            update(t).where(t.c.id == p_str("p_id"), ACTIVE).values(**cancelled)
+        )
+        # A submitter's CancelJob (--auth token): only a job it requested moves.
+        self.cancel_owned = self.returning(
             update(t)
-            .where(t.c.id == p_str("p_id"), ACTIVE)
-            .values(
-                status=JobStatus.CANCELLED.value,
-                cancelled_at=now,
-                cancel_reason=p_str("p_cancel_reason"),
-                updated_at=now,
-                next_attempt_at=None,
-                due_at=None,
-                attempts=case((IS_PROCESSING, cancelled_attempt), else_=t.c.attempts),
-                **released,
-            )
+            .where(t.c.id == p_str("p_id"), t.c.requested_by == p_str("p_owner"), ACTIVE)
+            .values(**cancelled)
         )
 
     @staticmethod

@@ -157,3 +157,31 @@ async_jobs = Table(
     Index("ix_async_jobs_created_at_id", "created_at", "id"),
     Index("ix_async_jobs_target_id", "target_id"),
 )
+
+
+# Who may call JobService under --auth token (job_service/auth). Only the SHA-256 of
+# a token is kept; the name is the caller's identity (a job's requested_by). A name
+# holds at most one live token at a time, so a revoked name can be given a new token
+# (rotation) without two live credentials meaning the same caller.
+TOKEN_ROLES = ("submitter", "viewer", "operator")
+LIVE_TOKEN_SQL = "revoked_at IS NULL"
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("revoked_at", UtcDateTime, nullable=True),
+    CheckConstraint(f"role IN ({_words(list(TOKEN_ROLES))})", name="role"),
+    Index("uq_api_tokens_token_hash", "token_hash", unique=True),
+    Index(
+        "uq_api_tokens_live_name",
+        "name",
+        unique=True,
+        sqlite_where=text(LIVE_TOKEN_SQL),
+        postgresql_where=text(LIVE_TOKEN_SQL),
+    ),
+)

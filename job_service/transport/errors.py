@@ -30,8 +30,10 @@ from job_service.domain.errors import (
     InvalidRequestError,
     JobNotFoundError,
     JobServiceError,
+    PermissionDeniedError,
     StorageDataError,
     StorageUnavailableError,
+    UnauthenticatedError,
 )
 
 log = logging.getLogger(__name__)
@@ -148,6 +150,20 @@ def to_status(error: JobServiceError, error_id: str) -> grpc.Status:
                 "INVALID_JOB_STATE",
                 {"jobId": error.job_id, "status": error.status},
             )
+        case UnauthenticatedError():
+            return _status(
+                code_pb2.UNAUTHENTICATED,
+                "a valid bearer token is required (metadata authorization: Bearer TOKEN)",
+                "UNAUTHENTICATED",
+                {},
+            )
+        case PermissionDeniedError():
+            return _status(
+                code_pb2.PERMISSION_DENIED,
+                str(error),
+                "PERMISSION_DENIED",
+                {"rpc": error.rpc, "role": error.role},
+            )
         case StorageUnavailableError():
             return _status(
                 code_pb2.UNAVAILABLE,
@@ -172,7 +188,7 @@ def _log(rpc: str, error: BaseException, error_id: str) -> None:
     match error:
         case InvalidRequestError() | DuplicateJobError() | JobNotFoundError():
             return
-        case InvalidJobStateError():
+        case InvalidJobStateError() | UnauthenticatedError() | PermissionDeniedError():
             return
         case StorageUnavailableError() | StorageDataError():
             log.error("%s failed: error_id=%s %s", rpc, error_id, error)
@@ -197,6 +213,14 @@ async def _abort(
     )
     # grpc-stubs lacks the aio context's abort_with_status.
     await context.abort_with_status(status)  # type: ignore[attr-defined]
+
+
+async def abort(
+    rpc: str, error: BaseException, context: grpc.aio.ServicerContext[Any, Any]
+) -> None:
+    """End the call with the status mapped from `error` (for code outside a handler
+    decorated with unary_errors/stream_errors, such as an interceptor)."""
+    await _abort(rpc, error, context)
 
 
 Unary = Callable[[Any, Req, grpc.aio.ServicerContext[Any, Any]], Awaitable[Resp]]

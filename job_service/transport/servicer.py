@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,6 +12,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from job_service.app import JobApplication
+from job_service.auth.roles import current_caller
 from job_service.domain.errors import JobNotFoundError
 from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, LIST_PAGE_HEADROOM_BYTES
 from job_service.domain.model import Job
@@ -52,6 +54,10 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     @unary_errors
     async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueResponse:
         new, on_duplicate = requests.enqueue(request, self._limits, self._default_max_attempts)
+        caller = current_caller.get()
+        if caller is not None:
+            # Who asks is who authenticated, whatever the request says.
+            new = dataclasses.replace(new, requested_by=caller.name)
         job, deduplicated = await self._app.enqueue(new, on_duplicate)
         # No input in the answer: the caller has it, and it may be megabytes (GetJob
         # returns it).
@@ -59,12 +65,15 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
 
     @unary_errors
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
-        job = await self._app.get(requests.job_id("job_id", request.job_id))
+        job = await self._app.get(requests.job_id("job_id", request.job_id), _owner())
         return pb.GetJobResponse(job=job_to_pb(job))
 
     @unary_errors
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         job_filter, page_size, token = requests.list_jobs(request)
+        owner = _owner()
+        if owner is not None:
+            job_filter = dataclasses.replace(job_filter, requested_by=owner)
         jobs, next_token = await self._app.list_jobs(job_filter, page_size, token)
         return fit_page(jobs, next_token, self._page_budget_bytes)
 
@@ -72,7 +81,8 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     async def CancelJob(
         self, request: pb.CancelJobRequest, context: Context
     ) -> pb.CancelJobResponse:
-        job = await self._app.cancel(*requests.cancel(request))
+        job_id, reason = requests.cancel(request)
+        job = await self._app.cancel(job_id, reason, actor=_actor(""), owner=_owner())
         return pb.CancelJobResponse(job=job_to_pb(job))
 
     @unary_errors
@@ -81,7 +91,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     ) -> pb.RetryFailedResponse:
         job_filter, limit = requests.retry_failed(request)
         outcome = await self._app.retry_failed(
-            job_filter, limit, request.dry_run, request.requested_by
+            job_filter, limit, request.dry_run, _actor(request.requested_by)
         )
         return pb.RetryFailedResponse(
             matched_count=outcome.matched_count,
@@ -121,7 +131,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         context.add_done_callback(end)  # type: ignore[arg-type]
         try:
             if wanted.job_ids:
-                async for job in self._watch_jobs(wanted.job_ids, subscription):
+                async for job in self._watch_jobs(wanted.job_ids, subscription, _owner()):
                     yield pb.StreamJobUpdatesResponse(job=job_to_pb(job))
             else:
                 while True:
@@ -130,8 +140,10 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         finally:
             end(None)
 
-    async def _watch_jobs(self, job_ids: tuple[str, ...], subscription: Any) -> AsyncIterator[Job]:
-        snapshot = await self._app.load(job_ids)
+    async def _watch_jobs(
+        self, job_ids: tuple[str, ...], subscription: Any, owner: str | None
+    ) -> AsyncIterator[Job]:
+        snapshot = await self._app.load(job_ids, owner)
         for job_id in job_ids:
             if job_id not in snapshot:
                 raise JobNotFoundError(job_id)
@@ -152,6 +164,22 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
                 if job.status.is_terminal:
                     open_ids.discard(job.id)
                 yield job
+
+
+def _owner() -> str | None:
+    """The requested_by every job of this call must have (a submitter under --auth
+    token), or None: any job."""
+    caller = current_caller.get()
+    return None if caller is None else caller.owner
+
+
+def _actor(label: str) -> str:
+    """Who makes this call, for the audit log: the token's name and role, or under
+    --auth off the label the caller sent (unverified, and said so)."""
+    caller = current_caller.get()
+    if caller is not None:
+        return f"{caller.name} ({caller.role.value})"
+    return f"{label or '-'} (unauthenticated)"
 
 
 def _not_newer(job: Job, previous: Job) -> bool:

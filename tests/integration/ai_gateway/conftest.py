@@ -32,6 +32,7 @@ async def start_gateway() -> AsyncIterator[StartGateway]:
         start.port = port  # type: ignore[attr-defined]
         return ai_gateway_pb2_grpc.AiGatewayServiceStub(channel)
 
+    start.servers = servers  # type: ignore[attr-defined]  # for tests that reach the server
     yield start
     for channel in channels:
         await channel.close()

@@ -128,3 +128,16 @@ async def wait_for_lines(path: Path, n: int) -> list[str]:
 
     await wait_until(enough, f"{n} lines in {path}")
     return lines
+
+
+def write_caller_tokens(path: Path, **tokens: str) -> Path:
+    """A --caller-tokens-file at ``path`` listing ``NAME=TOKEN`` pairs; returns ``path``."""
+    lines = ["# callers of the AI gateway: NAME TOKEN", ""]
+    lines += [f"{name} {token}" for name, token in tokens.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def bearer(token: str, *more: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying ``token`` as a bearer token (and ``more`` pairs)."""
+    return (("authorization", f"Bearer {token}"), *more)

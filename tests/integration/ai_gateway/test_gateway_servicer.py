@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 from fake_openai_server import FakeOpenAI
-from gateway_helpers import CountingBackend, StartGateway, rich
+from gateway_helpers import CountingBackend, StartGateway, bearer, rich, write_caller_tokens
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from san.aigateway.v1 import ai_gateway_pb2 as pb
@@ -103,23 +103,28 @@ async def test_token_limit_before_any_work(start_gateway: StartGateway) -> None:
     assert backend.calls == 0
 
 
-async def test_rate_limit_per_caller_with_retry_info(start_gateway: StartGateway) -> None:
-    stub = await start_gateway(CountingBackend(), rate_limit=1.0, burst=2)
+async def test_rate_limit_per_caller_with_retry_info(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    tokens = write_caller_tokens(tmp_path / "callers", a="a" * 32, b="b" * 32)
+    stub = await start_gateway(
+        CountingBackend(), rate_limit=1.0, burst=2, caller_tokens_file=tokens
+    )
     req = pb.AnalyzeContentRequest(text="hello there")
     for _ in range(2):
-        await stub.AnalyzeContent(req, metadata=(("x-client-id", "a"),))
+        await stub.AnalyzeContent(req, metadata=bearer("a" * 32))
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await stub.AnalyzeContent(req, metadata=(("x-client-id", "a"),))
+        await stub.AnalyzeContent(req, metadata=bearer("a" * 32))
     err = rich(caught.value)
     assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.info.reason == "RATE_LIMITED"
     assert 0.5 < err.retry_seconds <= 1.0
     assert err.quota is not None and err.quota.violations[0].subject == "client:a"
     # Another caller has its own bucket.
-    await stub.AnalyzeContent(req, metadata=(("x-client-id", "b"),))
+    await stub.AnalyzeContent(req, metadata=bearer("b" * 32))
     # After the advertised delay, "a" may call again.
     await asyncio.sleep(err.retry_seconds)
-    await stub.AnalyzeContent(req, metadata=(("x-client-id", "a"),))
+    await stub.AnalyzeContent(req, metadata=bearer("a" * 32))
 
 
 async def test_concurrency_cap(start_gateway: StartGateway) -> None:
@@ -307,6 +312,9 @@ async def test_call_log_records_job_metadata(start_gateway: StartGateway, tmp_pa
     lines = [json.loads(line) for line in (await _wait_for_lines(log, 3))]
     assert lines[0] == {
         "method": "AnalyzeContent",
+        # Authentication is off: the caller is the peer's address (port dropped);
+        # x-client-id is only the caller's own label.
+        "caller": "ipv4:127.0.0.1",
         "client_id": "job-service",
         "job_id": "0b5c7c1e-job",
         "attempt": 3,
@@ -314,8 +322,8 @@ async def test_call_log_records_job_metadata(start_gateway: StartGateway, tmp_pa
         "duration_ms": lines[0]["duration_ms"],
     }
     assert lines[1]["code"] == "INVALID_ARGUMENT"
-    # Without x-client-id the caller is the peer's address (port dropped).
-    assert lines[2]["client_id"] == "ipv4:127.0.0.1"
+    assert lines[2]["caller"] == "ipv4:127.0.0.1"
+    assert lines[2]["client_id"] is None  # no x-client-id: no label
     assert lines[2]["job_id"] is None and lines[2]["attempt"] is None
 
 
@@ -327,7 +335,9 @@ async def test_call_log_line_per_call_in_log(
     await stub.AnalyzeContent(pb.AnalyzeContentRequest(text="hi"), metadata=JOB_MD)
     records = [r.getMessage() for r in caplog.records if r.name == "ai_gateway.calls"]
     assert len(records) == 1
-    assert records[0].startswith("AnalyzeContent client=job-service job=0b5c7c1e-job attempt=3")
+    assert records[0].startswith(
+        "AnalyzeContent caller=ipv4:127.0.0.1 client=job-service job=0b5c7c1e-job attempt=3"
+    )
     assert "status=OK" in records[0]
 
 

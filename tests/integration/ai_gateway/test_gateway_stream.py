@@ -16,10 +16,12 @@ from gateway_helpers import (
     CountingBackend,
     SlowTextBackend,
     StartGateway,
+    bearer,
     rich,
     rich_status,
     wait_for_lines,
     wait_until,
+    write_caller_tokens,
 )
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, status_pb2
@@ -436,9 +438,14 @@ async def test_call_records_per_call_with_job_and_attempt(
     assert all(r["duration_ms"] >= 0 for r in records)
 
 
-async def test_rate_limit_is_keyed_by_the_streams_client_id(start_gateway: StartGateway) -> None:
-    stub = await start_gateway(backend="instant", rate_limit=1.0, burst=2)
-    stream = open_stream(stub, (("x-client-id", "a"),))
+async def test_rate_limit_is_keyed_by_the_streams_caller(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    tokens = write_caller_tokens(tmp_path / "callers", a="a" * 32, b="b" * 32)
+    stub = await start_gateway(
+        backend="instant", rate_limit=1.0, burst=2, caller_tokens_file=tokens
+    )
+    stream = open_stream(stub, bearer("a" * 32))
     await send(stream, analyze("1"), analyze("2"), analyze("3"))
     results = await read_results(stream, 3)
     limited = [r for r in results.values() if r.WhichOneof("outcome") == "error"]
@@ -449,9 +456,9 @@ async def test_rate_limit_is_keyed_by_the_streams_client_id(start_gateway: Start
     assert err.quota is not None and err.quota.violations[0].subject == "client:a"
     # The stream spent caller "a"'s bucket: a unary call as "a" is limited, "b" is not.
     with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await stub.AnalyzeContent(analyze("x").analyze_content, metadata=(("x-client-id", "a"),))
+        await stub.AnalyzeContent(analyze("x").analyze_content, metadata=bearer("a" * 32))
     assert rich(caught.value).info.reason == "RATE_LIMITED"
-    await stub.AnalyzeContent(analyze("x").analyze_content, metadata=(("x-client-id", "b"),))
+    await stub.AnalyzeContent(analyze("x").analyze_content, metadata=bearer("b" * 32))
     stream.cancel()
 
 

@@ -54,7 +54,7 @@ async def test_unexpected_error_in_a_unary_rpc_is_internal_with_an_error_id(
 async def test_unexpected_error_in_a_stream_is_internal_with_an_error_id(
     service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(_ids: object) -> None:
+    async def broken(_ids: object, _owner: str | None = None) -> None:
         raise KeyError(SECRET)
 
     monkeypatch.setattr(service.runtime.app, "load", broken)
@@ -71,7 +71,7 @@ async def test_unexpected_error_in_a_stream_is_internal_with_an_error_id(
 async def test_a_value_the_database_refuses_is_invalid_argument_without_driver_text(
     service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def refused(_job_id: str) -> None:
+    async def refused(_job_id: str, _owner: str | None = None) -> None:
         raise StorageDataError(f"database refused a value: UntranslatableCharacterError {SECRET}")
 
     monkeypatch.setattr(service.runtime.app, "get", refused)

@@ -38,7 +38,11 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     }
 
 
-def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_flag_has_an_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "gateway.token"
+    token_file.write_text("gw-token-0123456789\n")  # read when the settings are made
     values = {
         "listen": "0.0.0.0:6000",
         "database_url": "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
@@ -62,6 +66,15 @@ def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch)
         "instance_id": "blue",
         "log_level": "debug",
         "event_loop": "asyncio",
+        "tls_cert": "/certs/js.pem",
+        "tls_key": "/certs/js-key.pem",
+        "tls_client_ca": "/certs/ca.pem",
+        "gateway_tls_ca": "/certs/gw-ca.pem",
+        "gateway_tls_cert": "/certs/client.pem",
+        "gateway_tls_key": "/certs/client-key.pem",
+        "gateway_token_file": str(token_file),
+        "insecure": "true",
+        "auth": "off",
     }
     assert {field for _, field, _, _ in FLAGS} == set(values)
     for field, value in values.items():
@@ -77,6 +90,10 @@ def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch)
     assert (settings.max_streams, settings.max_streams_per_peer) == (900, 90)
     assert (settings.max_streams_per_connection, settings.max_feeds) == (80, 9)
     assert settings.max_feeds_per_peer == 2
+    assert settings.tls_client_ca == Path("/certs/ca.pem") and settings.insecure is True
+    assert settings.gateway_tls_key == Path("/certs/client-key.pem")
+    assert settings.gateway_token() == "gw-token-0123456789"
+    assert settings.auth == "off"  # as given, though 0.0.0.0 alone would mean "token"
 
 
 def test_stream_bounds_default_to_room_for_the_web_backend(
@@ -105,6 +122,7 @@ def test_flag_wins_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             "--listen (env SAN_JOBS_LISTEN): Value error, expected HOST:PORT",
         ),
         (["--database-url", "mysql://x"], "--database-url (env SAN_JOBS_DATABASE_URL)"),
+        (["--auth", "password"], "--auth (env SAN_JOBS_AUTH)"),
     ],
 )
 def test_bad_values_are_one_line_without_traceback(argv: list[str], message: str) -> None:

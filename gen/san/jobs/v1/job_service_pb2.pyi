@@ -13,6 +13,18 @@ ErrorInfo reasons used by this service:
     metadata `jobId` and `status`.
   - INVALID_REQUEST: bad input; a BadRequest detail names each bad field.
   - STORAGE_UNAVAILABLE: the database could not be reached.
+  - UNAUTHENTICATED (code UNAUTHENTICATED): under `--auth token`, the call has
+    no `authorization: Bearer TOKEN` metadata, or the token is unknown or
+    revoked.
+  - PERMISSION_DENIED (code PERMISSION_DENIED): the token's role may not make
+    this call; metadata `rpc` and `role`.
+
+Callers (`--auth token`): every RPC needs a bearer token; its role decides
+what it may do. submitter: Enqueue; GetJob, StreamJobUpdates (by job_ids),
+ListJobs and CancelJob of its own jobs only (those whose requested_by is its
+token's name; another's job is NOT_FOUND). viewer: GetJob, StreamJobUpdates
+(the live feed too), ListJobs, GetJobStats. operator: every RPC. The health
+service needs no token.
 
 Limits: every string and repeated field of a request has a bound, written on
 the field; a request over one gets INVALID_ARGUMENT with a BadRequest naming
@@ -190,7 +202,10 @@ class Job(_message.Message):
     characters. Not a foreign key.
     """
     requested_by: _builtins.str
-    """Who asked for the job (a user or service id); free text."""
+    """Who asked for the job: under `--auth token`, the name of the token that
+    enqueued it (whatever the request said); otherwise the request's
+    requested_by, free text.
+    """
     request_id: _builtins.str
     """The idempotency key given at Enqueue, if any."""
     error_message: _builtins.str
@@ -632,7 +647,8 @@ class EnqueueRequest(_message.Message):
     """
     requested_by: _builtins.str
     """Who asks (a user or service id); optional, at most 256 characters, no
-    control characters.
+    control characters. Ignored under `--auth token`: the job's requested_by
+    is then the caller's token name.
     """
     request_id: _builtins.str
     """Optional idempotency key (AIP-155): a repeated Enqueue with the same key
@@ -853,8 +869,8 @@ class RetryFailedRequest(_message.Message):
     dry_run: _builtins.bool
     """List what would move without moving anything."""
     requested_by: _builtins.str
-    """Who asks; recorded in the log. At most 256 characters, no control
-    characters.
+    """Who asks; recorded in the audit log. At most 256 characters, no control
+    characters. Ignored under `--auth token`: the log names the caller's token.
     """
     @_builtins.property
     def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:

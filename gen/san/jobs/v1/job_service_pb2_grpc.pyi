@@ -13,6 +13,18 @@ ErrorInfo reasons used by this service:
     metadata `jobId` and `status`.
   - INVALID_REQUEST: bad input; a BadRequest detail names each bad field.
   - STORAGE_UNAVAILABLE: the database could not be reached.
+  - UNAUTHENTICATED (code UNAUTHENTICATED): under `--auth token`, the call has
+    no `authorization: Bearer TOKEN` metadata, or the token is unknown or
+    revoked.
+  - PERMISSION_DENIED (code PERMISSION_DENIED): the token's role may not make
+    this call; metadata `rpc` and `role`.
+
+Callers (`--auth token`): every RPC needs a bearer token; its role decides
+what it may do. submitter: Enqueue; GetJob, StreamJobUpdates (by job_ids),
+ListJobs and CancelJob of its own jobs only (those whose requested_by is its
+token's name; another's job is NOT_FOUND). viewer: GetJob, StreamJobUpdates
+(the live feed too), ListJobs, GetJobStats. operator: every RPC. The health
+service needs no token.
 
 Limits: every string and repeated field of a request has a bound, written on
 the field; a request over one gets INVALID_ARGUMENT with a BadRequest naming

@@ -1,0 +1,141 @@
+"""`job-service tokens create|list|revoke`: manage JobService's bearer tokens.
+
+    job-service tokens create NAME --role {submitter,viewer,operator} [--database-url URL]
+    job-service tokens list [--database-url URL]
+    job-service tokens revoke NAME [--database-url URL]
+
+`create` prints the token on stdout, alone (TOKEN=$(job-service tokens create ...)),
+and only then: the database keeps its hash. The database is migrated first, so a new
+one works. --database-url defaults to SAN_JOBS_DATABASE_URL, then to the service's
+default. Exit codes: 0 done, 1 refused or failed (one line on stderr), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from job_service.auth.roles import Role
+from job_service.auth.tokens import new_token, token_hash
+from job_service.domain.errors import StorageError
+from job_service.settings import ENV_PREFIX, JobServiceSettings
+from job_service.storage.engine import create_engine
+from job_service.storage.migrate import migrate
+from job_service.storage.tokens import SqlTokenStore, StoredToken, TokenNameTakenError
+from san_shared.safe_text import safe_text
+from san_shared.sqlite_files import prepare_sqlite_url
+
+# A name becomes every job's requested_by and appears in logs: plain characters only.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
+
+
+class CommandError(Exception):
+    """The command cannot be done; the message says why in one line."""
+
+
+def _name(value: str) -> str:
+    if not NAME_PATTERN.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            "1 to 128 characters: letters, digits and . _ @ : - (not first)"
+        )
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="job-service tokens", description="Manage JobService's bearer tokens."
+    )
+    commands = parser.add_subparsers(dest="action", required=True)
+    database = argparse.ArgumentParser(add_help=False)
+    database.add_argument(
+        "--database-url",
+        dest="database_url",
+        default=None,
+        help=f"SQLAlchemy async URL of JobService's database [env {ENV_PREFIX}DATABASE_URL]",
+    )
+    create = commands.add_parser(
+        "create", parents=[database], help="make a token and print it, once"
+    )
+    create.add_argument("name", type=_name, help="who the token is: every job's requested_by")
+    create.add_argument("--role", required=True, choices=[role.value for role in Role])
+    commands.add_parser("list", parents=[database], help="every token (never the secret)")
+    revoke = commands.add_parser("revoke", parents=[database], help="refuse a token from now on")
+    revoke.add_argument("name", type=_name)
+    return parser
+
+
+def _database_url(given: str | None) -> str:
+    try:
+        overrides: dict[str, Any] = {"database_url": given} if given else {}
+        settings = JobServiceSettings(**overrides)
+    except ValidationError as error:
+        problems = "; ".join(str(item["msg"]) for item in error.errors())
+        raise CommandError(f"invalid settings: {problems}") from None
+    return settings.database_url
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_tokens(tokens: Sequence[StoredToken]) -> str:
+    """The `tokens list` table: name, role, created, revoked (UTC)."""
+    rows = [("NAME", "ROLE", "CREATED", "REVOKED")]
+    rows += [(t.name, t.role, _when(t.created_at), _when(t.revoked_at)) for t in tokens]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]])
+        for row in rows
+    )
+
+
+async def run_command(args: argparse.Namespace) -> str:
+    """Do what `args` asks; what to print on stdout."""
+    url = _database_url(args.database_url)
+    try:
+        prepare_sqlite_url(url)
+        await migrate(url)
+    except Exception as error:
+        raise CommandError(f"cannot prepare the database at {url}: {error}") from None
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    store = SqlTokenStore(engine)
+    try:
+        if args.action == "create":
+            token = new_token()
+            try:
+                await store.add(args.name, args.role, token_hash(token))
+            except TokenNameTakenError as error:
+                raise CommandError(str(error)) from None
+            print(
+                f"token for {args.name} ({args.role}); it is shown only now:",
+                file=sys.stderr,
+            )
+            return token
+        if args.action == "list":
+            return format_tokens(await store.list())
+        if not await store.revoke(args.name):
+            raise CommandError(f"no live token named {args.name!r}")
+        return f"revoked {args.name}; every instance refuses it within seconds"
+    except StorageError as error:
+        raise CommandError(f"database error: {error}") from None
+    finally:
+        await engine.dispose()
+
+
+def tokens_main(argv: Sequence[str]) -> int:
+    """`job-service tokens ...`; the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        output = asyncio.run(run_command(args))
+    except CommandError as error:
+        print(safe_text(f"job-service tokens: {error}"), file=sys.stderr)
+        return 1
+    print(output)
+    return 0
