@@ -7,8 +7,10 @@ Exit codes (also in ``jobsctl --help``)::
     2  usage error (unknown flag, bad value, missing confirmation)
     3  job not found
     4  invalid input or conflict (bad request, duplicate job, job already finished)
-    5  JobService unreachable or did not answer in time
+    5  JobService unreachable or did not answer in time (a failed TLS handshake too)
     6  any other JobService error
+    7  not authenticated: no token, or one JobService refuses (UNAUTHENTICATED)
+    8  permission denied: the token's role may not do this (PERMISSION_DENIED)
   130  interrupted (Ctrl-C)
 """
 
@@ -23,10 +25,11 @@ from typing import NoReturn
 
 from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.jobsctl import _render
+from clients.jobsctl import _connection, _render
 from clients.jobsctl._values import parse_job_type, parse_since, parse_status, positive_int
 from clients.sdk import (
     CardAnalysisInput,
+    ChannelSettings,
     DuplicateJobError,
     InvalidJobStateError,
     InvalidRequestError,
@@ -34,10 +37,12 @@ from clients.sdk import (
     JobNotFoundError,
     JobsClient,
     JobsError,
+    PermissionDeniedError,
     RecallGenerationInput,
     RecallSource,
     ServiceUnavailableError,
     TilGenerationInput,
+    UnauthenticatedError,
 )
 
 EXIT_OK = 0
@@ -47,6 +52,8 @@ EXIT_NOT_FOUND = 3
 EXIT_INVALID = 4
 EXIT_UNAVAILABLE = 5
 EXIT_SERVER_ERROR = 6
+EXIT_UNAUTHENTICATED = 7
+EXIT_PERMISSION_DENIED = 8
 EXIT_INTERRUPTED = 130
 
 CONFIRM_OVER = 100
@@ -58,13 +65,19 @@ EPILOG = """\
 environment:
   SAN_JOBSCTL_TARGET   JobService HOST:PORT (like --target)
   SAN_JOBSCTL_TIMEOUT  deadline of each call in seconds (like --timeout)
-  SAN_JOBSCTL_TOKEN    bearer token sent with every call (like --token)
-  SAN_JOBSCTL_TLS      1 to connect with TLS (like --tls)
+  SAN_JOBSCTL_TOKEN       bearer token sent with every call (like --token)
+  SAN_JOBSCTL_TOKEN_FILE  file holding the token (like --token-file)
+  SAN_JOBSCTL_TLS         1 to connect with TLS (like --tls)
+  SAN_JOBSCTL_TLS_CA      CA certificate file (like --tls-ca)
+  SAN_JOBSCTL_TLS_CERT    client certificate file (like --tls-cert)
+  SAN_JOBSCTL_TLS_KEY     client key file (like --tls-key)
+  a flag beats its variable; --token-file is safer than --token (ps, shell history)
 
 exit codes:
   0 ok; 1 watched job ended FAILED/CANCELLED (or retry declined); 2 usage error;
-  3 job not found; 4 invalid input or conflict; 5 JobService unreachable;
-  6 other JobService error; 130 interrupted
+  3 job not found; 4 invalid input or conflict; 5 JobService unreachable (or TLS
+  handshake failed); 6 other JobService error; 7 not authenticated;
+  8 permission denied; 130 interrupted
 """
 
 
@@ -145,13 +158,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=_env_float("SAN_JOBSCTL_TIMEOUT", 10.0),
         metavar="SECONDS", help="deadline of each call (default 10)",
     )  # fmt: skip
+    # Defaults of None: the environment is read after parsing (_connection.resolve),
+    # so that a flag can be told apart from its variable.
+    parser.add_argument("--token", default=None, help="bearer token sent with every call")
     parser.add_argument(
-        "--token", default=os.environ.get("SAN_JOBSCTL_TOKEN") or None, help="bearer token"
-    )
-    parser.add_argument(
-        "--tls", action="store_true", default=os.environ.get("SAN_JOBSCTL_TLS") == "1",
-        help="connect with TLS (system root certificates)",
+        "--token-file", default=None, metavar="PATH",
+        help="read the bearer token from PATH (trailing newline ignored)",
     )  # fmt: skip
+    parser.add_argument(
+        "--tls", action="store_true", default=False,
+        help="connect with TLS, trusting the system root certificates",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-ca", default=None, metavar="PATH",
+        help="connect with TLS, trusting the CA certificate in PATH (PEM)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-cert", default=None, metavar="PATH",
+        help="client certificate (PEM) for mutual TLS; with --tls-key",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tls-key", default=None, metavar="PATH", help="the client certificate's key (PEM)"
+    )
     parser.add_argument("--json", action="store_true", default=False, help="print JSON for scripts")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -457,31 +485,46 @@ def _fail(message: str, code: int, error: JobsError | None, as_json: bool) -> in
     return code
 
 
+def _explain(error: JobsError, settings: ChannelSettings) -> tuple[str, int]:
+    """The one-line message and exit code for a JobService error."""
+    if isinstance(error, JobNotFoundError):
+        return str(error), EXIT_NOT_FOUND
+    if isinstance(error, DuplicateJobError):
+        existing = error.existing_job_id
+        return f"{error} (existing job: {existing}; --return-existing returns it)", EXIT_INVALID
+    if isinstance(error, InvalidRequestError | InvalidJobStateError):
+        return str(error), EXIT_INVALID
+    if isinstance(error, UnauthenticatedError):
+        hint = "give a valid token with --token-file, --token or SAN_JOBSCTL_TOKEN"
+        return f"not authenticated: {error} ({hint})", EXIT_UNAUTHENTICATED
+    if isinstance(error, PermissionDeniedError):
+        hint = "this token's role may not do it"
+        return f"permission denied: {error} ({hint})", EXIT_PERMISSION_DENIED
+    if isinstance(error, ServiceUnavailableError):
+        return _connection.unavailable_message(error, settings), EXIT_UNAVAILABLE
+    return f"JobService error {error.code.name}: {error}", EXIT_SERVER_ERROR
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run jobsctl with ``argv`` and return the exit code (no SystemExit for errors)."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    client = JobsClient(args.target, tls=args.tls, token=args.token, timeout=args.timeout)
+    try:
+        connection = _connection.resolve(args)
+    except _connection.SettingsError as error:
+        return _fail(f"{error} (see 'jobsctl --help')", EXIT_USAGE, None, False)
+    for warning in connection.warnings:
+        sys.stderr.write(f"jobsctl: warning: {_render.plain(_one_line(warning))}\n")
+    client = connection.client()
     try:
         return COMMANDS[args.command](client, args)
     except UsageError as error:
         return _fail(f"{error} (see 'jobsctl {args.command} --help')", EXIT_USAGE, None, False)
-    except JobNotFoundError as error:
-        return _fail(str(error), EXIT_NOT_FOUND, error, args.json)
-    except DuplicateJobError as error:
-        message = f"{error} (existing job: {error.existing_job_id}; --return-existing returns it)"
-        return _fail(message, EXIT_INVALID, error, args.json)
-    except (InvalidRequestError, InvalidJobStateError) as error:
-        return _fail(str(error), EXIT_INVALID, error, args.json)
-    except ServiceUnavailableError as error:
-        message = f"cannot reach JobService at {args.target}: {error}"
-        return _fail(message, EXIT_UNAVAILABLE, error, args.json)
     except JobsError as error:
-        return _fail(
-            f"JobService error {error.code.name}: {error}", EXIT_SERVER_ERROR, error, args.json
-        )
+        message, code = _explain(error, connection.settings)
+        return _fail(message, code, error, args.json)
     except KeyboardInterrupt:
         sys.stderr.write("jobsctl: interrupted\n")
         return EXIT_INTERRUPTED

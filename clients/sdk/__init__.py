@@ -22,7 +22,7 @@ from san.jobs.v1.job_service_pb2 import (
 )
 
 from clients.sdk._async_client import AsyncJobsClient
-from clients.sdk._channel import SERVICE_CONFIG, ChannelSettings
+from clients.sdk._channel import SERVICE_CONFIG, ChannelSettings, PemSource
 from clients.sdk._client import JobsClient
 from clients.sdk._errors import (
     DuplicateJobError,
@@ -31,8 +31,10 @@ from clients.sdk._errors import (
     InvalidRequestError,
     JobNotFoundError,
     JobsError,
+    PermissionDeniedError,
     RateLimitedError,
     ServiceUnavailableError,
+    UnauthenticatedError,
     WaitTimeoutError,
     error_from_rpc,
 )
@@ -59,12 +61,15 @@ __all__ = [
     "JobsClient",
     "JobsError",
     "ListJobsResponse",
+    "PemSource",
+    "PermissionDeniedError",
     "RateLimitedError",
     "RecallGenerationInput",
     "RecallSource",
     "RetryFailedResponse",
     "ServiceUnavailableError",
     "TilGenerationInput",
+    "UnauthenticatedError",
     "WaitTimeoutError",
     "error_from_rpc",
     "is_terminal",

@@ -14,7 +14,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from clients.sdk import _requests
-from clients.sdk._channel import DEFAULT_TIMEOUT, ChannelSettings
+from clients.sdk._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
 from clients.sdk._client import MAX_POLL_FAILURES, POLL_INTERVAL
 from clients.sdk._errors import (
     InvalidRequestError,
@@ -30,7 +30,8 @@ T = TypeVar("T")
 class AsyncJobsClient:
     """An asyncio client of JobService, the twin of :class:`~clients.sdk.JobsClient`.
 
-    Create it inside the running event loop; ``async with`` closes it.
+    Create it inside the running event loop; ``async with`` closes it. TLS settings
+    and ``token`` are those of :class:`~clients.sdk.JobsClient`.
     """
 
     def __init__(
@@ -39,20 +40,26 @@ class AsyncJobsClient:
         *,
         tls: bool = False,
         root_certificates: bytes | None = None,
+        tls_ca: PemSource | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
         token: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
-        self.settings = ChannelSettings(
-            target=target,
+        self.settings = ChannelSettings.build(
+            target,
             tls=tls,
             root_certificates=root_certificates,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
             token=token,
             timeout=timeout,
         )
         if channel is None:
-            if tls:
-                credentials = grpc.ssl_channel_credentials(root_certificates)
+            credentials = self.settings.credentials()
+            if credentials is not None:
                 channel = grpc.aio.secure_channel(target, credentials, self.settings.options())
             else:
                 channel = grpc.aio.insecure_channel(target, self.settings.options())

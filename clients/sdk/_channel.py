@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import grpc
 
 SERVICE_NAME = "san.jobs.v1.JobService"
 
@@ -31,11 +35,40 @@ MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
+PemSource = bytes | str | os.PathLike[str]
+"""A PEM value: its contents (``bytes``) or the path of the file holding it."""
+
+
+def read_pem(source: PemSource | None, what: str) -> bytes | None:
+    """The PEM contents of ``source`` (bytes as given; a path is read), or None.
+
+    ``what`` names the value in the error raised when it is not PEM (``ValueError``);
+    an unreadable file raises ``OSError`` as usual.
+    """
+    if source is None:
+        return None
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    # grpc only notices a bad PEM when it connects, with a message that names neither
+    # the file nor the setting: say it here.
+    if b"-----BEGIN " not in data:
+        where = "" if isinstance(source, bytes) else f" ({os.fspath(source)})"
+        raise ValueError(f"{what}{where} is not PEM (no '-----BEGIN' line)")
+    return data
+
+
+def _is_bearer_token(token: str) -> bool:
+    """ "" means no token; otherwise one printable ASCII word (RFC 6750's b64token and
+    every token our services issue fit)."""
+    return token == "" or (token.isascii() and token.isprintable() and " " not in token)
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelSettings:
     """How a client connects to JobService.
 
-    ``tls`` uses TLS with the system roots, or ``root_certificates`` when given.
+    ``tls`` uses TLS: the server's certificate is checked against
+    ``root_certificates`` (PEM of the CA) when given, or the system roots. For mutual
+    TLS, ``client_certificate`` and ``client_key`` (PEM) are presented to the server.
     ``token`` is sent as ``authorization: Bearer TOKEN`` on every call.
     ``timeout`` is the default deadline of unary calls, in seconds.
     """
@@ -43,9 +76,52 @@ class ChannelSettings:
     target: str = "127.0.0.1:50051"
     tls: bool = False
     root_certificates: bytes | None = None
-    token: str | None = None
+    # Secrets stay out of repr(): settings end up in logs and tracebacks.
+    token: str | None = field(default=None, repr=False)
     timeout: float = DEFAULT_TIMEOUT
     extra_options: tuple[tuple[str, Any], ...] = field(default=())
+    client_certificate: bytes | None = None
+    client_key: bytes | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        target: str,
+        *,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        tls_ca: PemSource | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> ChannelSettings:
+        """Settings from the clients' keyword arguments: any TLS file turns TLS on;
+        ``tls_cert`` and ``tls_key`` come together; ``tls_ca`` wins over the older
+        ``root_certificates``."""
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together (mutual TLS needs both)")
+        if token is not None and not _is_bearer_token(token):
+            # gRPC would refuse it at the first call, with a message that hides why.
+            raise ValueError("token must be printable ASCII without spaces or line breaks")
+        ca = read_pem(tls_ca, "tls_ca") or root_certificates
+        return cls(
+            target=target,
+            tls=tls or ca is not None or tls_cert is not None,
+            root_certificates=ca,
+            token=token or None,
+            timeout=timeout,
+            client_certificate=read_pem(tls_cert, "tls_cert"),
+            client_key=read_pem(tls_key, "tls_key"),
+        )
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """The TLS credentials of the channel, or None for plaintext."""
+        if not self.tls:
+            return None
+        return grpc.ssl_channel_credentials(
+            self.root_certificates, self.client_key, self.client_certificate
+        )
 
     def options(self) -> list[tuple[str, Any]]:
         """The channel options: retries, keepalive and message sizes."""

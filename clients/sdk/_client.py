@@ -14,7 +14,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from clients.sdk import _requests
-from clients.sdk._channel import DEFAULT_TIMEOUT, ChannelSettings
+from clients.sdk._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
 from clients.sdk._errors import (
     InvalidRequestError,
     JobNotFoundError,
@@ -49,21 +49,36 @@ class JobsClient:
         *,
         tls: bool = False,
         root_certificates: bytes | None = None,
+        tls_ca: PemSource | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
         token: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         channel: grpc.Channel | None = None,
     ) -> None:
-        """Connect to ``target`` (HOST:PORT), or use ``channel`` as given (tests)."""
-        self.settings = ChannelSettings(
-            target=target,
+        """Connect to ``target`` (HOST:PORT), or use ``channel`` as given (tests).
+
+        TLS: ``tls=True`` checks the server against the system roots; ``tls_ca`` (a CA
+        certificate: PEM bytes or a file path) against that CA instead, and turns TLS
+        on by itself. ``tls_cert`` and ``tls_key`` (PEM bytes or paths, both or
+        neither) present a client certificate, for servers that require mutual TLS.
+        ``root_certificates`` is the older spelling of ``tls_ca`` (bytes only).
+        ``token`` is sent as ``authorization: Bearer TOKEN``. A file that cannot be
+        read raises ``OSError``; a value that is not PEM, ``ValueError``.
+        """
+        self.settings = ChannelSettings.build(
+            target,
             tls=tls,
             root_certificates=root_certificates,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
             token=token,
             timeout=timeout,
         )
         if channel is None:
-            if tls:
-                credentials = grpc.ssl_channel_credentials(root_certificates)
+            credentials = self.settings.credentials()
+            if credentials is not None:
                 channel = grpc.secure_channel(target, credentials, self.settings.options())
             else:
                 channel = grpc.insecure_channel(target, self.settings.options())

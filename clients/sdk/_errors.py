@@ -11,6 +11,8 @@ where they apply, ``BadRequest`` or ``RetryInfo``. :func:`error_from_rpc` turns 
     ├── InvalidRequestError        INVALID_ARGUMENT: .field_violations
     ├── InvalidJobStateError       FAILED_PRECONDITION / INVALID_JOB_STATE: .job_id, .status
     ├── RateLimitedError           RESOURCE_EXHAUSTED: .retry_delay (seconds or None)
+    ├── UnauthenticatedError       UNAUTHENTICATED: no token, or one the server refuses
+    ├── PermissionDeniedError      PERMISSION_DENIED: the caller's role may not do this
     ├── ServiceUnavailableError    UNAVAILABLE (server down or unreachable), DEADLINE_EXCEEDED
     └── WaitTimeoutError           wait()/watch() gave up before the job was terminal
 """
@@ -111,6 +113,14 @@ class RateLimitedError(JobsError):
         self.retry_delay = retry_delay
 
 
+class UnauthenticatedError(JobsError):
+    """The server does not know the caller: no token, or a bad or revoked one."""
+
+
+class PermissionDeniedError(JobsError):
+    """The caller is known, but its role does not allow this call."""
+
+
 class ServiceUnavailableError(JobsError):
     """JobService could not be reached, or did not answer in time."""
 
@@ -171,6 +181,10 @@ def error_from_status(
         return InvalidJobStateError(message, **common)
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         return RateLimitedError(message, retry_delay=retry_delay, **common)
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return UnauthenticatedError(message, **common)
+    if code is grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDeniedError(message, **common)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return ServiceUnavailableError(message, **common)
     return JobsError(message, **common)

@@ -1,5 +1,6 @@
-"""san-web's own table of scraps (not JobService's database: the soft reference between
-them is the scrap id, used as the job's target_id)."""
+"""san-web's own tables: scraps and who owns them, the jobs made for them, users and
+their sessions (not JobService's database: the soft reference between them is the scrap
+id, used as the job's target_id)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,37 @@ scraps = sa.Table(
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("job_id", sa.String(36), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    # The user who saved it; NULL when san-web ran with --auth off (one shared space).
+    sa.Column("owner", sa.String(64), nullable=True, index=True),
+)
+
+# Every job san-web asked for, with whose it is: a job id is checked here before
+# JobService is asked about it, and a re-analysed scrap keeps its older jobs visible.
+scrap_jobs = sa.Table(
+    "scrap_jobs",
+    metadata,
+    sa.Column("job_id", sa.String(36), primary_key=True),
+    sa.Column("scrap_id", sa.String(36), nullable=False, index=True),
+    sa.Column("owner", sa.String(64), nullable=True),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("password_hash", sa.Text, nullable=False),  # argon2id, PHC string
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# A session is found by the SHA-256 of its cookie value: the table never holds a value
+# that would let its reader act as a user.
+web_sessions = sa.Table(
+    "web_sessions",
+    metadata,
+    sa.Column("token_hash", sa.String(64), primary_key=True),
+    sa.Column("username", sa.String(64), nullable=False, index=True),
+    sa.Column("csrf_token", sa.String(64), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
 )
 
 
@@ -34,6 +66,18 @@ class Scrap:
     text: str
     job_id: str | None
     created_at: datetime
+    owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebSession:
+    username: str
+    csrf_token: str
+    expires_at: datetime
+
+
+class UserExistsError(Exception):
+    """``users create`` of a name that is taken."""
 
 
 class ScrapStore:
@@ -50,37 +94,138 @@ class ScrapStore:
         engine = create_async_engine(database_url)
         async with engine.begin() as connection:
             await connection.run_sync(metadata.create_all)
+            await connection.run_sync(_add_owner_column)
         return cls(engine)
 
     async def close(self) -> None:
         await self._engine.dispose()
 
-    async def add(self, *, url: str, title: str, text: str) -> Scrap:
-        scrap = Scrap(str(uuid.uuid4()), url, title, text, None, datetime.now(UTC))
+    async def add(self, *, url: str, title: str, text: str, owner: str | None = None) -> Scrap:
+        scrap = Scrap(str(uuid.uuid4()), url, title, text, None, datetime.now(UTC), owner)
         async with self._engine.begin() as connection:
             await connection.execute(
                 scraps.insert().values(
-                    id=scrap.id, url=url, title=title, text=text, created_at=scrap.created_at
+                    id=scrap.id,
+                    url=url,
+                    title=title,
+                    text=text,
+                    created_at=scrap.created_at,
+                    owner=owner,
                 )
             )
         return scrap
 
-    async def set_job(self, scrap_id: str, job_id: str) -> None:
+    async def set_job(self, scrap_id: str, job_id: str, owner: str | None = None) -> None:
         async with self._engine.begin() as connection:
             await connection.execute(
                 scraps.update().where(scraps.c.id == scrap_id).values(job_id=job_id)
             )
+            # The same job id again (an idempotent answer) is already recorded.
+            known = await connection.execute(
+                sa.select(scrap_jobs.c.job_id).where(scrap_jobs.c.job_id == job_id)
+            )
+            if known.first() is None:
+                await connection.execute(
+                    scrap_jobs.insert().values(job_id=job_id, scrap_id=scrap_id, owner=owner)
+                )
 
-    async def get(self, scrap_id: str) -> Scrap | None:
+    async def get(self, scrap_id: str, *, owner: str | None = None) -> Scrap | None:
+        """The scrap, or None if there is none or (when ``owner`` is given) it is
+        someone else's: the two look the same to the caller."""
+        query = sa.select(scraps).where(scraps.c.id == scrap_id)
+        if owner is not None:
+            query = query.where(scraps.c.owner == owner)
         async with self._engine.connect() as connection:
-            row = (
-                await connection.execute(sa.select(scraps).where(scraps.c.id == scrap_id))
-            ).first()
+            row = (await connection.execute(query)).first()
         if row is None:
             return None
-        return Scrap(row.id, row.url, row.title, row.text, row.job_id, row.created_at)
+        return Scrap(row.id, row.url, row.title, row.text, row.job_id, row.created_at, row.owner)
+
+    async def owns_job(self, job_id: str, owner: str) -> bool:
+        """Whether san-web made job ``job_id`` for a scrap of ``owner``."""
+        query = sa.select(scrap_jobs.c.job_id).where(
+            scrap_jobs.c.job_id == job_id, scrap_jobs.c.owner == owner
+        )
+        async with self._engine.connect() as connection:
+            return (await connection.execute(query)).first() is not None
 
     async def delete(self, scrap_id: str) -> bool:
         async with self._engine.begin() as connection:
+            await connection.execute(scrap_jobs.delete().where(scrap_jobs.c.scrap_id == scrap_id))
             result = await connection.execute(scraps.delete().where(scraps.c.id == scrap_id))
         return bool(result.rowcount)
+
+    async def add_user(self, name: str, password_hash: str) -> None:
+        """A new user; :class:`UserExistsError` if the name is taken."""
+        async with self._engine.begin() as connection:
+            taken = await connection.execute(sa.select(users.c.name).where(users.c.name == name))
+            if taken.first() is not None:
+                raise UserExistsError(name)
+            await connection.execute(
+                users.insert().values(
+                    name=name, password_hash=password_hash, created_at=datetime.now(UTC)
+                )
+            )
+
+    async def password_hash(self, name: str) -> str | None:
+        async with self._engine.connect() as connection:
+            row = (
+                await connection.execute(
+                    sa.select(users.c.password_hash).where(users.c.name == name)
+                )
+            ).first()
+        return None if row is None else str(row.password_hash)
+
+    async def set_password_hash(self, name: str, password_hash: str) -> None:
+        """Store a re-hash (argon2 parameters raised since the user was made)."""
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                users.update().where(users.c.name == name).values(password_hash=password_hash)
+            )
+
+    async def add_session(
+        self, token_hash: str, username: str, csrf_token: str, expires_at: datetime
+    ) -> None:
+        async with self._engine.begin() as connection:
+            # Expired sessions go when anyone logs in: the table stays small.
+            now = datetime.now(UTC)
+            await connection.execute(web_sessions.delete().where(web_sessions.c.expires_at < now))
+            await connection.execute(
+                web_sessions.insert().values(
+                    token_hash=token_hash,
+                    username=username,
+                    csrf_token=csrf_token,
+                    expires_at=expires_at,
+                )
+            )
+
+    async def get_session(self, token_hash: str) -> WebSession | None:
+        """The live session with this hash (None if unknown or expired)."""
+        query = sa.select(web_sessions).where(
+            web_sessions.c.token_hash == token_hash,
+            web_sessions.c.expires_at > datetime.now(UTC),
+        )
+        async with self._engine.connect() as connection:
+            row = (await connection.execute(query)).first()
+        if row is None:
+            return None
+        return WebSession(row.username, row.csrf_token, _aware(row.expires_at))
+
+    async def delete_session(self, token_hash: str) -> None:
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                web_sessions.delete().where(web_sessions.c.token_hash == token_hash)
+            )
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite gives back naive datetimes; they were stored in UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _add_owner_column(connection: sa.Connection) -> None:
+    """A scraps table made before logins existed gets its owner column (NULL: those
+    scraps belong to no user, so no user sees them under --auth password)."""
+    columns = {column["name"] for column in sa.inspect(connection).get_columns("scraps")}
+    if "owner" not in columns:
+        connection.execute(sa.text("ALTER TABLE scraps ADD COLUMN owner VARCHAR(64)"))

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from clients._display import format_time, job_type_name, status_name
 from clients.sdk import (
@@ -42,8 +43,13 @@ from clients.sdk import (
     RateLimitedError,
     ServiceUnavailableError,
 )
+from clients.web._auth import AuthSettings, SessionGuard, current_user
 from clients.web._body_guard import BodyGuard
 from clients.web._failures import on_http_error, on_store_error, on_unexpected_error
+from clients.web._login_throttle import LoginThrottle
+from clients.web._passwords import PasswordChecker
+from clients.web._security_headers import AllowedHosts, SecurityHeaders
+from clients.web._session_routes import create_session, delete_session, login_page, read_session
 from clients.web._store import Scrap, ScrapStore
 
 STATIC = Path(__file__).parent / "static"
@@ -228,8 +234,22 @@ def _scrap_id(request: Request) -> str | None:
 
 
 async def _find_scrap(request: Request) -> Scrap | None:
+    """The path's scrap, if it exists and (with logins) is the caller's own: another
+    user's scrap is "no such scrap", so its id cannot be probed."""
     scrap_id = _scrap_id(request)
-    return None if scrap_id is None else await _store(request).get(scrap_id)
+    if scrap_id is None:
+        return None
+    return await _store(request).get(scrap_id, owner=current_user(request))
+
+
+async def _job_id(request: Request) -> str | JSONResponse:
+    """The path's job id; with logins, 404 unless san-web made that job for one of the
+    caller's scraps (checked here, before JobService is asked anything)."""
+    job_id: str = request.path_params["job_id"]
+    user = current_user(request)
+    if user is not None and (len(job_id) > 36 or not await _store(request).owns_job(job_id, user)):
+        return not_found("no such job")
+    return job_id
 
 
 async def _enqueue_analysis(
@@ -240,7 +260,7 @@ async def _enqueue_analysis(
         CardAnalysisInput(text=text, url=url, title=title),
         requested_by=REQUESTED_BY,
     )
-    await _store(request).set_job(scrap_id, response.job.id)
+    await _store(request).set_job(scrap_id, response.job.id, owner=current_user(request))
     return response.job.id
 
 
@@ -249,7 +269,7 @@ async def create_scrap(request: Request) -> Response:
     if isinstance(values, JSONResponse):
         return values
     store = _store(request)
-    scrap = await store.add(**values)
+    scrap = await store.add(**values, owner=current_user(request))
     try:
         job_id = await _enqueue_analysis(request, scrap.id, **values)
     except JobsError:
@@ -309,7 +329,10 @@ async def delete_scrap(request: Request) -> Response:
 
 
 async def get_async_job(request: Request) -> Response:
-    job = await _client(request).get_job(request.path_params["job_id"])
+    job_id = await _job_id(request)
+    if isinstance(job_id, JSONResponse):
+        return job_id
+    job = await _client(request).get_job(job_id)
     return JSONResponse(job_view(job))
 
 
@@ -328,7 +351,9 @@ async def async_job_events(request: Request) -> Response:
     is gone for good, a ``problem`` event says so before ``end``.
     """
     client = _client(request)
-    job_id = request.path_params["job_id"]
+    job_id = await _job_id(request)
+    if isinstance(job_id, JSONResponse):
+        return job_id
     await client.get_job(job_id)  # unknown or malformed id: a plain 404/422, not a stream
 
     async def events(out: asyncio.Queue[str | None]) -> None:
@@ -378,6 +403,14 @@ async def _on_jobs_error(request: Request, error: Exception) -> Response:
     return jobs_error_response(error)
 
 
+class _SanWeb(Starlette):
+    """Starlette with :class:`SecurityHeaders` outside everything, so that even the
+    500 of its outermost error middleware carries them."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_app(
     *,
     job_service: str,
@@ -385,9 +418,14 @@ def create_app(
     client_factory: Callable[[str], AsyncJobsClient] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    auth: AuthSettings | None = None,
+    allowed_hosts: Sequence[str] = ("*",),
+    login_throttle: LoginThrottle | None = None,
 ) -> Starlette:
     """The app; JobService at ``job_service`` (HOST:PORT), scraps in ``database_url``;
-    request bodies of at most ``max_body_bytes``, all in within ``body_timeout`` s."""
+    request bodies of at most ``max_body_bytes``, all in within ``body_timeout`` s;
+    users as ``auth`` says (no login by default); answers only to a ``Host`` in
+    ``allowed_hosts``; failed logins limited by ``login_throttle``."""
     make_client = client_factory or AsyncJobsClient
 
     @asynccontextmanager
@@ -403,6 +441,10 @@ def create_app(
     routes = [
         Route("/", index),
         Route("/healthz", health),
+        Route("/login", login_page),
+        Route("/api/session", create_session, methods=["POST"]),
+        Route("/api/session", read_session, methods=["GET"]),
+        Route("/api/session", delete_session, methods=["DELETE"]),
         Route("/api/scraps", create_scrap, methods=["POST"]),
         Route("/api/scraps/{scrap_id}", get_scrap, methods=["GET"]),
         Route("/api/scraps/{scrap_id}", delete_scrap, methods=["DELETE"]),
@@ -411,11 +453,15 @@ def create_app(
         Route("/api/async-jobs/{job_id}/events", async_job_events),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(
+    auth_settings = auth or AuthSettings()
+    app = _SanWeb(
         routes=routes,
         lifespan=lifespan,
         middleware=[
-            Middleware(BodyGuard, max_body_bytes=max_body_bytes, body_timeout=body_timeout)
+            Middleware(AllowedHosts, allowed=allowed_hosts),
+            # Who calls is settled before any body is read.
+            Middleware(SessionGuard, settings=auth_settings),
+            Middleware(BodyGuard, max_body_bytes=max_body_bytes, body_timeout=body_timeout),
         ],
         exception_handlers={
             JobsError: _on_jobs_error,
@@ -428,4 +474,7 @@ def create_app(
         },
     )
     app.state.max_body_bytes = max_body_bytes
+    app.state.auth = auth_settings
+    app.state.login_throttle = login_throttle or LoginThrottle()
+    app.state.passwords = PasswordChecker()
     return app

@@ -15,6 +15,9 @@ from typing import NoReturn
 
 import uvicorn
 
+from clients.web import _https
+from clients.web._auth_cli import add_auth_arguments, auth_options, resolve_auth_mode
+from clients.web._job_service_link import LinkSettingsError, load_link
 from clients.web._logging import safe_log_config
 from clients.web._protocol import guarded_h11_protocol
 from clients.web.app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, create_app
@@ -100,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=env("SAN_WEB_LOG_LEVEL") or "warning",
         help="uvicorn log level (default warning) [env SAN_WEB_LOG_LEVEL]",
     )  # fmt: skip
+    _https.add_arguments(parser)
+    add_auth_arguments(parser)
     return parser
 
 
@@ -109,6 +114,7 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, sock: socket.socket) -> None:
         super().__init__(config)
         self._sock = sock
+        self._scheme = "https" if config.ssl_certfile else "http"
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -124,16 +130,36 @@ class _Server(uvicorn.Server):
         if not self.should_exit:
             host, port = self._sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
-            print(f"san-web listening on http://{shown}:{port}", flush=True)
+            _https.reload_on_sighup(self.config)
+            print(f"san-web listening on {self._scheme}://{shown}:{port}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["users"]:
+        from clients.web._users_cli import users_main
+
+        sys.exit(users_main(argv[1:], default_database_url=DEFAULT_DATABASE_URL))
     args = build_parser().parse_args(argv)
     try:
         host, port = _split(args.listen)
     except argparse.ArgumentTypeError as error:
         sys.stderr.write(f"san-web: error: --listen: {error}\n")
         sys.exit(2)
+    args.auth = resolve_auth_mode(args.auth, args.listen)
+    try:
+        ssl_options = _https.ssl_options(args, authenticated=args.auth == "password")
+        link = load_link(
+            tls_ca=args.job_service_tls_ca,
+            tls_cert=args.job_service_tls_cert,
+            tls_key=args.job_service_tls_key,
+            token_file=args.job_service_token_file,
+        )
+    except (_https.HttpsSettingsError, LinkSettingsError) as error:
+        sys.stderr.write(f"san-web: error: {error}\n")
+        sys.exit(2)
+    for warning in link.warnings:
+        sys.stderr.write(f"san-web: warning: {warning}\n")
     # Binding here, not in uvicorn, lets --listen HOST:0 report the port it really got.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -148,9 +174,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         database_url=args.database_url,
         max_body_bytes=args.max_body_bytes,
         body_timeout=args.body_timeout,
+        client_factory=link.client_factory(),
+        **auth_options(args, host, tls=bool(ssl_options)),
     )
     config = uvicorn.Config(
         app,
+        **ssl_options,
         log_level=args.log_level,
         # One line per record, whatever a client sent; passwords masked.
         log_config=safe_log_config(args.log_level),

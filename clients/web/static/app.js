@@ -6,6 +6,38 @@ const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
 let source = null;
 let pollTimer = null;
 
+// Who is logged in, and the CSRF token every write must carry (none with --auth off).
+const session = fetch("/api/session").then(async (response) => {
+  if (response.status === 401) {
+    window.location.assign("/login");
+    return null;
+  }
+  const body = await response.json();
+  if (body.auth === "off") {
+    $("no-login").hidden = false;
+  } else {
+    $("username").textContent = body.username;
+    $("who").hidden = false;
+  }
+  return body;
+}).catch(() => null);
+
+async function writeHeaders() {
+  const current = await session;
+  const headers = { "Content-Type": "application/json" };
+  if (current && current.csrfToken) headers["X-CSRF-Token"] = current.csrfToken;
+  return headers;
+}
+
+$("logout").addEventListener("click", async () => {
+  finish();
+  try {
+    await fetch("/api/session", { method: "DELETE", headers: await writeHeaders() });
+  } finally {
+    window.location.assign("/login");
+  }
+});
+
 function problemText(body, fallback) {
   const error = body && body.error;
   if (!error) return fallback;
@@ -101,7 +133,7 @@ $("scrap-form").addEventListener("submit", async (event) => {
   try {
     response = await fetch("/api/scraps", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: await writeHeaders(),
       body: JSON.stringify(payload),
     });
     body = await response.json();

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +110,17 @@ def start_web(
         ],
         log_dir,
     )
+
+
+def create_web_user(
+    database_url: str, name: str, password: str
+) -> subprocess.CompletedProcess[str]:
+    """The real ``san-web users create NAME`` with the password on standard input."""
+    return subprocess.run(
+        [sys.executable, "-m", "clients.web", "users", "create", name,
+         "--database-url", database_url],
+        input=password, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -154,7 +154,7 @@ def _json_body(answer: bytes) -> dict[str, str]:
 def test_a_slow_request_head_is_cut_off(web_impatient: RunningService) -> None:
     host, port = web_impatient.address.rsplit(":", 1)
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: web\r\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         answer = _read_until_closed(sock, b"X-Slow: 1\r\n")
     if answer:  # else reset: cut off all the same
         assert answer.startswith(b"HTTP/1.1 408 ")
@@ -167,7 +167,7 @@ def test_a_slow_request_body_is_cut_off(web_impatient: RunningService) -> None:
     host, port = web_impatient.address.rsplit(":", 1)
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(
-            b"POST /api/scraps HTTP/1.1\r\nHost: web\r\n"
+            b"POST /api/scraps HTTP/1.1\r\nHost: localhost\r\n"
             b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
         )
         answer = _read_until_closed(sock, b" ")
@@ -181,7 +181,7 @@ def test_connections_over_the_cap_get_503(web_capped: RunningService) -> None:
     holders = [socket.create_connection((host, int(port))) for _ in range(4)]
     try:
         for holder in holders:  # half-sent requests, as a slow client leaves them
-            holder.sendall(b"GET /healthz HTTP/1.1\r\nHost: web\r\n")
+            holder.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         refused = httpx.get(f"{_url(web_capped)}/healthz")
         assert "too many open connections" in _error(refused, 503, "UNAVAILABLE")
     finally:

@@ -11,9 +11,10 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import chromium_path
+from conftest import Stack, _stop, chromium_path, create_web_user, start_web
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 
@@ -69,12 +70,12 @@ def submit_text(driver: object, base: str, text: str) -> None:
     driver.find_element(By.ID, "submit").click()  # type: ignore[attr-defined]
 
 
-def wait_visible(driver: object, element_id: str, timeout: float = 30) -> str:
+def wait_visible(driver: Any, element_id: str, timeout: float = 30) -> str:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    element = WebDriverWait(driver, timeout).until(  # type: ignore[arg-type]
+    element = WebDriverWait(driver, timeout).until(
         expected_conditions.visibility_of_element_located((By.ID, element_id))
     )
     return str(element.text)
@@ -116,3 +117,62 @@ def test_blank_text_is_refused_on_the_page(browser: object, web_ok: str) -> None
     browser.find_element(By.ID, "submit").click()  # type: ignore[attr-defined]
     message = wait_visible(browser, "form-error", timeout=10)
     assert "text is required" in message
+
+
+@pytest.fixture(scope="module")
+def web_with_login(ok_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """san-web with --auth password and one user, page / page-pass."""
+    folder = tmp_path_factory.mktemp("web-page-login")
+    database_url = f"sqlite+aiosqlite:///{folder / 'web.db'}"
+    made = create_web_user(database_url, "page", "page-pass")
+    assert made.returncode == 0, made.stderr
+    web = start_web(folder, ok_stack.address, "--auth", "password", database_url=database_url)
+    yield f"http://{web.address}"
+    _stop(web)
+
+
+def test_log_in_submit_see_the_result_and_log_out(browser: object, web_with_login: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver: Any = browser
+    driver.get(web_with_login + "/")
+    WebDriverWait(driver, 10).until(expected_conditions.url_to_be(web_with_login + "/login"))
+    driver.find_element(By.ID, "username").send_keys("page")
+    driver.find_element(By.ID, "password").send_keys("wrong")
+    driver.find_element(By.ID, "login").click()
+    assert "wrong user name or password" in wait_visible(driver, "login-error", timeout=10)
+    driver.find_element(By.ID, "password").clear()
+    driver.find_element(By.ID, "password").send_keys("page-pass")
+    driver.find_element(By.ID, "login").click()
+    assert wait_visible(driver, "who", timeout=10).startswith("page")
+    assert not driver.find_element(By.ID, "no-login").is_displayed()
+
+    driver.find_element(By.ID, "title").send_keys("Background jobs")
+    driver.find_element(By.ID, "text").send_keys(TEXT)
+    driver.find_element(By.ID, "submit").click()
+    summary = wait_visible(driver, "summary")
+    assert summary and summary.split(".")[0] in TEXT
+    assert driver.find_element(By.ID, "status").text == "COMPLETED"
+    # The page ran under its Content-Security-Policy without breaking it.
+    problems = [
+        entry["message"]
+        for entry in driver.get_log("browser")
+        if "Content Security Policy" in entry["message"]
+    ]
+    assert problems == []
+
+    driver.find_element(By.ID, "logout").click()
+    WebDriverWait(driver, 10).until(expected_conditions.url_to_be(web_with_login + "/login"))
+    driver.get(web_with_login + "/")
+    WebDriverWait(driver, 10).until(expected_conditions.url_to_be(web_with_login + "/login"))
+
+
+def test_without_login_the_page_says_so(browser: object, web_ok: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(web_ok + "/")  # type: ignore[attr-defined]
+    note = wait_visible(browser, "no-login", timeout=10)
+    assert "no login" in note
+    assert not browser.find_element(By.ID, "who").is_displayed()  # type: ignore[attr-defined]

@@ -1,0 +1,28 @@
+// The login page: POST /api/session, then on to the page (the session is a cookie).
+"use strict";
+
+const field = (id) => document.getElementById(id);
+
+field("login-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  field("login-error").hidden = true;
+  field("login").disabled = true;
+  let response, body;
+  try {
+    response = await fetch("/api/session", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ username: field("username").value, password: field("password").value }),
+    });
+    body = await response.json();
+  } catch (error) {
+    body = { error: { message: "Could not reach san-web." } };
+  }
+  field("login").disabled = false;
+  if (response && response.ok) {
+    window.location.assign("/");
+    return;
+  }
+  field("login-error").textContent = (body && body.error && body.error.message) || `HTTP ${response.status}`;
+  field("login-error").hidden = false;
+});
