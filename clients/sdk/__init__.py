@@ -39,8 +39,16 @@ from clients.sdk._errors import (
     error_from_rpc,
 )
 from clients.sdk._requests import TERMINAL_STATUSES, JobInput, is_terminal
+from clients.sdk.outbox import (
+    OUTBOX_MIGRATION,
+    Outbox,
+    OutboxEntry,
+    create_outbox_table,
+    outbox_table,
+)
 
 __all__ = [
+    "OUTBOX_MIGRATION",
     "SERVICE_CONFIG",
     "TERMINAL_STATUSES",
     "AsyncJobsClient",
@@ -61,6 +69,8 @@ __all__ = [
     "JobsClient",
     "JobsError",
     "ListJobsResponse",
+    "Outbox",
+    "OutboxEntry",
     "PemSource",
     "PermissionDeniedError",
     "RateLimitedError",
@@ -71,6 +81,8 @@ __all__ = [
     "TilGenerationInput",
     "UnauthenticatedError",
     "WaitTimeoutError",
+    "create_outbox_table",
     "error_from_rpc",
     "is_terminal",
+    "outbox_table",
 ]

@@ -65,6 +65,7 @@ def background(pool: ThreadPoolExecutor, fn: Callable[[], T]) -> Future[T]:
 def test_public_names_are_pinned() -> None:
     assert sorted(clients.sdk.__all__) == sorted(
         [
+            "OUTBOX_MIGRATION",
             "SERVICE_CONFIG",
             "TERMINAL_STATUSES",
             "AsyncJobsClient",
@@ -85,6 +86,8 @@ def test_public_names_are_pinned() -> None:
             "JobsClient",
             "JobsError",
             "ListJobsResponse",
+            "Outbox",
+            "OutboxEntry",
             "PemSource",
             "PermissionDeniedError",
             "RateLimitedError",
@@ -95,8 +98,10 @@ def test_public_names_are_pinned() -> None:
             "TilGenerationInput",
             "UnauthenticatedError",
             "WaitTimeoutError",
+            "create_outbox_table",
             "error_from_rpc",
             "is_terminal",
+            "outbox_table",
         ]
     )
     for name in clients.sdk.__all__:
