@@ -10,7 +10,7 @@ from pathlib import Path
 
 from clients._token_file import TokenFileError, read_token_file, token_file_warning
 from clients.sdk import AsyncJobsClient, ChannelSettings
-from clients.sdk._channel import read_pem
+from clients.sdk._channel import DEFAULT_TIMEOUT, read_pem
 
 
 class LinkSettingsError(Exception):
@@ -27,10 +27,14 @@ class JobServiceLink:
     token: str | None = field(default=None, repr=False)
     warnings: tuple[str, ...] = ()
 
-    def client_factory(self) -> Callable[[str], AsyncJobsClient]:
-        """``create_app``'s ``client_factory``: an AsyncJobsClient for an address."""
+    def client_factory(
+        self, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> Callable[[str], AsyncJobsClient]:
+        """``create_app``'s ``client_factory``: an AsyncJobsClient for an address, its
+        unary calls (the outbox's Enqueue among them) bounded by ``timeout`` seconds."""
         return functools.partial(
             AsyncJobsClient,
+            timeout=timeout,
             tls_ca=self.tls_ca,
             tls_cert=self.tls_cert,
             tls_key=self.tls_key,

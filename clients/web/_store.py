@@ -5,12 +5,15 @@ id, used as the job's target_id)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+import sqlalchemy.exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from clients.sdk.outbox import create_outbox_table
 from san_shared.sqlite_files import prepare_sqlite_url
 
 metadata = sa.MetaData()
@@ -26,6 +29,9 @@ scraps = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     # The user who saved it; NULL when san-web ran with --auth off (one shared space).
     sa.Column("owner", sa.String(64), nullable=True, index=True),
+    # The san_jobs_outbox row that asks JobService for its first analysis (written in
+    # the same transaction as the scrap); NULL for scraps saved before the outbox.
+    sa.Column("outbox_id", sa.String(36), nullable=True, index=True),
 )
 
 # Every job san-web asked for, with whose it is: a job id is checked here before
@@ -67,6 +73,11 @@ class Scrap:
     job_id: str | None
     created_at: datetime
     owner: str | None = None
+    outbox_id: str | None = None
+
+
+HandOff = Callable[[AsyncConnection, "Scrap"], Awaitable[str]]
+"""Writes a scrap's job request in the scrap's own transaction; returns its outbox id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,15 +105,32 @@ class ScrapStore:
         engine = create_async_engine(database_url)
         async with engine.begin() as connection:
             await connection.run_sync(metadata.create_all)
-            await connection.run_sync(_add_owner_column)
+            await connection.run_sync(_add_missing_columns)
+            await create_outbox_table(connection)
         return cls(engine)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine of san-web's database (the outbox relay reads the same one)."""
+        return self._engine
 
     async def close(self) -> None:
         await self._engine.dispose()
 
-    async def add(self, *, url: str, title: str, text: str, owner: str | None = None) -> Scrap:
+    async def add(
+        self,
+        *,
+        url: str,
+        title: str,
+        text: str,
+        owner: str | None = None,
+        hand_off: HandOff | None = None,
+    ) -> Scrap:
+        """Save a scrap; with ``hand_off``, its job request is written in the same
+        transaction, so the two are committed (or rolled back) together."""
         scrap = Scrap(str(uuid.uuid4()), url, title, text, None, datetime.now(UTC), owner)
         async with self._engine.begin() as connection:
+            outbox_id = None if hand_off is None else await hand_off(connection, scrap)
             await connection.execute(
                 scraps.insert().values(
                     id=scrap.id,
@@ -111,23 +139,46 @@ class ScrapStore:
                     text=text,
                     created_at=scrap.created_at,
                     owner=owner,
+                    outbox_id=outbox_id,
                 )
             )
-        return scrap
+        return Scrap(scrap.id, url, title, text, None, scrap.created_at, owner, outbox_id=outbox_id)
 
     async def set_job(self, scrap_id: str, job_id: str, owner: str | None = None) -> None:
         async with self._engine.begin() as connection:
             await connection.execute(
                 scraps.update().where(scraps.c.id == scrap_id).values(job_id=job_id)
             )
-            # The same job id again (an idempotent answer) is already recorded.
-            known = await connection.execute(
-                sa.select(scrap_jobs.c.job_id).where(scrap_jobs.c.job_id == job_id)
+        await self._record_job(scrap_id, job_id, owner)
+
+    async def record_delivery(self, outbox_id: str, job_id: str) -> None:
+        """The outbox delivered ``outbox_id`` as job ``job_id``: the scrap learns its
+        job (unless a newer analysis already replaced it) and its owner may see it."""
+        async with self._engine.begin() as connection:
+            row = (
+                await connection.execute(
+                    sa.select(scraps.c.id, scraps.c.owner).where(scraps.c.outbox_id == outbox_id)
+                )
+            ).first()
+            if row is None:
+                return  # the scrap was deleted meanwhile
+            await connection.execute(
+                scraps.update()
+                .where(scraps.c.id == row.id, scraps.c.job_id.is_(None))
+                .values(job_id=job_id)
             )
-            if known.first() is None:
+        await self._record_job(row.id, job_id, row.owner)
+
+    async def _record_job(self, scrap_id: str, job_id: str, owner: str | None) -> None:
+        # The same job id again (an idempotent answer, or the relay and a page view
+        # recording one delivery at once) is already recorded: the primary key says so.
+        try:
+            async with self._engine.begin() as connection:
                 await connection.execute(
                     scrap_jobs.insert().values(job_id=job_id, scrap_id=scrap_id, owner=owner)
                 )
+        except sa_exc.IntegrityError:
+            pass
 
     async def get(self, scrap_id: str, *, owner: str | None = None) -> Scrap | None:
         """The scrap, or None if there is none or (when ``owner`` is given) it is
@@ -139,7 +190,16 @@ class ScrapStore:
             row = (await connection.execute(query)).first()
         if row is None:
             return None
-        return Scrap(row.id, row.url, row.title, row.text, row.job_id, row.created_at, row.owner)
+        return Scrap(
+            row.id,
+            row.url,
+            row.title,
+            row.text,
+            row.job_id,
+            row.created_at,
+            row.owner,
+            outbox_id=row.outbox_id,
+        )
 
     async def owns_job(self, job_id: str, owner: str) -> bool:
         """Whether san-web made job ``job_id`` for a scrap of ``owner``."""
@@ -223,9 +283,12 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _add_owner_column(connection: sa.Connection) -> None:
-    """A scraps table made before logins existed gets its owner column (NULL: those
-    scraps belong to no user, so no user sees them under --auth password)."""
+def _add_missing_columns(connection: sa.Connection) -> None:
+    """A scraps table made by an older san-web gets the columns added since: owner
+    (NULL: those scraps belong to no user, so no user sees them under --auth password)
+    and outbox_id (NULL: they were handed off before the outbox)."""
     columns = {column["name"] for column in sa.inspect(connection).get_columns("scraps")}
-    if "owner" not in columns:
-        connection.execute(sa.text("ALTER TABLE scraps ADD COLUMN owner VARCHAR(64)"))
+    for name in ("owner", "outbox_id"):
+        if name not in columns:
+            length = 64 if name == "owner" else 36
+            connection.execute(sa.text(f"ALTER TABLE scraps ADD COLUMN {name} VARCHAR({length})"))

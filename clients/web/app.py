@@ -15,10 +15,13 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy.exc as sa_exc
+from san.jobs.v1.job_service_pb2 import EnqueueRequest
+from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -43,6 +46,8 @@ from clients.sdk import (
     RateLimitedError,
     ServiceUnavailableError,
 )
+from clients.sdk._channel import DEFAULT_TIMEOUT
+from clients.sdk.outbox import Outbox, OutboxEntry
 from clients.web._auth import AuthSettings, SessionGuard, current_user
 from clients.web._body_guard import BodyGuard
 from clients.web._failures import on_http_error, on_store_error, on_unexpected_error
@@ -58,6 +63,7 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 30.0
 JOB_SERVICE_UNAVAILABLE = "JobService is unavailable; try again later"
 JOB_SERVICE_FAILED = "JobService failed to answer this request"
+QUEUED_REASON = "the job service is not reachable yet"
 
 log = logging.getLogger("san_web")
 
@@ -175,6 +181,19 @@ def not_found(message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": "NOT_FOUND", "message": message}}, status_code=404)
 
 
+@dataclass(frozen=True)
+class OutboxSettings:
+    """How san-web's outbox relay polls, backs off and leases a row (seconds).
+
+    A row a killed san-web was sending is free again when its lease ends; the outbox
+    bounds each call by half the lease, so the lease is twice the JobService deadline.
+    """
+
+    poll_interval: float = 1.0
+    max_backoff: float = 5.0
+    lease: float = 2 * DEFAULT_TIMEOUT
+
+
 def _client(request: Request) -> AsyncJobsClient:
     client: AsyncJobsClient = request.app.state.jobs
     return client
@@ -264,19 +283,57 @@ async def _enqueue_analysis(
     return response.job.id
 
 
+def _outbox(request: Request) -> Outbox:
+    outbox: Outbox = request.app.state.outbox
+    return outbox
+
+
+def _analysis_request(scrap: Scrap) -> EnqueueRequest:
+    """The first analysis of ``scrap``, as the outbox will deliver it (its request_id is
+    set by the outbox: the row's id)."""
+    return EnqueueRequest(
+        job_type=JobType.JOB_TYPE_CARD_ANALYSIS,
+        target_id=scrap.id,
+        requested_by=REQUESTED_BY,
+        card_analysis_input=CardAnalysisInput(text=scrap.text, url=scrap.url, title=scrap.title),
+    )
+
+
+async def _handoff(request: Request, scrap: Scrap) -> dict[str, Any]:
+    """The scrap's job id and the state of its hand-off to JobService; a delivered
+    outbox row teaches the scrap (and its owner's job list) the job id."""
+    job_id = scrap.job_id
+    entry = None if scrap.outbox_id is None else await _outbox(request).entry(scrap.outbox_id)
+    if entry is None:
+        # Handed off before the outbox existed, or delivered and pruned since.
+        state = "delivered" if job_id else None
+        return {"jobId": job_id, "state": state, "handoff": {"state": state, "reason": None}}
+    if entry.state == "delivered" and entry.job_id and job_id is None:
+        await _store(request).record_delivery(entry.id, entry.job_id)
+        job_id = entry.job_id
+    reason = entry.error if entry.state == "refused" else None
+    if entry.state == "queued" and entry.error:
+        reason = QUEUED_REASON  # a delivery failed (the error itself stays in the log)
+    return {
+        "jobId": job_id,
+        "state": entry.state,
+        "handoff": {"state": entry.state, "reason": reason},
+    }
+
+
 async def create_scrap(request: Request) -> Response:
+    """Save a scrap and its analysis request in one transaction; 202 at once. The
+    outbox relay delivers the request (now, or when JobService is back)."""
     values = await _read_scrap_body(request)
     if isinstance(values, JSONResponse):
         return values
-    store = _store(request)
-    scrap = await store.add(**values, owner=current_user(request))
-    try:
-        job_id = await _enqueue_analysis(request, scrap.id, **values)
-    except JobsError:
-        # No job, no scrap: the caller can simply post again.
-        await store.delete(scrap.id)
-        raise
-    return JSONResponse({"scrapId": scrap.id, "jobId": job_id}, status_code=202)
+    outbox = _outbox(request)
+
+    async def hand_off(connection: AsyncConnection, scrap: Scrap) -> str:
+        return await outbox.add(connection, _analysis_request(scrap))
+
+    scrap = await _store(request).add(**values, owner=current_user(request), hand_off=hand_off)
+    return JSONResponse({"scrapId": scrap.id, **await _handoff(request, scrap)}, status_code=202)
 
 
 async def get_scrap(request: Request) -> Response:
@@ -289,14 +346,16 @@ async def get_scrap(request: Request) -> Response:
             "url": scrap.url,
             "title": scrap.title,
             "text": scrap.text,
-            "jobId": scrap.job_id,
+            **await _handoff(request, scrap),
             "createdAt": scrap.created_at.isoformat(),
         }
     )
 
 
 async def analyze_scrap(request: Request) -> Response:
-    """Analyse a scrap again; 409 while its previous analysis is still active."""
+    """Analyse a scrap again; 409 while its previous analysis is still active. This one
+    calls Enqueue directly (no outbox): the user is there to read the answer, and a
+    409 or 503 is that answer."""
     scrap = await _find_scrap(request)
     if scrap is None:
         return not_found("no such scrap")
@@ -421,20 +480,38 @@ def create_app(
     auth: AuthSettings | None = None,
     allowed_hosts: Sequence[str] = ("*",),
     login_throttle: LoginThrottle | None = None,
+    outbox_settings: OutboxSettings | None = None,
 ) -> Starlette:
     """The app; JobService at ``job_service`` (HOST:PORT), scraps in ``database_url``;
     request bodies of at most ``max_body_bytes``, all in within ``body_timeout`` s;
     users as ``auth`` says (no login by default); answers only to a ``Host`` in
-    ``allowed_hosts``; failed logins limited by ``login_throttle``."""
+    ``allowed_hosts``; failed logins limited by ``login_throttle``; scraps handed to
+    JobService through the outbox, its relay run as ``outbox_settings`` say."""
     make_client = client_factory or AsyncJobsClient
+    relay = outbox_settings or OutboxSettings()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.store = await ScrapStore.open(database_url)
+        app.state.store = store = await ScrapStore.open(database_url)
         app.state.jobs = make_client(job_service)
+
+        async def on_delivered(entry: OutboxEntry) -> None:
+            if entry.job_id:
+                await store.record_delivery(entry.id, entry.job_id)
+
+        app.state.outbox = Outbox(
+            store.engine,
+            app.state.jobs,
+            lease=relay.lease,
+            poll_interval=relay.poll_interval,
+            max_backoff=relay.max_backoff,
+            on_delivered=on_delivered,
+        )
+        await app.state.outbox.start()
         try:
             yield
         finally:
+            await app.state.outbox.stop()
             await app.state.jobs.close()
             await app.state.store.close()
 

@@ -15,12 +15,18 @@ from typing import NoReturn
 
 import uvicorn
 
+from clients.sdk._channel import DEFAULT_TIMEOUT
 from clients.web import _https
 from clients.web._auth_cli import add_auth_arguments, auth_options, resolve_auth_mode
 from clients.web._job_service_link import LinkSettingsError, load_link
 from clients.web._logging import safe_log_config
 from clients.web._protocol import guarded_h11_protocol
-from clients.web.app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, create_app
+from clients.web.app import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    OutboxSettings,
+    create_app,
+)
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
 DEFAULT_JOB_SERVICE = "127.0.0.1:50051"
@@ -28,6 +34,8 @@ DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/san-web.db"
 # Each open page holds one connection (its live event stream) for as long as it is open.
 DEFAULT_MAX_CONNECTIONS = 100
 DEFAULT_HEADER_TIMEOUT = 5.0
+DEFAULT_OUTBOX = OutboxSettings()
+DEFAULT_JOB_SERVICE_TIMEOUT = DEFAULT_TIMEOUT
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -98,6 +106,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=env("SAN_WEB_BODY_TIMEOUT") or str(DEFAULT_BODY_TIMEOUT), metavar="SECONDS",
         help="time a client has to send a whole request body after its head; then 408 "
         f"(default {DEFAULT_BODY_TIMEOUT:g}) [env SAN_WEB_BODY_TIMEOUT]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--job-service-timeout", type=_positive_seconds,
+        default=env("SAN_WEB_JOB_SERVICE_TIMEOUT") or str(DEFAULT_JOB_SERVICE_TIMEOUT),
+        metavar="SECONDS",
+        help="deadline of each call to JobService, the outbox's deliveries included "
+        f"(default {DEFAULT_JOB_SERVICE_TIMEOUT:g}) [env SAN_WEB_JOB_SERVICE_TIMEOUT]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--outbox-poll-interval", type=_positive_seconds,
+        default=env("SAN_WEB_OUTBOX_POLL_INTERVAL") or str(DEFAULT_OUTBOX.poll_interval),
+        metavar="SECONDS",
+        help="how often the outbox relay looks for scraps to hand to JobService when "
+        f"nothing woke it (default {DEFAULT_OUTBOX.poll_interval:g}) "
+        "[env SAN_WEB_OUTBOX_POLL_INTERVAL]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--outbox-max-backoff", type=_positive_seconds,
+        default=env("SAN_WEB_OUTBOX_MAX_BACKOFF") or str(DEFAULT_OUTBOX.max_backoff),
+        metavar="SECONDS",
+        help="longest wait between two hand-off attempts while JobService is unreachable "
+        f"(default {DEFAULT_OUTBOX.max_backoff:g}) [env SAN_WEB_OUTBOX_MAX_BACKOFF]",
     )  # fmt: skip
     parser.add_argument(
         "--log-level", default=env("SAN_WEB_LOG_LEVEL") or "warning",
@@ -174,7 +204,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         database_url=args.database_url,
         max_body_bytes=args.max_body_bytes,
         body_timeout=args.body_timeout,
-        client_factory=link.client_factory(),
+        client_factory=link.client_factory(timeout=args.job_service_timeout),
+        outbox_settings=OutboxSettings(
+            poll_interval=args.outbox_poll_interval,
+            max_backoff=args.outbox_max_backoff,
+            lease=2 * args.job_service_timeout,
+        ),
         **auth_options(args, host, tls=bool(ssl_options)),
     )
     config = uvicorn.Config(

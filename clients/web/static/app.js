@@ -123,6 +123,36 @@ function follow(jobId) {
   });
 }
 
+// The scrap is saved; its job exists once the outbox has handed it to JobService.
+// Until then ask for the scrap every second, and follow the job as soon as it has one.
+const QUEUED_TEXT = "queued — the job service is not reachable yet";
+
+async function awaitJob(scrapId, handoff) {
+  if (handoff && handoff.state === "refused") {
+    return fail(`JobService refused this scrap: ${handoff.reason || "no reason given"}`);
+  }
+  $("status").textContent = handoff && handoff.reason ? QUEUED_TEXT : "queued";
+  $("status").className = "status QUEUED";
+  try {
+    const response = await fetch(`/api/scraps/${scrapId}`);
+    const body = await response.json();
+    if (!response.ok) return fail(problemText(body, `HTTP ${response.status}`));
+    if (body.jobId) return startFollowing(body.jobId);
+    if (body.handoff && body.handoff.state === "refused") return awaitJob(scrapId, body.handoff);
+    $("status").textContent = body.handoff && body.handoff.reason ? QUEUED_TEXT : "queued";
+  } catch (error) {
+    // san-web itself is away for a moment: keep asking.
+  }
+  pollTimer = setTimeout(() => awaitJob(scrapId, null), 1000);
+}
+
+function startFollowing(jobId) {
+  $("job-id").textContent = jobId;
+  $("status").textContent = "-";
+  $("status").className = "status";
+  follow(jobId);
+}
+
 $("scrap-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   finish();
@@ -149,12 +179,11 @@ $("scrap-form").addEventListener("submit", async (event) => {
     $("form-error").hidden = false;
     return;
   }
-  $("job-id").textContent = body.jobId;
+  $("job-id").textContent = "";
   $("timeline").replaceChildren();
   $("result").hidden = true;
   $("failure").hidden = true;
-  $("status").textContent = "-";
-  $("status").className = "status";
   $("job").hidden = false;
-  follow(body.jobId);
+  if (body.jobId) startFollowing(body.jobId);
+  else awaitJob(body.scrapId, body.handoff);
 });

@@ -12,10 +12,12 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.processes import (
@@ -149,6 +151,21 @@ def web_down(tmp_path_factory: pytest.TempPathFactory, dead_address: str) -> Ite
     web = start_web(tmp_path_factory.mktemp("web-down"), dead_address)
     yield f"http://{web.address}"
     _stop(web)
+
+
+def scrap_job_id(client: httpx.Client | str, scrap_id: str, *, timeout: float = 30.0) -> str:
+    """The job id of a scrap, once san-web's outbox has handed it to JobService
+    (POST /api/scraps answers before that: its jobId may still be null)."""
+    base = client if isinstance(client, str) else ""
+    get = httpx.get if isinstance(client, str) else client.get
+    deadline = time.monotonic() + timeout
+    while True:
+        body = get(f"{base}/api/scraps/{scrap_id}").json()
+        if body["jobId"]:
+            return str(body["jobId"])
+        assert body["state"] != "refused", body
+        assert time.monotonic() < deadline, f"scrap {scrap_id} still has no job: {body}"
+        time.sleep(0.05)
 
 
 def chromium_path() -> str | None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
+from conftest import scrap_job_id
 
 pytestmark = pytest.mark.acceptance
 
@@ -35,7 +37,8 @@ def test_scrap_is_analysed_and_streamed(web_ok: str) -> None:
     )
     assert created.status_code == 202
     body = created.json()
-    scrap_id, job_id = body["scrapId"], body["jobId"]
+    scrap_id = body["scrapId"]
+    job_id = body["jobId"] or scrap_job_id(web_ok, scrap_id)
 
     events = sse_events(web_ok, job_id)
     names = [name for name, _ in events]
@@ -53,6 +56,10 @@ def test_scrap_is_analysed_and_streamed(web_ok: str) -> None:
 
     scrap = httpx.get(f"{web_ok}/api/scraps/{scrap_id}").json()
     assert scrap["jobId"] == job_id and scrap["text"] == TEXT
+    assert scrap["state"] == "delivered" and scrap["handoff"] == {
+        "state": "delivered",
+        "reason": None,
+    }
 
     deleted = httpx.delete(f"{web_ok}/api/scraps/{scrap_id}")
     assert deleted.status_code == 200 and deleted.json()["cancelledJobIds"] == []
@@ -78,11 +85,18 @@ def test_bad_scrap_is_422(web_ok: str, payload: object, field: str) -> None:
     assert field in [v["field"] for v in error["fieldViolations"]]
 
 
-def test_job_service_rejection_is_422(web_ok: str) -> None:
+def test_job_service_rejection_is_a_refused_handoff(web_ok: str) -> None:
     response = httpx.post(f"{web_ok}/api/scraps", json={"text": "x" * 100_001})
-    assert response.status_code == 422
-    violations = response.json()["error"]["fieldViolations"]
-    assert any("text" in v["field"] for v in violations)
+    assert response.status_code == 202  # saved; JobService is asked afterwards
+    scrap_id = response.json()["scrapId"]
+    for _ in range(600):
+        scrap = httpx.get(f"{web_ok}/api/scraps/{scrap_id}").json()
+        if scrap["state"] != "queued":
+            break
+        time.sleep(0.05)
+    assert scrap["state"] == "refused" and scrap["jobId"] is None
+    assert scrap["handoff"]["state"] == "refused"
+    assert "INVALID_ARGUMENT" in scrap["handoff"]["reason"] or "text" in scrap["handoff"]["reason"]
 
 
 def test_unknown_and_malformed_job_ids(web_ok: str) -> None:
@@ -98,7 +112,8 @@ def test_unknown_and_malformed_job_ids(web_ok: str) -> None:
 
 def test_duplicate_is_409_and_delete_cancels_active_jobs(web_slow: str) -> None:
     created = httpx.post(f"{web_slow}/api/scraps", json={"text": TEXT}).json()
-    scrap_id, job_id = created["scrapId"], created["jobId"]
+    scrap_id = created["scrapId"]
+    job_id = scrap_job_id(web_slow, scrap_id)
     again = httpx.post(f"{web_slow}/api/scraps/{scrap_id}/analyze")
     assert again.status_code == 409
     assert again.json()["error"]["existingJobId"] == job_id
@@ -113,17 +128,28 @@ def test_duplicate_is_409_and_delete_cancels_active_jobs(web_slow: str) -> None:
 
 
 def test_failure_is_streamed_with_its_reason(web_failing: str) -> None:
-    job_id = httpx.post(f"{web_failing}/api/scraps", json={"text": TEXT}).json()["jobId"]
+    scrap_id = httpx.post(f"{web_failing}/api/scraps", json={"text": TEXT}).json()["scrapId"]
+    job_id = scrap_job_id(web_failing, scrap_id)
     jobs = [data for name, data in sse_events(web_failing, job_id) if name == "job"]
     assert jobs[-1]["status"] == "FAILED"
     assert str(jobs[-1]["errorMessage"]).startswith("AI gateway unavailable")
     assert jobs[-1]["errorCode"] == "UNAVAILABLE"
 
 
-def test_job_service_down_is_503(web_down: str) -> None:
+def test_job_service_down_is_a_queued_handoff_not_an_error(web_down: str) -> None:
     created = httpx.post(f"{web_down}/api/scraps", json={"text": TEXT})
-    assert created.status_code == 503
-    assert created.json()["error"]["code"] == "UNAVAILABLE"
-    assert "JobService is unavailable" in created.json()["error"]["message"]
+    assert created.status_code == 202
+    assert created.json()["jobId"] is None and created.json()["state"] == "queued"
+    scrap_id = created.json()["scrapId"]
+    for _ in range(600):
+        scrap = httpx.get(f"{web_down}/api/scraps/{scrap_id}").json()
+        if scrap["handoff"]["reason"]:
+            break
+        time.sleep(0.05)
+    assert scrap["state"] == "queued" and scrap["jobId"] is None
+    assert scrap["handoff"]["reason"] == "the job service is not reachable yet"
+    again = httpx.post(f"{web_down}/api/scraps/{scrap_id}/analyze")
+    assert again.status_code == 503  # "analyze again" still asks JobService directly
+    assert "JobService is unavailable" in again.json()["error"]["message"]
     job = httpx.get(f"{web_down}/api/async-jobs/00000000-0000-4000-8000-000000000000")
     assert job.status_code == 503

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Stack, _stop, create_web_user, start_web
+from conftest import Stack, _stop, create_web_user, scrap_job_id, start_web
 
 from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
 
@@ -191,7 +191,8 @@ def test_another_users_scrap_and_job_are_404(web_login: LoginWeb) -> None:
             "/api/scraps", json={"text": TEXT}, headers={"X-CSRF-Token": alice_csrf}
         )
         assert created.status_code == 202
-        scrap_id, job_id = created.json()["scrapId"], created.json()["jobId"]
+        scrap_id = created.json()["scrapId"]
+        job_id = scrap_job_id(alice, scrap_id)
         # bob knows both ids and still finds nothing.
         assert bob.get(f"/api/scraps/{scrap_id}").status_code == 404
         assert bob.get(f"/api/async-jobs/{job_id}").status_code == 404
