@@ -38,3 +38,13 @@ def raw_error_response(status: int, code: str, message: str) -> bytes:
         "connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
+
+
+def invalid(message: str, *violations: tuple[str, str]) -> JSONResponse:
+    """422 INVALID_ARGUMENT naming each bad field: (field, description) pairs."""
+    body = {
+        "code": "INVALID_ARGUMENT",
+        "message": message,
+        "fieldViolations": [{"field": f, "description": d} for f, d in violations],
+    }
+    return JSONResponse({"error": body}, status_code=422)

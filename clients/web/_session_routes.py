@@ -25,9 +25,9 @@ from clients.web._auth import (
     current_session,
     token_hash,
 )
-from clients.web._errors import error_response
+from clients.web._errors import error_response, invalid
 from clients.web._login_throttle import LoginThrottle
-from clients.web._passwords import MAX_PASSWORD_CHARS, PasswordChecker
+from clients.web._passwords import MAX_PASSWORD_CHARS, PasswordChecker, username_problem
 from clients.web._store import ScrapStore
 
 STATIC = Path(__file__).parent / "static"
@@ -68,6 +68,15 @@ async def _credentials(request: Request) -> tuple[str, str] | None:
     return username, password
 
 
+def _encodable(text: str) -> bool:
+    """Whether `text` has a UTF-8 form (a lone surrogate has none)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 async def create_session(request: Request) -> Response:
     """Log in."""
     settings = _settings(request)
@@ -79,6 +88,12 @@ async def create_session(request: Request) -> Response:
             422, "INVALID_ARGUMENT", 'the body must be {"username": "...", "password": "..."}'
         )
     username, password = credentials
+    # A name no user can have (NUL, a lone surrogate, ...) never reaches the database.
+    problem = username_problem(username)
+    if problem is not None:
+        return invalid("invalid login request", ("username", problem))
+    if not password.isprintable() and not _encodable(password):
+        return invalid("invalid login request", ("password", "must be valid Unicode text"))
     address = request.client.host if request.client else ""
     throttle: LoginThrottle = request.app.state.login_throttle
     wait = throttle.retry_after(username, address)

@@ -50,6 +50,7 @@ from clients.sdk._channel import DEFAULT_TIMEOUT
 from clients.sdk.outbox import Outbox, OutboxEntry
 from clients.web._auth import AuthSettings, SessionGuard, current_user
 from clients.web._body_guard import BodyGuard
+from clients.web._errors import invalid
 from clients.web._failures import on_http_error, on_store_error, on_unexpected_error
 from clients.web._login_throttle import LoginThrottle
 from clients.web._passwords import PasswordChecker
@@ -166,15 +167,6 @@ def jobs_error_response(error: JobsError) -> JSONResponse:
         else:
             status, error.message = 502, JOB_SERVICE_FAILED
     return JSONResponse(error_body(error), status_code=status, headers=headers)
-
-
-def invalid(message: str, *violations: tuple[str, str]) -> JSONResponse:
-    body = {
-        "code": "INVALID_ARGUMENT",
-        "message": message,
-        "fieldViolations": [{"field": f, "description": d} for f, d in violations],
-    }
-    return JSONResponse({"error": body}, status_code=422)
 
 
 def not_found(message: str) -> JSONResponse:

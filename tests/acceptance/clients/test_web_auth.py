@@ -121,6 +121,33 @@ def test_a_wrong_password_and_an_unknown_user_get_the_same_401(
     assert "set-cookie" not in answer.headers
 
 
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ('{"username": "ali\\u0000ce", "password": "p"}', "username"),
+        ('{"username": "\\ud800", "password": "p"}', "username"),
+        ('{"username": "a\\nb", "password": "p"}', "username"),
+        ('{"username": "alice", "password": "\\udfff"}', "password"),
+    ],
+)
+def test_a_hostile_login_is_a_precise_422_and_the_server_keeps_serving(
+    web_login: LoginWeb, body: str, field: str
+) -> None:
+    """JSON escapes let NUL and lone surrogates through; PostgreSQL cannot store or
+    compare them, so they never reach the database."""
+    answer = httpx.post(
+        f"{web_login.base}/api/session",
+        content=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "INVALID_ARGUMENT"
+    assert [v["field"] for v in error["fieldViolations"]] == [field]
+    client, _csrf = log_in(web_login.base, "alice")
+    client.close()
+
+
 def test_without_a_session_the_api_is_401_and_the_page_redirects(web_login: LoginWeb) -> None:
     base = web_login.base
     for method, path in [
