@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from clients._token_file import TokenFileError, read_token_file, token_file_warning
-from clients.sdk import ChannelSettings, JobsClient, ServiceUnavailableError
-from clients.sdk._channel import read_pem
+from san_jobs.client import ChannelSettings, JobsClient, ServiceUnavailableError
+from san_jobs.client._channel import read_pem
 from san_shared.exposure import is_loopback
 
 ENV_TOKEN = "SAN_JOBSCTL_TOKEN"

@@ -24,7 +24,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 
 from clients._display import format_time, job_type_name, status_name
 from clients.jobsctl._values import format_age
-from clients.sdk import JobsError
+from san_jobs.client import JobsError
 from san_shared.safe_text import escape_control, safe_text
 
 STATUS_STYLE = {

@@ -27,7 +27,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 
 from clients.jobsctl import _connection, _render
 from clients.jobsctl._values import parse_job_type, parse_since, parse_status, positive_int
-from clients.sdk import (
+from san_jobs.client import (
     CardAnalysisInput,
     ChannelSettings,
     DuplicateJobError,

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clients._token_file import TokenFileError, read_token_file, token_file_warning
-from clients.sdk import AsyncJobsClient, ChannelSettings
-from clients.sdk._channel import DEFAULT_TIMEOUT, read_pem
+from san_jobs.client import AsyncJobsClient, ChannelSettings
+from san_jobs.client._channel import DEFAULT_TIMEOUT, read_pem
 
 
 class LinkSettingsError(Exception):

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 import sqlalchemy.exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from clients.sdk.outbox import create_outbox_table
+from san_jobs.client.outbox import create_outbox_table
 from san_shared.sqlite_files import prepare_sqlite_url
 
 metadata = sa.MetaData()

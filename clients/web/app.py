@@ -32,7 +32,16 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from clients._display import format_time, job_type_name, status_name
-from clients.sdk import (
+from clients.web._auth import AuthSettings, SessionGuard, current_user
+from clients.web._body_guard import BodyGuard
+from clients.web._errors import invalid
+from clients.web._failures import on_http_error, on_store_error, on_unexpected_error
+from clients.web._login_throttle import LoginThrottle
+from clients.web._passwords import PasswordChecker
+from clients.web._security_headers import AllowedHosts, SecurityHeaders
+from clients.web._session_routes import create_session, delete_session, login_page, read_session
+from clients.web._store import Scrap, ScrapStore
+from san_jobs.client import (
     AsyncJobsClient,
     CardAnalysisInput,
     DuplicateJobError,
@@ -46,17 +55,8 @@ from clients.sdk import (
     RateLimitedError,
     ServiceUnavailableError,
 )
-from clients.sdk._channel import DEFAULT_TIMEOUT
-from clients.sdk.outbox import Outbox, OutboxEntry
-from clients.web._auth import AuthSettings, SessionGuard, current_user
-from clients.web._body_guard import BodyGuard
-from clients.web._errors import invalid
-from clients.web._failures import on_http_error, on_store_error, on_unexpected_error
-from clients.web._login_throttle import LoginThrottle
-from clients.web._passwords import PasswordChecker
-from clients.web._security_headers import AllowedHosts, SecurityHeaders
-from clients.web._session_routes import create_session, delete_session, login_page, read_session
-from clients.web._store import Scrap, ScrapStore
+from san_jobs.client._channel import DEFAULT_TIMEOUT
+from san_jobs.client.outbox import Outbox, OutboxEntry
 
 STATIC = Path(__file__).parent / "static"
 REQUESTED_BY = "san-web"

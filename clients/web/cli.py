@@ -15,7 +15,6 @@ from typing import NoReturn
 
 import uvicorn
 
-from clients.sdk._channel import DEFAULT_TIMEOUT
 from clients.web import _https
 from clients.web._auth_cli import add_auth_arguments, auth_options, resolve_auth_mode
 from clients.web._job_service_link import LinkSettingsError, load_link
@@ -27,6 +26,7 @@ from clients.web.app import (
     OutboxSettings,
     create_app,
 )
+from san_jobs.client._channel import DEFAULT_TIMEOUT
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
 DEFAULT_JOB_SERVICE = "127.0.0.1:50051"

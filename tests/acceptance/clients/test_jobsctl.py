@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import Stack
 
-from clients.sdk import CardAnalysisInput, JobsClient, JobStatus
+from san_jobs.client import CardAnalysisInput, JobsClient, JobStatus
 
 pytestmark = pytest.mark.acceptance
 

@@ -13,7 +13,7 @@ import pytest
 from _certs import write_test_certs
 from test_jobsctl_tls import jobsctl, one_line_error
 
-from clients.sdk import (
+from san_jobs.client import (
     AsyncJobsClient,
     CardAnalysisInput,
     PermissionDeniedError,

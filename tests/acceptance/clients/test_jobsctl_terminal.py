@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import Stack
 
-from clients.sdk import CardAnalysisInput, JobsClient
+from san_jobs.client import CardAnalysisInput, JobsClient
 
 pytestmark = pytest.mark.acceptance
 

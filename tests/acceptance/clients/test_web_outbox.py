@@ -20,7 +20,7 @@ import pytest
 from _grpc_proxy import CountingProxy
 from conftest import _stop, start_web
 
-from clients.sdk import Job, JobsClient, JobStatus
+from san_jobs.client import Job, JobsClient, JobStatus
 from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
 from tests.support.processes import RunningService, start_gateway, start_job_service
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
-from clients.sdk import CardAnalysisInput, InvalidRequestError, JobsClient
+from san_jobs.client import CardAnalysisInput, InvalidRequestError, JobsClient
 from tests.support.jobs_api import free_port
 from tests.support.processes import running, start_job_service
 

@@ -10,9 +10,10 @@ import pytest
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from clients.sdk import AsyncJobsClient, create_outbox_table
 from job_service.server import JobServiceRuntime, prepare_database
 from job_service.settings import JobServiceSettings
+from san_jobs.client import AsyncJobsClient
+from san_jobs.client.outbox import create_outbox_table
 from tests.integration.job_service.scripted_gateway import ScriptedGateway, start_scripted_gateway
 from tests.integration.outbox.outbox_support import (
     EnqueueProxy,

@@ -25,7 +25,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from clients.sdk import AsyncJobsClient
+from san_jobs.client import AsyncJobsClient
 from tests.integration.job_service.scripted_gateway import ScriptedGateway
 from tests.support.databases import (
     create_temp_postgres_database_async,

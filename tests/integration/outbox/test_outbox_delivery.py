@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from san.jobs.v1 import job_service_pb2 as pb
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
-from clients.sdk import Outbox, OutboxEntry
+from san_jobs.client.outbox import Outbox, OutboxEntry
 from tests.integration.job_service.scripted_gateway import Hang
 from tests.integration.outbox.outbox_support import Stack, wait_for
 

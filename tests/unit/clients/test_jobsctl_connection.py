@@ -10,7 +10,7 @@ import pytest
 
 from clients.jobsctl._connection import SettingsError, resolve, unavailable_message
 from clients.jobsctl.cli import build_parser
-from clients.sdk import ChannelSettings, ServiceUnavailableError
+from san_jobs.client import ChannelSettings, ServiceUnavailableError
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"

@@ -14,7 +14,7 @@ from grpc_status import rpc_status
 from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from clients.sdk import (
+from san_jobs.client import (
     AsyncJobsClient,
     CardAnalysisInput,
     DuplicateJobError,

@@ -11,7 +11,7 @@ from alembic.migration import MigrationContext
 from alembic.operations import Operations
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from clients.sdk import OUTBOX_MIGRATION, create_outbox_table, outbox_table
+from san_jobs.client.outbox import OUTBOX_MIGRATION, create_outbox_table, outbox_table
 
 
 def shape(conn: sa.Connection) -> dict[str, Any]:

@@ -15,8 +15,8 @@ import pytest
 from _clients_support import bad_request, error_info, make_job, retry_info, rich_trailers
 from san.jobs.v1 import job_service_pb2 as pb
 
-import clients.sdk
-from clients.sdk import (
+import san_jobs.client
+from san_jobs.client import (
     CardAnalysisInput,
     DuplicateJobError,
     FieldViolation,
@@ -32,7 +32,7 @@ from clients.sdk import (
     UnauthenticatedError,
     WaitTimeoutError,
 )
-from clients.sdk._channel import ChannelSettings
+from san_jobs.client._channel import ChannelSettings
 
 SERVICE = pb.DESCRIPTOR.services_by_name["JobService"]
 T = TypeVar("T")
@@ -63,9 +63,8 @@ def background(pool: ThreadPoolExecutor, fn: Callable[[], T]) -> Future[T]:
 
 
 def test_public_names_are_pinned() -> None:
-    assert sorted(clients.sdk.__all__) == sorted(
+    assert sorted(san_jobs.client.__all__) == sorted(
         [
-            "OUTBOX_MIGRATION",
             "SERVICE_CONFIG",
             "TERMINAL_STATUSES",
             "AsyncJobsClient",
@@ -86,8 +85,6 @@ def test_public_names_are_pinned() -> None:
             "JobsClient",
             "JobsError",
             "ListJobsResponse",
-            "Outbox",
-            "OutboxEntry",
             "PemSource",
             "PermissionDeniedError",
             "RateLimitedError",
@@ -98,14 +95,12 @@ def test_public_names_are_pinned() -> None:
             "TilGenerationInput",
             "UnauthenticatedError",
             "WaitTimeoutError",
-            "create_outbox_table",
             "error_from_rpc",
             "is_terminal",
-            "outbox_table",
         ]
     )
-    for name in clients.sdk.__all__:
-        assert getattr(clients.sdk, name) is not None
+    for name in san_jobs.client.__all__:
+        assert getattr(san_jobs.client, name) is not None
 
 
 def test_service_config_retries_unavailable_only() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from clients.sdk import AsyncJobsClient, ChannelSettings, JobsClient
+from san_jobs.client import AsyncJobsClient, ChannelSettings, JobsClient
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"

@@ -10,7 +10,8 @@ import pytest
 from _clients_support import make_job
 from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.sdk import (
+from clients.web.app import job_view, jobs_error_response
+from san_jobs.client import (
     DuplicateJobError,
     FieldViolation,
     InvalidJobStateError,
@@ -20,7 +21,6 @@ from clients.sdk import (
     RateLimitedError,
     ServiceUnavailableError,
 )
-from clients.web.app import job_view, jobs_error_response
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ import grpc
 from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from clients.sdk import _requests
-from clients.sdk._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
-from clients.sdk._errors import (
+from san_jobs.client import _requests
+from san_jobs.client._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
+from san_jobs.client._errors import (
     InvalidRequestError,
     JobNotFoundError,
     JobsError,
@@ -34,7 +34,7 @@ MAX_POLL_FAILURES = 10
 class JobsClient:
     """A blocking client of JobService.
 
-    Every method raises a :class:`~clients.sdk.JobsError` subclass on failure. Unary
+    Every method raises a :class:`~san_jobs.client.JobsError` subclass on failure. Unary
     calls get ``timeout`` seconds unless told otherwise. Use as a context manager, or
     call :meth:`close`.
 

@@ -13,10 +13,10 @@ import grpc
 from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from clients.sdk import _requests
-from clients.sdk._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
-from clients.sdk._client import MAX_POLL_FAILURES, POLL_INTERVAL
-from clients.sdk._errors import (
+from san_jobs.client import _requests
+from san_jobs.client._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
+from san_jobs.client._client import MAX_POLL_FAILURES, POLL_INTERVAL
+from san_jobs.client._errors import (
     InvalidRequestError,
     JobNotFoundError,
     JobsError,
@@ -28,10 +28,10 @@ T = TypeVar("T")
 
 
 class AsyncJobsClient:
-    """An asyncio client of JobService, the twin of :class:`~clients.sdk.JobsClient`.
+    """An asyncio client of JobService, the twin of :class:`~san_jobs.client.JobsClient`.
 
     Create it inside the running event loop; ``async with`` closes it. TLS settings
-    and ``token`` are those of :class:`~clients.sdk.JobsClient`.
+    and ``token`` are those of :class:`~san_jobs.client.JobsClient`.
     """
 
     def __init__(

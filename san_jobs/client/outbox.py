@@ -54,9 +54,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session, aliased
 
-from clients.sdk._async_client import AsyncJobsClient
-from clients.sdk._errors import JobsError, RateLimitedError
-from clients.sdk._outbox_schema import (
+from san_jobs.client._async_client import AsyncJobsClient
+from san_jobs.client._errors import JobsError, RateLimitedError
+from san_jobs.client._outbox_schema import (
     DELIVERED,
     OUTBOX_MIGRATION,
     OUTBOX_TABLE_NAME,

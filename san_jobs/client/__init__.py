@@ -1,6 +1,10 @@
 """The typed JobService SDK: a sync and an asyncio client, typed errors, the messages.
 
->>> from clients.sdk import JobsClient, CardAnalysisInput
+It needs only grpcio, protobuf and their status and common-protos packages
+(`pip install san-jobs`). The transactional outbox, which needs SQLAlchemy, is
+`san_jobs.client.outbox` (`pip install 'san-jobs[outbox]'`).
+
+>>> from san_jobs.client import JobsClient, CardAnalysisInput
 >>> with JobsClient("127.0.0.1:50051") as client:  # doctest: +SKIP
 ...     job = client.enqueue("scrap-1", CardAnalysisInput(text="Some page text")).job
 ...     print(client.wait(job.id, timeout=60).card_analysis_result.summary)
@@ -21,10 +25,10 @@ from san.jobs.v1.job_service_pb2 import (
     TilGenerationInput,
 )
 
-from clients.sdk._async_client import AsyncJobsClient
-from clients.sdk._channel import SERVICE_CONFIG, ChannelSettings, PemSource
-from clients.sdk._client import JobsClient
-from clients.sdk._errors import (
+from san_jobs.client._async_client import AsyncJobsClient
+from san_jobs.client._channel import SERVICE_CONFIG, ChannelSettings, PemSource
+from san_jobs.client._client import JobsClient
+from san_jobs.client._errors import (
     DuplicateJobError,
     FieldViolation,
     InvalidJobStateError,
@@ -38,17 +42,9 @@ from clients.sdk._errors import (
     WaitTimeoutError,
     error_from_rpc,
 )
-from clients.sdk._requests import TERMINAL_STATUSES, JobInput, is_terminal
-from clients.sdk.outbox import (
-    OUTBOX_MIGRATION,
-    Outbox,
-    OutboxEntry,
-    create_outbox_table,
-    outbox_table,
-)
+from san_jobs.client._requests import TERMINAL_STATUSES, JobInput, is_terminal
 
 __all__ = [
-    "OUTBOX_MIGRATION",
     "SERVICE_CONFIG",
     "TERMINAL_STATUSES",
     "AsyncJobsClient",
@@ -69,8 +65,6 @@ __all__ = [
     "JobsClient",
     "JobsError",
     "ListJobsResponse",
-    "Outbox",
-    "OutboxEntry",
     "PemSource",
     "PermissionDeniedError",
     "RateLimitedError",
@@ -81,8 +75,6 @@ __all__ = [
     "TilGenerationInput",
     "UnauthenticatedError",
     "WaitTimeoutError",
-    "create_outbox_table",
     "error_from_rpc",
     "is_terminal",
-    "outbox_table",
 ]

@@ -11,7 +11,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.sdk._errors import WaitTimeoutError
+from san_jobs.client._errors import WaitTimeoutError
 
 JobInput = pb.CardAnalysisInput | pb.TilGenerationInput | pb.RecallGenerationInput
 

@@ -1,0 +1,1 @@
+"""san-jobs for the programs that use it: `san_jobs.client` is the typed JobService SDK."""
