@@ -1,5 +1,5 @@
 """``python -m ai_gateway``: the same as the ``ai-gateway`` command."""
 
-from ai_gateway.cli import main
+from san_jobs._console_scripts import ai_gateway
 
-main()
+ai_gateway()

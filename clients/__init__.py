@@ -1,1 +1,2 @@
-"""Clients of JobService: the typed SDK, the ops CLI jobsctl and the web backend."""
+"""Clients of JobService: the ops CLI jobsctl and the web backend. The typed SDK is
+``san_jobs.client``; ``clients.sdk`` is its old, deprecated name."""

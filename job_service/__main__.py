@@ -1,3 +1,5 @@
-from job_service.cli import main
+"""``python -m job_service``: the same as the ``job-service`` command."""
 
-main()
+from san_jobs._console_scripts import job_service
+
+job_service()

@@ -1,3 +1,5 @@
-from clients.jobsctl.cli import main
+"""``python -m clients.jobsctl``: the same as the ``jobsctl`` command."""
 
-main()
+from san_jobs._console_scripts import jobsctl
+
+jobsctl()

@@ -1,3 +1,5 @@
-from clients.web.cli import main
+"""``python -m clients.web``: the same as the ``san-web`` command."""
 
-main()
+from san_jobs._console_scripts import san_web
+
+san_web()

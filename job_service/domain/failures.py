@@ -58,7 +58,7 @@ def _is_rate_limit(error: GatewayCallError) -> bool:
 
 
 def describe_gateway_error(error: GatewayCallError) -> Failure:
-    """Turn a gateway failure into what the job stores (CONTRACT.md, AiGateway table)."""
+    """Turn a gateway failure into what the job stores (docs/contract.md, "AiGateway")."""
     detail = error.message.strip()
     match error.code:
         case "DEADLINE_EXCEEDED":

@@ -27,7 +27,6 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 _DETAILS_KEY = "grpc-status-details-bin"
-ERROR_DOMAIN = "jobs.san"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The state machine of CONTRACT.md, "States"."""
+"""The state machine of docs/contract.md, "States"."""
 
 from __future__ import annotations
 
