@@ -1,60 +1,30 @@
-"""``ai-gateway``: command-line flags over ``SAN_GATEWAY_*`` environment variables."""
+"""``ai-gateway``: command-line flags over ``SAN_GATEWAY_*`` environment variables.
+
+Every flag is a field of `GatewaySettings` (san_shared.cli_settings derives them); a
+bad value is one line on stderr and exit code 2.
+"""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
-
-from pydantic import ValidationError
+from collections.abc import Sequence
 
 from ai_gateway.settings import ENV_PREFIX, GatewaySettings
+from san_shared.cli_settings import SettingsParser, settings_of
+from san_shared.event_loop import run
 from san_shared.safe_text import SafeFormatter, safe_text
 
-EXIT_USAGE = 2
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (no usage dump)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> SettingsParser:
     """One flag per settings field; values are checked by the settings model."""
-    parser = _Parser(
+    return SettingsParser(
         prog="ai-gateway",
         description="AiGateway: the one place in san that talks to models (gRPC).",
         epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<FLAG>, "
         "e.g. --fault-latency as SAN_GATEWAY_FAULT_LATENCY. Flags win.",
+        settings=GatewaySettings,
     )
-    for name, field in GatewaySettings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        default = field.default
-        shown = (
-            default.get_secret_value() and "***"
-            if hasattr(default, "get_secret_value")
-            else default
-        )
-        text = f"{field.description} (env {ENV_PREFIX}{name.upper()}; default {shown})"
-        if field.annotation is bool:  # a switch: given means true; its variable takes true/false
-            parser.add_argument(
-                flag,
-                dest=name,
-                default=argparse.SUPPRESS,
-                action="store_const",
-                const=True,
-                help=text,
-            )
-            continue
-        parser.add_argument(
-            flag, dest=name, default=argparse.SUPPRESS, metavar=name.upper(), help=text
-        )
-    return parser
 
 
 def load_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
@@ -62,37 +32,7 @@ def load_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
 
     Exits with status 2 and one line on stderr when a value is invalid.
     """
-    parser = build_parser()
-    flags = vars(parser.parse_args(argv))
-    try:
-        return GatewaySettings(**flags)
-    except ValidationError as err:
-        parser.error(_describe(err, set(flags)))
-
-
-def _describe(err: ValidationError, given: set[str]) -> str:
-    parts = []
-    for problem in err.errors():
-        if not problem["loc"]:  # a check across fields: its message names the flags
-            parts.append(str(problem["msg"]))
-            continue
-        name = str(problem["loc"][0])
-        where = "--" + name.replace("_", "-") if name in given else f"{ENV_PREFIX}{name.upper()}"
-        parts.append(f"{where}: {problem['msg']} (got {problem.get('input')!r})")
-    # The value given may be a URL with a password in it.
-    return safe_text("; ".join(parts))
-
-
-def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop (cheaper per call than asyncio's own), unless told
-    otherwise or not installed; None means asyncio's."""
-    if name != "uvloop":
-        return None
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - a platform uvloop does not support
-        return None
-    return uvloop.new_event_loop
+    return settings_of(build_parser().parse_args(argv), GatewaySettings)
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -114,8 +54,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from ai_gateway.server import serve  # after logging is set up; keeps --help fast
 
     try:
-        with asyncio.Runner(loop_factory=_loop_factory(settings.event_loop)) as runner:
-            runner.run(serve(settings))
+        run(serve(settings), settings.event_loop)
     except (OSError, RuntimeError) as err:
         print(safe_text(f"ai-gateway: error: {err}"), file=sys.stderr)
         sys.exit(1)

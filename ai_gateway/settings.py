@@ -13,6 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ai_gateway.callers import read_caller_tokens
 from ai_gateway.faults import FaultConfig
+from san_shared.cli_settings import HostPort
+from san_shared.event_loop import EventLoopName
 from san_shared.tls_settings import tls_pair_problem
 
 ENV_PREFIX = "SAN_GATEWAY_"
@@ -25,7 +27,7 @@ class GatewaySettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="forbid")
 
-    listen: str = Field("127.0.0.1:50052", description="HOST:PORT to listen on (port 0: any)")
+    listen: HostPort = Field("127.0.0.1:50052", description="HOST:PORT to listen on (port 0: any)")
     backend: BackendName = Field("local", description="local, openai or instant")
     openai_base_url: str = Field("https://api.openai.com/v1", description="OpenAI-compatible API")
     openai_api_key: SecretStr = Field(SecretStr(""), description="API key (Bearer token)")
@@ -65,9 +67,7 @@ class GatewaySettings(BaseSettings):
         "(a switch: takes no value)",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="logging")
-    event_loop: Literal["uvloop", "asyncio"] = Field(
-        "uvloop", description="uvloop, or asyncio's own event loop"
-    )
+    event_loop: EventLoopName = Field("uvloop", description="uvloop, or asyncio's own event loop")
     fault_latency: float = Field(0.0, ge=0, description="injected delay before the backend (s)")
     fault_unavailable_rate: float = Field(0.0, ge=0, le=1, description="P(injected UNAVAILABLE)")
     fault_rate_limit_rate: float = Field(0.0, ge=0, le=1, description="P(injected 429)")
@@ -79,14 +79,6 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
-
-    @field_validator("listen")
-    @classmethod
-    def _check_listen(cls, value: str) -> str:
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError(f"expected HOST:PORT with a port from 0 to 65535, got {value!r}")
-        return value
 
     @field_validator("openai_api_key_file")
     @classmethod

@@ -3,21 +3,25 @@ variables, overridden by command-line flags (cli.py)."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from job_service.domain.job_types import JobType, default_deadlines, job_type_named
 from job_service.domain.limits import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MAX_MAX_MESSAGE_BYTES,
     MIN_MAX_MESSAGE_BYTES,
 )
-from job_service.domain.model import JobType
+from san_shared.cli_settings import HostPort
+from san_shared.event_loop import EventLoopName
 from san_shared.exposure import is_loopback
 from san_shared.tls_settings import tls_pair_problem
 
@@ -30,13 +34,17 @@ def default_instance_id() -> str:
 
 class JobServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    # Set by _legacy_deadlines from SAN_JOBS_DEADLINE_<TYPE> (see deadlines()).
+    _legacy_deadline: dict[JobType, float] = PrivateAttr(default_factory=dict)
 
-    listen: str = Field("127.0.0.1:50051", description="HOST:PORT to serve gRPC on")
+    listen: HostPort = Field(
+        "127.0.0.1:50051", description="HOST:PORT to serve gRPC on (port 0 picks a free one)"
+    )
     database_url: str = Field(
         "sqlite+aiosqlite:///var/jobs.db",
         description="SQLAlchemy async URL: sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST:PORT/DB",
     )
-    gateway: str = Field("127.0.0.1:50052", description="HOST:PORT of AiGateway")
+    gateway: HostPort = Field("127.0.0.1:50052", description="HOST:PORT of AiGateway")
     workers: int = Field(10, ge=1, le=10_000, description="jobs run at once by this instance")
     lease: float = Field(60.0, gt=0, description="seconds a claim lasts without renewal")
     max_attempts: int = Field(3, ge=1, le=100, description="default attempts before FAILED")
@@ -45,9 +53,14 @@ class JobServiceSettings(BaseSettings):
     deadline: float | None = Field(
         None, gt=0, description="gateway deadline for every job type, seconds"
     )
-    deadline_card_analysis: float = Field(30.0, gt=0)
-    deadline_til_generation: float = Field(60.0, gt=0)
-    deadline_recall_generation: float = Field(60.0, gt=0)
+    # Keys are job type names (job_types.py); on the command line TYPE=SECONDS,
+    # repeatable; in the environment a JSON object ({"TIL_GENERATION": 90}).
+    deadline_for: dict[str, float] = Field(
+        default_factory=dict,
+        description="gateway deadline of one job type, seconds (repeatable; default: "
+        "each type's own)",
+        json_schema_extra={"metavar": "TYPE=SECONDS"},
+    )
     poll_interval: float = Field(1.0, gt=0, description="fallback poll for due jobs, seconds")
     batch_interval: float = Field(
         0.002,
@@ -76,10 +89,13 @@ class JobServiceSettings(BaseSettings):
     )
     max_feeds: int = Field(100, ge=1, description="live feeds (no job_ids) open on this instance")
     max_feeds_per_peer: int = Field(10, ge=1, description="live feeds open from one peer")
-    instance_id: str = Field(default_factory=default_instance_id)
-    log_level: str = Field("INFO")
-    event_loop: Literal["uvloop", "asyncio"] = Field(
-        "uvloop", description="uvloop, or asyncio's own loop"
+    instance_id: str = Field(
+        default_factory=default_instance_id,
+        description="name of this instance in logs and notifications (default HOST-PID-RANDOM)",
+    )
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    event_loop: EventLoopName = Field(
+        "uvloop", description="uvloop (a fifth less CPU per job), or asyncio's own loop"
     )
     # TLS (san_shared.tls): the files are read and checked at start, re-read on SIGHUP.
     tls_cert: Path | None = Field(None, description="serve TLS with this PEM certificate chain")
@@ -98,7 +114,9 @@ class JobServiceSettings(BaseSettings):
     )
     # For a gateway that knows its callers by token (its --caller-tokens-file).
     gateway_token_file: Path | None = Field(
-        None, description="send the bearer token in this file on every gateway call"
+        None,
+        description="send the bearer token in this file on every gateway call "
+        "(a gateway with --caller-tokens-file)",
     )
     insecure: bool = Field(
         False, description="listen beyond loopback without TLS and authentication anyway"
@@ -106,16 +124,10 @@ class JobServiceSettings(BaseSettings):
     # Bearer tokens with roles (job_service.auth). Unset: "off" on a loopback address,
     # "token" on any other (secure by default); resolved when the settings are made.
     auth: Literal["off", "token"] | None = Field(
-        None, description="off, or token: every RPC but health needs a bearer token"
+        None,
+        description="off, or token: every RPC but health needs a bearer token "
+        "(default off on loopback, token on any other address)",
     )
-
-    @field_validator("listen", "gateway")
-    @classmethod
-    def _host_port(cls, value: str) -> str:
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError(f"expected HOST:PORT, got {value!r}")
-        return value
 
     @field_validator("gateway_token_file")
     @classmethod
@@ -174,14 +186,68 @@ class JobServiceSettings(BaseSettings):
             raise ValueError("expected DEBUG, INFO, WARNING or ERROR")
         return upper
 
+    @field_validator("deadline_for", mode="before")
+    @classmethod
+    def _deadline_for(cls, value: object) -> object:
+        return parse_deadline_for(value)
+
+    @model_validator(mode="after")
+    def _legacy_deadlines(self) -> JobServiceSettings:
+        # SAN_JOBS_DEADLINE_<TYPE>, one variable per type, as the README documented
+        # before --deadline-for; read for every registered type.
+        self._legacy_deadline = legacy_deadlines(os.environ)
+        return self
+
     def deadlines(self) -> dict[JobType, float]:
+        """Each type's gateway deadline: --deadline if set, else its --deadline-for, else
+        its SAN_JOBS_DEADLINE_<TYPE>, else its registry default."""
         if self.deadline is not None:
             return dict.fromkeys(JobType, self.deadline)
-        return {
-            JobType.CARD_ANALYSIS: self.deadline_card_analysis,
-            JobType.TIL_GENERATION: self.deadline_til_generation,
-            JobType.RECALL_GENERATION: self.deadline_recall_generation,
-        }
+        chosen = default_deadlines()
+        chosen.update(self._legacy_deadline)
+        chosen.update({JobType(name): seconds for name, seconds in self.deadline_for.items()})
+        return chosen
+
+
+def _job_type_name(text: str) -> str:
+    """The registered type `text` names (card-analysis, CARD_ANALYSIS); ValueError else."""
+    name = text.strip().upper().replace("-", "_")
+    if job_type_named(name) is None:
+        known = ", ".join(t.value for t in JobType)
+        raise ValueError(f"unknown job type {text.strip()!r} (known: {known})")
+    return name
+
+
+def _seconds(text: object, what: str) -> float:
+    try:
+        seconds = float(text)  # type: ignore[arg-type]  # anything else is refused below
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: {text!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{what}: must be a number of seconds above 0, got {text!r}")
+    return seconds
+
+
+def parse_deadline_for(value: object) -> dict[str, float]:
+    """--deadline-for as given (the flags' TYPE=SECONDS pairs, SAN_JOBS_DEADLINE_FOR's
+    JSON object): seconds by registered type name (card-analysis is CARD_ANALYSIS)."""
+    if not isinstance(value, Mapping):
+        raise ValueError('expected seconds by job type, e.g. {"TIL_GENERATION": 90}')
+    parsed: dict[str, float] = {}
+    for key, seconds in value.items():
+        name = _job_type_name(str(key))
+        parsed[name] = _seconds(seconds, name)
+    return parsed
+
+
+def legacy_deadlines(environ: Mapping[str, str]) -> dict[JobType, float]:
+    """The types' deadlines set by SAN_JOBS_DEADLINE_<TYPE> variables."""
+    found: dict[JobType, float] = {}
+    for job_type in JobType:
+        variable = f"{ENV_PREFIX}DEADLINE_{job_type.value}"
+        if environ.get(variable):
+            found[job_type] = _seconds(environ[variable], variable)
+    return found
 
 
 def read_token_file(path: Path) -> str:

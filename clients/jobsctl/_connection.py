@@ -1,24 +1,22 @@
-"""How jobsctl reaches JobService: TLS files and the token from flags or the
-environment, and what to tell the user when the connection itself fails."""
+"""How jobsctl reaches JobService: TLS files and the token from its settings (flags
+over ``SAN_JOBSCTL_*`` variables), and what to tell the user when the connection
+itself fails."""
 
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from clients._token_file import TokenFileError, read_token_file, token_file_warning
+from clients.jobsctl._settings import JobsctlSettings
 from san_jobs.client import ChannelSettings, JobsClient, ServiceUnavailableError
 from san_jobs.client._channel import read_pem
+from san_shared.cli_settings import env_of, flags_given, settings_of
 from san_shared.exposure import is_loopback
 
-ENV_TOKEN = "SAN_JOBSCTL_TOKEN"
-ENV_TOKEN_FILE = "SAN_JOBSCTL_TOKEN_FILE"
-ENV_TLS = "SAN_JOBSCTL_TLS"
-ENV_TLS_CA = "SAN_JOBSCTL_TLS_CA"
-ENV_TLS_CERT = "SAN_JOBSCTL_TLS_CERT"
-ENV_TLS_KEY = "SAN_JOBSCTL_TLS_KEY"
+ENV_TOKEN = env_of(JobsctlSettings, "token")
+ENV_TOKEN_FILE = env_of(JobsctlSettings, "token_file")
 
 
 class SettingsError(Exception):
@@ -46,36 +44,34 @@ class Connection:
         )
 
 
-def _pick(flag: str | None, env: Mapping[str, str], name: str) -> str | None:
-    """A flag given on the command line beats its environment variable."""
-    return flag if flag is not None else (env.get(name) or None)
-
-
-def _token(args: argparse.Namespace, env: Mapping[str, str], warnings: list[str]) -> str | None:
+def _token(settings: JobsctlSettings, given: frozenset[str], warnings: list[str]) -> str | None:
     # The command line is read first as a whole, then the environment: --token-file
     # wins over SAN_JOBSCTL_TOKEN, and --token over SAN_JOBSCTL_TOKEN_FILE.
-    for token, token_file, where in (
-        (args.token, args.token_file, "--token and --token-file"),
-        (env.get(ENV_TOKEN) or None, env.get(ENV_TOKEN_FILE) or None,
-         f"{ENV_TOKEN} and {ENV_TOKEN_FILE}"),
-    ):  # fmt: skip
-        if token is not None and token_file is not None:
-            raise SettingsError(f"{where} both give a token: keep one")
-        if token is not None:
-            return str(token)
-        if token_file is not None:
-            try:
-                value = read_token_file(token_file)
-            except TokenFileError as error:
-                raise SettingsError(str(error)) from None
-            warning = token_file_warning(token_file)
-            if warning:
-                warnings.append(warning)
-            return value
-    return None
+    token = None if settings.token is None else settings.token.get_secret_value()
+    token_file = settings.token_file
+    if given & {"token", "token_file"}:
+        token = token if "token" in given else None
+        token_file = token_file if "token_file" in given else None
+        where = "--token and --token-file"
+    else:
+        where = f"{ENV_TOKEN} and {ENV_TOKEN_FILE}"
+    if token is not None and token_file is not None:
+        raise SettingsError(f"{where} both give a token: keep one")
+    if token is not None:
+        return token
+    if token_file is None:
+        return None
+    try:
+        value = read_token_file(token_file)
+    except TokenFileError as error:
+        raise SettingsError(str(error)) from None
+    warning = token_file_warning(token_file)
+    if warning:
+        warnings.append(warning)
+    return value
 
 
-def _pem(path: str | None, flag: str) -> bytes | None:
+def _pem(path: Path | None, flag: str) -> bytes | None:
     if path is None:
         return None
     try:
@@ -86,35 +82,36 @@ def _pem(path: str | None, flag: str) -> bytes | None:
         raise SettingsError(str(error)) from None
 
 
-def resolve(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> Connection:
-    """The connection settings from parsed ``args`` and ``env``, checked: every file
-    is read now, so a wrong path is a usage error, not a failed call."""
+def resolve(args: argparse.Namespace) -> Connection:
+    """The connection settings from ``args`` (parsed by jobsctl's parser, which read
+    the flags over the environment), checked: every file is read now, so a wrong path
+    is a usage error, not a failed call."""
+    settings = settings_of(args, JobsctlSettings)
     warnings: list[str] = []
-    token = _token(args, env, warnings)
-    ca = _pem(_pick(args.tls_ca, env, ENV_TLS_CA), "--tls-ca")
-    cert = _pem(_pick(args.tls_cert, env, ENV_TLS_CERT), "--tls-cert")
-    key = _pem(_pick(args.tls_key, env, ENV_TLS_KEY), "--tls-key")
+    token = _token(settings, flags_given(args), warnings)
+    ca = _pem(settings.tls_ca, "--tls-ca")
+    cert = _pem(settings.tls_cert, "--tls-cert")
+    key = _pem(settings.tls_key, "--tls-key")
     if (cert is None) != (key is None):
         raise SettingsError("--tls-cert and --tls-key go together (mutual TLS needs both)")
-    tls = bool(args.tls) or env.get(ENV_TLS) == "1"
     try:
-        settings = ChannelSettings.build(
-            args.target,
-            tls=tls,
+        channel = ChannelSettings.build(
+            settings.target,
+            tls=settings.tls,
             tls_ca=ca,
             tls_cert=cert,
             tls_key=key,
             token=token,
-            timeout=args.timeout,
+            timeout=settings.timeout,
         )
     except ValueError as error:
         raise SettingsError(str(error)) from None
-    if token is not None and not settings.tls and not is_loopback(args.target):
+    if token is not None and not channel.tls and not is_loopback(settings.target):
         warnings.append(
-            f"the token goes to {args.target} without TLS, readable on the way "
+            f"the token goes to {settings.target} without TLS, readable on the way "
             "(use --tls-ca or --tls)"
         )
-    return Connection(settings, warnings)
+    return Connection(channel, warnings)
 
 
 def unavailable_message(error: ServiceUnavailableError, settings: ChannelSettings) -> str:

@@ -17,7 +17,6 @@ Exit codes (also in ``jobsctl --help``)::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -26,24 +25,27 @@ from typing import NoReturn
 from san.jobs.v1 import job_service_pb2 as pb
 
 from clients.jobsctl import _connection, _render
+from clients.jobsctl._job_inputs import (
+    InputError,
+    add_enqueue_commands,
+    enqueue_input,
+    job_type_choices,
+)
+from clients.jobsctl._settings import JobsctlSettings
 from clients.jobsctl._values import parse_job_type, parse_since, parse_status, positive_int
 from san_jobs.client import (
-    CardAnalysisInput,
     ChannelSettings,
     DuplicateJobError,
     InvalidJobStateError,
     InvalidRequestError,
-    JobInput,
     JobNotFoundError,
     JobsClient,
     JobsError,
     PermissionDeniedError,
-    RecallGenerationInput,
-    RecallSource,
     ServiceUnavailableError,
-    TilGenerationInput,
     UnauthenticatedError,
 )
+from san_shared.cli_settings import SettingsParser
 
 EXIT_OK = 0
 EXIT_JOB_UNSUCCESSFUL = 1
@@ -59,18 +61,9 @@ EXIT_INTERRUPTED = 130
 CONFIRM_OVER = 100
 """retry-failed asks before moving more jobs than this (unless --yes)."""
 
-DEFAULT_TARGET = "127.0.0.1:50051"
-
 EPILOG = """\
 environment:
-  SAN_JOBSCTL_TARGET   JobService HOST:PORT (like --target)
-  SAN_JOBSCTL_TIMEOUT  deadline of each call in seconds (like --timeout)
-  SAN_JOBSCTL_TOKEN       bearer token sent with every call (like --token)
-  SAN_JOBSCTL_TOKEN_FILE  file holding the token (like --token-file)
-  SAN_JOBSCTL_TLS         1 to connect with TLS (like --tls)
-  SAN_JOBSCTL_TLS_CA      CA certificate file (like --tls-ca)
-  SAN_JOBSCTL_TLS_CERT    client certificate file (like --tls-cert)
-  SAN_JOBSCTL_TLS_KEY     client key file (like --tls-key)
+  each connection option above has its variable, shown beside it [env ...];
   a flag beats its variable; --token-file is safer than --token (ps, shell history)
 
 exit codes:
@@ -85,23 +78,11 @@ class UsageError(Exception):
     """A problem with the command line found after parsing."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr, not the usage block."""
+class _Parser(SettingsParser):
+    """A usage error or a bad setting is one line on stderr, pointing to the help."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-        raise SystemExit(EXIT_USAGE)
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        sys.stderr.write(f"jobsctl: error: {name}={raw!r} is not a number\n")
-        raise SystemExit(EXIT_USAGE) from None
+        super().error(f"{message} (see '{self.prog} --help')")
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +96,7 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
 def _filter_flags(parser: argparse.ArgumentParser, *, for_retry: bool) -> None:
     parser.add_argument(
         "--type", dest="types", action="append", type=parse_job_type, default=[],
-        metavar="TYPE", help="card-analysis, til-generation or recall-generation (repeatable)",
+        metavar="TYPE", help=f"{job_type_choices()} (repeatable)",
     )  # fmt: skip
     if for_retry:
         parser.add_argument(
@@ -144,41 +125,14 @@ def _filter_flags(parser: argparse.ArgumentParser, *, for_retry: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The connection flags (--target, --token-file, --tls-ca, ...) are JobsctlSettings'
+    # fields; the ones below are the command's own.
     parser = _Parser(
         prog="jobsctl",
         description="Operate JobService: enqueue, inspect, watch, retry and cancel jobs.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--target", default=os.environ.get("SAN_JOBSCTL_TARGET") or DEFAULT_TARGET,
-        metavar="HOST:PORT", help=f"JobService address (default {DEFAULT_TARGET})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--timeout", type=float, default=_env_float("SAN_JOBSCTL_TIMEOUT", 10.0),
-        metavar="SECONDS", help="deadline of each call (default 10)",
-    )  # fmt: skip
-    # Defaults of None: the environment is read after parsing (_connection.resolve),
-    # so that a flag can be told apart from its variable.
-    parser.add_argument("--token", default=None, help="bearer token sent with every call")
-    parser.add_argument(
-        "--token-file", default=None, metavar="PATH",
-        help="read the bearer token from PATH (trailing newline ignored)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--tls", action="store_true", default=False,
-        help="connect with TLS, trusting the system root certificates",
-    )  # fmt: skip
-    parser.add_argument(
-        "--tls-ca", default=None, metavar="PATH",
-        help="connect with TLS, trusting the CA certificate in PATH (PEM)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--tls-cert", default=None, metavar="PATH",
-        help="client certificate (PEM) for mutual TLS; with --tls-key",
-    )  # fmt: skip
-    parser.add_argument(
-        "--tls-key", default=None, metavar="PATH", help="the client certificate's key (PEM)"
+        settings=JobsctlSettings,
     )
     parser.add_argument("--json", action="store_true", default=False, help="print JSON for scripts")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -197,23 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="return the active job for the same type and target instead of failing",
     )  # fmt: skip
     _json_flag(common)
-    card = kinds.add_parser("card-analysis", parents=[common], help="summary and tags of a page")
-    card.add_argument("--text", required=True, help="the page's text ('-' reads stdin)")
-    card.add_argument("--url", default="")
-    card.add_argument("--title", default="")
-    til = kinds.add_parser("til-generation", parents=[common], help="a TIL note from notes")
-    til.add_argument("--day", required=True, metavar="YYYY-MM-DD")
-    til.add_argument("--note", dest="notes", action="append", required=True, help="repeatable")
-    recall = kinds.add_parser("recall-generation", parents=[common], help="recall questions")
-    recall.add_argument(
-        "--source-text", dest="source_texts", action="append", required=True, metavar="TEXT",
-        help="a source text (repeatable)",
-    )  # fmt: skip
-    recall.add_argument(
-        "--source-title", dest="source_titles", action="append", default=[], metavar="TITLE",
-        help="title of the source text at the same position (repeatable)",
-    )  # fmt: skip
-    recall.add_argument("--question-count", type=positive_int, default=0, metavar="N")
+    add_enqueue_commands(kinds, common)  # one per job type of the contract
 
     get = commands.add_parser("get", help="show one job")
     get.add_argument("job_id", metavar="JOB_ID")
@@ -252,26 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _job_input(args: argparse.Namespace) -> JobInput:
-    if args.kind == "card-analysis":
-        text = sys.stdin.read() if args.text == "-" else args.text
-        return CardAnalysisInput(text=text, url=args.url, title=args.title)
-    if args.kind == "til-generation":
-        return TilGenerationInput(day=args.day, notes=args.notes)
-    titles = list(args.source_titles)
-    if len(titles) > len(args.source_texts):
-        raise UsageError("more --source-title than --source-text")
-    titles += [""] * (len(args.source_texts) - len(titles))
-    sources = [
-        RecallSource(title=t, text=x) for t, x in zip(titles, args.source_texts, strict=True)
-    ]
-    return RecallGenerationInput(sources=sources, question_count=args.question_count)
-
-
 def cmd_enqueue(client: JobsClient, args: argparse.Namespace) -> int:
+    try:
+        job_input = enqueue_input(args)
+    except InputError as error:
+        raise UsageError(str(error)) from None
     response = client.enqueue(
         args.target_id,
-        _job_input(args),
+        job_input,
         requested_by=args.requested_by,
         request_id=args.request_id,
         max_attempts=args.max_attempts,

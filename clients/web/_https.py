@@ -1,13 +1,13 @@
-"""san-web over HTTPS: the ``--tls-cert/--tls-key/--tls-client-ca`` and
-``--insecure`` flags, the secure-by-default rule of ``san_shared.exposure``, and the
-certificate re-read on SIGHUP (rotation without a restart)."""
+"""san-web over HTTPS: what the ``--tls-cert/--tls-key/--tls-client-ca`` and
+``--insecure`` settings mean under the secure-by-default rule of
+``san_shared.exposure``, and the certificate re-read on SIGHUP (rotation without a
+restart)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import ssl
 from pathlib import Path
@@ -19,40 +19,9 @@ from san_shared.exposure import exposure_problem
 
 log = logging.getLogger("san_web.https")
 
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-
 
 class HttpsSettingsError(Exception):
     """A TLS or exposure setting that stops the start (one line, names the flag)."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The HTTPS flags, and the JobService link flags, each with its SAN_WEB_* variable."""
-    env = os.environ.get
-    for flag, variable, text in (
-        ("--tls-cert", "SAN_WEB_TLS_CERT",
-         "serve HTTPS with this certificate (PEM; with --tls-key)"),
-        ("--tls-key", "SAN_WEB_TLS_KEY", "the certificate's private key (PEM)"),
-        ("--tls-client-ca", "SAN_WEB_TLS_CLIENT_CA",
-         "also require browser/client certificates signed by this CA (PEM)"),
-        ("--job-service-tls-ca", "SAN_WEB_JOB_SERVICE_TLS_CA",
-         "call JobService over TLS, trusting this CA (PEM)"),
-        ("--job-service-tls-cert", "SAN_WEB_JOB_SERVICE_TLS_CERT",
-         "client certificate toward JobService, for mutual TLS (PEM)"),
-        ("--job-service-tls-key", "SAN_WEB_JOB_SERVICE_TLS_KEY", "that certificate's key (PEM)"),
-        ("--job-service-token-file", "SAN_WEB_JOB_SERVICE_TOKEN_FILE",
-         "file holding the bearer token san-web calls JobService with (role submitter)"),
-    ):  # fmt: skip
-        parser.add_argument(
-            flag, type=Path, default=env(variable) or None, metavar="PATH",
-            help=f"{text} [env {variable}]",
-        )  # fmt: skip
-    parser.add_argument(
-        "--insecure", action="store_true",
-        default=(env("SAN_WEB_INSECURE") or "").lower() in TRUE_WORDS,
-        help="listen beyond loopback even without TLS and password logins (a risk you "
-        "accept) [env SAN_WEB_INSECURE=1]",
-    )  # fmt: skip
 
 
 def _check_loads(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:

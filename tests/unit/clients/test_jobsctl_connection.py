@@ -3,7 +3,9 @@ and the one-line advice for each way a TLS connection fails."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from unittest import mock
 
 import grpc
 import pytest
@@ -16,8 +18,17 @@ PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
 
 
+@pytest.fixture(autouse=True)
+def _no_jobsctl_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("SAN_JOBSCTL_"):
+            monkeypatch.delenv(name)
+
+
 def settings_of(*argv: str, env: dict[str, str] | None = None) -> ChannelSettings:
-    return resolve(build_parser().parse_args([*argv, "stats"]), env or {}).settings
+    # The parser reads the variables, as jobsctl does: set them only while it parses.
+    with mock.patch.dict(os.environ, env or {}):
+        return resolve(build_parser().parse_args([*argv, "stats"])).settings
 
 
 @pytest.fixture
@@ -64,9 +75,9 @@ def test_only_the_trailing_line_break_is_removed(files: Path) -> None:
 def test_a_token_file_open_to_others_warns_like_ssh(files: Path) -> None:
     path = files / "flag.token"
     args = build_parser().parse_args(["--token-file", str(path), "stats"])
-    assert resolve(args, {}).warnings == []
+    assert resolve(args).warnings == []
     path.chmod(0o640)
-    (warning,) = resolve(args, {}).warnings
+    (warning,) = resolve(args).warnings
     assert (
         warning == f"token file {path} is accessible by others (mode 0640); run: chmod 600 {path}"
     )
@@ -74,10 +85,10 @@ def test_a_token_file_open_to_others_warns_like_ssh(files: Path) -> None:
 
 def test_a_token_sent_in_plaintext_beyond_loopback_warns() -> None:
     args = build_parser().parse_args(["--target", "10.1.2.3:50051", "--token", "t", "stats"])
-    (warning,) = resolve(args, {}).warnings
+    (warning,) = resolve(args).warnings
     assert "without TLS" in warning
     loopback = build_parser().parse_args(["--token", "t", "stats"])
-    assert resolve(loopback, {}).warnings == []
+    assert resolve(loopback).warnings == []
 
 
 def test_tls_files_from_flags_and_environment(files: Path) -> None:

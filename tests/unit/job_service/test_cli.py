@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from job_service.cli import FLAGS, build_parser, load_settings
+from job_service.cli import load_settings
 from job_service.domain.model import JobType
+from job_service.settings import JobServiceSettings
 
 BIN = Path(sys.executable).parent
 
 
-def settings_for(argv: list[str]):  # type: ignore[no-untyped-def]
-    return load_settings(build_parser().parse_args(argv))
+def settings_for(argv: list[str]) -> JobServiceSettings:
+    return load_settings(argv)
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,69 +32,65 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.poll_interval, settings.grace) == (1.0, 30.0)
     assert settings.batch_interval == 0.002
     assert settings.event_loop == "uvloop"
-    assert settings.deadlines() == {
-        JobType.CARD_ANALYSIS: 30.0,
-        JobType.TIL_GENERATION: 60.0,
-        JobType.RECALL_GENERATION: 60.0,
-    }
+    deadlines = settings.deadlines()
+    assert set(deadlines) == set(JobType)  # every registered type has one
+    assert deadlines[JobType.CARD_ANALYSIS] == 30.0
+    assert deadlines[JobType.TIL_GENERATION] == deadlines[JobType.RECALL_GENERATION] == 60.0
 
 
-def test_every_flag_has_an_environment_variable(
+def test_every_setting_is_read_from_its_environment_variable(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     token_file = tmp_path / "gateway.token"
     token_file.write_text("gw-token-0123456789\n")  # read when the settings are made
-    values = {
-        "listen": "0.0.0.0:6000",
-        "database_url": "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
-        "gateway": "gw:7000",
-        "workers": "7",
-        "lease": "12.5",
-        "max_attempts": "5",
-        "retry_base_delay": "0.5",
-        "retry_max_delay": "9",
-        "deadline": "4",
-        "poll_interval": "0.25",
-        "batch_interval": "0.01",
-        "grace": "3",
-        "max_text_chars": "500",
-        "max_streams": "900",
-        "max_streams_per_peer": "90",
-        "max_streams_per_connection": "80",
-        "max_feeds": "9",
-        "max_feeds_per_peer": "2",
-        "max_message_bytes": "1048576",
-        "instance_id": "blue",
-        "log_level": "debug",
-        "event_loop": "asyncio",
-        "tls_cert": "/certs/js.pem",
-        "tls_key": "/certs/js-key.pem",
-        "tls_client_ca": "/certs/ca.pem",
-        "gateway_tls_ca": "/certs/gw-ca.pem",
-        "gateway_tls_cert": "/certs/client.pem",
-        "gateway_tls_key": "/certs/client-key.pem",
-        "gateway_token_file": str(token_file),
-        "insecure": "true",
-        "auth": "off",
+    # field -> (its variable's text, the value the settings must hold), for every field:
+    # each is set to something other than its default, and each is read back.
+    values: dict[str, tuple[str, object]] = {
+        "listen": ("0.0.0.0:6000", "0.0.0.0:6000"),
+        "database_url": (
+            "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
+            "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
+        ),
+        "gateway": ("gw:7000", "gw:7000"),
+        "workers": ("7", 7),
+        "lease": ("12.5", 12.5),
+        "max_attempts": ("5", 5),
+        "retry_base_delay": ("0.5", 0.5),
+        "retry_max_delay": ("9", 9.0),
+        "deadline": ("4", 4.0),
+        "deadline_for": ('{"til-generation": 9}', {"TIL_GENERATION": 9.0}),
+        "poll_interval": ("0.25", 0.25),
+        "batch_interval": ("0.01", 0.01),
+        "grace": ("3", 3.0),
+        "max_text_chars": ("500", 500),
+        "max_streams": ("900", 900),
+        "max_streams_per_peer": ("90", 90),
+        "max_streams_per_connection": ("80", 80),
+        "max_feeds": ("9", 9),
+        "max_feeds_per_peer": ("2", 2),
+        "max_message_bytes": ("1048576", 1_048_576),
+        "instance_id": ("blue", "blue"),
+        "log_level": ("debug", "DEBUG"),
+        "event_loop": ("asyncio", "asyncio"),
+        "tls_cert": ("/certs/js.pem", Path("/certs/js.pem")),
+        "tls_key": ("/certs/js-key.pem", Path("/certs/js-key.pem")),
+        "tls_client_ca": ("/certs/ca.pem", Path("/certs/ca.pem")),
+        "gateway_tls_ca": ("/certs/gw-ca.pem", Path("/certs/gw-ca.pem")),
+        "gateway_tls_cert": ("/certs/client.pem", Path("/certs/client.pem")),
+        "gateway_tls_key": ("/certs/client-key.pem", Path("/certs/client-key.pem")),
+        "gateway_token_file": (str(token_file), token_file),
+        "insecure": ("true", True),
+        # As given, though 0.0.0.0 alone would mean "token".
+        "auth": ("off", "off"),
     }
-    assert {field for _, field, _, _ in FLAGS} == set(values)
-    for field, value in values.items():
-        monkeypatch.setenv(f"SAN_JOBS_{field.upper()}", value)
+    assert set(values) == set(JobServiceSettings.model_fields)  # a new field is added here
+    for field, (text, _) in values.items():
+        monkeypatch.setenv(f"SAN_JOBS_{field.upper()}", text)
     settings = settings_for([])
-    assert settings.listen == "0.0.0.0:6000"
-    assert settings.workers == 7 and settings.lease == 12.5 and settings.grace == 3
-    assert settings.instance_id == "blue" and settings.log_level == "DEBUG"
-    assert settings.batch_interval == 0.01
-    assert settings.event_loop == "asyncio"
-    assert settings.max_message_bytes == 1_048_576
-    assert set(settings.deadlines().values()) == {4.0}
-    assert (settings.max_streams, settings.max_streams_per_peer) == (900, 90)
-    assert (settings.max_streams_per_connection, settings.max_feeds) == (80, 9)
-    assert settings.max_feeds_per_peer == 2
-    assert settings.tls_client_ca == Path("/certs/ca.pem") and settings.insecure is True
-    assert settings.gateway_tls_key == Path("/certs/client-key.pem")
+    read = {field: getattr(settings, field) for field in values}
+    assert read == {field: expected for field, (_, expected) in values.items()}
+    assert set(settings.deadlines().values()) == {4.0}  # --deadline wins over deadline_for
     assert settings.gateway_token() == "gw-token-0123456789"
-    assert settings.auth == "off"  # as given, though 0.0.0.0 alone would mean "token"
 
 
 def test_stream_bounds_default_to_room_for_the_web_backend(
@@ -114,24 +111,30 @@ def test_flag_wins_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "env", "message"),
     [
-        (["--workers", "0"], "--workers (env SAN_JOBS_WORKERS)"),
-        (
-            ["--listen", "nowhere"],
-            "--listen (env SAN_JOBS_LISTEN): Value error, expected HOST:PORT",
-        ),
-        (["--database-url", "mysql://x"], "--database-url (env SAN_JOBS_DATABASE_URL)"),
-        (["--auth", "password"], "--auth (env SAN_JOBS_AUTH)"),
+        (["--workers", "0"], {}, "--workers: Input should be greater than or equal to 1 (got '0')"),
+        (["--listen", "nowhere"], {}, "--listen: Value error, expected HOST:PORT"),
+        (["--database-url", "mysql://x"], {}, "--database-url: Value error, expected sqlite"),
+        (["--auth", "password"], {}, "--auth: Input should be 'off' or 'token'"),
+        ([], {"SAN_JOBS_WORKERS": "many"}, "SAN_JOBS_WORKERS: Input should be a valid integer"),
+        (["--bogus"], {}, "unrecognized arguments: --bogus"),
     ],
 )
-def test_bad_values_are_one_line_without_traceback(argv: list[str], message: str) -> None:
+def test_bad_values_are_one_line_without_traceback(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
     result = subprocess.run(
-        [str(BIN / "job-service"), *argv], capture_output=True, text=True, timeout=60, check=False
+        [str(BIN / "job-service"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", **env},
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("job-service: invalid settings:")
+    assert len(lines) == 1 and lines[0].startswith("job-service: error: "), result.stderr
     assert message in lines[0]
     assert "Traceback" not in result.stderr
 
