@@ -6,8 +6,9 @@
 4. the concurrency cap;
 5. fault injection (when configured), then the backend, both bounded by the deadline.
 
-This module knows nothing of gRPC; the servicer supplies the caller's identity and
-remaining time, and maps the errors raised here.
+This module knows nothing of gRPC (tests/unit/ai_gateway/test_gateway_layers.py holds
+it to that); the servicer supplies the caller's identity and remaining time, and the
+transport maps the errors raised here (ai_gateway/transport_errors.py).
 """
 
 from __future__ import annotations

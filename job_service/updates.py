@@ -14,6 +14,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from job_service.domain.freshness import supersedes
 from job_service.domain.model import Job, JobStatus, JobType
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,8 @@ class Subscription:
     def offer(self, job: Job) -> None:
         """Called by the hub; never blocks."""
         buffered = self._buffer.get(job.id)
-        if buffered is not None and _is_older(job, buffered):
-            return
+        if buffered is not None and not supersedes(job, buffered):
+            return  # a state seen already, or an older one arriving late
         self._buffer[job.id] = job
         self._buffer.move_to_end(job.id)
         if self.is_feed and len(self._buffer) > FEED_BUFFER_LIMIT:
@@ -83,10 +84,6 @@ class Subscription:
     @property
     def closed(self) -> bool:
         return self._closed
-
-
-def _is_older(candidate: Job, current: Job) -> bool:
-    return candidate.updated_at < current.updated_at
 
 
 class UpdateHub:

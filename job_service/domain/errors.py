@@ -3,17 +3,12 @@ transport layer maps each to one gRPC status in one place (transport/errors.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+# One bad request field: the servers' shared value (AiGateway's errors hold it too).
+from san_shared.field_violation import FieldViolation as FieldViolation
 
 
 class JobServiceError(Exception):
     """Base of every error the service raises on purpose."""
-
-
-@dataclass(frozen=True, slots=True)
-class FieldViolation:
-    field: str
-    description: str
 
 
 class InvalidRequestError(JobServiceError):

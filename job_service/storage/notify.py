@@ -2,9 +2,13 @@
 
 Every write that changes jobs runs `pg_notify('san_jobs', payload)` inside its own
 transaction, so the notice is delivered at commit and only if it commits. The payload
-is `<instance_id>|<status>|<id>,<id>,...` (the jobs' new status), cut into pieces below
-PostgreSQL's 8,000-byte limit. Listeners re-read the rows: the ids are the news, the
-database is the truth.
+is `<instance_id>|<status>|<id>,<id>,...` (the jobs' new status), at most
+IDS_PER_NOTIFICATION ids each, below PostgreSQL's 8,000-byte limit. Listeners re-read
+the rows: the ids are the news, the database is the truth.
+
+This module defines the format; the one encoder is SQL, run by the writing statement
+itself (`TransitionSql.notifying` in transition_sql.py, from the constants below), and
+`parse_payload` is its one reader.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -22,7 +26,13 @@ from sqlalchemy import URL
 from job_service.storage.engine import normalize_url
 
 CHANNEL = "san_jobs"
+# Between the origin, the status and the ids; between two ids.
+FIELD_SEPARATOR = "|"
+ID_SEPARATOR = ","
+# A payload stays below this (PostgreSQL refuses 8,000 bytes and more): 150 ids of
+# 36 characters and their separators take 5,550 bytes, the rest is the prefix's.
 MAX_PAYLOAD_BYTES = 7_000
+IDS_PER_NOTIFICATION = 150
 
 OnChange = Callable[[str, str, list[str]], Awaitable[None] | None]
 OnReconnect = Callable[[], Awaitable[None] | None]
@@ -30,33 +40,16 @@ OnReconnect = Callable[[], Awaitable[None] | None]
 log = logging.getLogger(__name__)
 
 
-def build_payloads(instance_id: str, changes: Iterable[tuple[str, str]]) -> list[str]:
-    """Payloads for (job_id, new_status) pairs: grouped by status, each < 7,000 bytes."""
-    by_status: dict[str, list[str]] = {}
-    for job_id, status in changes:
-        by_status.setdefault(status, []).append(job_id)
-    payloads: list[str] = []
-    for status, ids in by_status.items():
-        prefix = f"{instance_id}|{status}|"
-        chunk: list[str] = []
-        size = len(prefix.encode())
-        for job_id in ids:
-            extra = len(job_id.encode()) + (1 if chunk else 0)
-            if chunk and size + extra >= MAX_PAYLOAD_BYTES:
-                payloads.append(prefix + ",".join(chunk))
-                chunk, size = [], len(prefix.encode())
-                extra = len(job_id.encode())
-            chunk.append(job_id)
-            size += extra
-        if chunk:
-            payloads.append(prefix + ",".join(chunk))
-    return payloads
+def payload_prefix(instance_id: str) -> str:
+    """What every payload sent by `instance_id` starts with (then the status)."""
+    return instance_id + FIELD_SEPARATOR
 
 
 def parse_payload(payload: str) -> tuple[str, str, list[str]]:
-    """(origin_instance_id, status, job_ids) from a payload made by build_payloads."""
-    origin, status, ids = payload.split("|", 2)
-    return origin, status, [i for i in ids.split(",") if i]
+    """(origin_instance_id, status, job_ids) from a payload; ValueError if it has not
+    three fields."""
+    origin, status, ids = payload.split(FIELD_SEPARATOR, 2)
+    return origin, status, [i for i in ids.split(ID_SEPARATOR) if i]
 
 
 def asyncpg_dsn(database_url: str | URL) -> str:
@@ -102,7 +95,7 @@ class PgChangeListener:
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         # Our own notifications come back to us too: dropped on arrival, unqueued.
-        self._own_prefix = None if ignore_origin is None else f"{ignore_origin}|"
+        self._own_prefix = None if ignore_origin is None else payload_prefix(ignore_origin)
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._conn: asyncpg.Connection | None = None

@@ -1,5 +1,6 @@
 """The one place where the service's exceptions become gRPC statuses with rich
-details (google.rpc.Status: ErrorInfo in domain `jobs.san`, BadRequest).
+details (google.rpc.Status: ErrorInfo in domain `jobs.san`, BadRequest), packed by
+san_shared.rich_status as AiGateway's are.
 
 What a caller reads is the caller's business only: a storage error says which kind
 it is (UNAVAILABLE: retry; INVALID_ARGUMENT: a value the database refused; INTERNAL:
@@ -19,9 +20,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from grpc_status import rpc_status
+from google.protobuf.message import Message
+from google.rpc import code_pb2  # ships no type stubs
 
 from job_service.domain.errors import (
     DuplicateJobError,
@@ -35,6 +35,7 @@ from job_service.domain.errors import (
     StorageUnavailableError,
     UnauthenticatedError,
 )
+from san_shared import rich_status
 
 log = logging.getLogger(__name__)
 
@@ -78,37 +79,23 @@ def new_error_id() -> str:
 
 
 def _status(
-    code: int, message: str, reason: str, metadata: Mapping[str, str], *extra: Any
+    code: int, message: str, reason: str, metadata: Mapping[str, str], *extra: Message
 ) -> grpc.Status:
-    status = status_pb2.Status(code=code, message=_cut_middle(message, MAX_MESSAGE_CHARS))
-    info = any_pb2.Any()
-    info.Pack(
-        error_details_pb2.ErrorInfo(
-            reason=reason, domain=DOMAIN, metadata={k: clip(v) for k, v in metadata.items()}
-        )
+    info = rich_status.error_info(reason, DOMAIN, {k: clip(v) for k, v in metadata.items()})
+    return rich_status.to_grpc_status(
+        rich_status.status(code, _cut_middle(message, MAX_MESSAGE_CHARS), [info, *extra])
     )
-    status.details.append(info)
-    for detail in extra:
-        packed = any_pb2.Any()
-        packed.Pack(detail)
-        status.details.append(packed)
-    return rpc_status.to_status(status)
 
 
 def bad_request(violations: list[FieldViolation]) -> grpc.Status:
     """INVALID_ARGUMENT with a BadRequest naming each bad field (the first
     MAX_VIOLATIONS of them; the message counts the rest)."""
     shown = [
-        (clip(v.field), _cut_middle(v.description, MAX_DESCRIPTION_CHARS))
+        FieldViolation(clip(v.field), _cut_middle(v.description, MAX_DESCRIPTION_CHARS))
         for v in violations[:MAX_VIOLATIONS]
     ]
-    detail = error_details_pb2.BadRequest(
-        field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=name, description=description)
-            for name, description in shown
-        ]
-    )
-    message = "invalid request: " + "; ".join(f"{name} {text}" for name, text in shown)
+    detail = rich_status.bad_request(shown)
+    message = "invalid request: " + "; ".join(f"{v.field} {v.description}" for v in shown)
     if len(violations) > MAX_VIOLATIONS:
         message += f"; and {len(violations) - MAX_VIOLATIONS} more"
     return _status(code_pb2.INVALID_ARGUMENT, message, "INVALID_REQUEST", {}, detail)

@@ -14,6 +14,7 @@ from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from job_service.app import JobApplication
 from job_service.auth.roles import current_caller
 from job_service.domain.errors import JobNotFoundError
+from job_service.domain.freshness import supersedes
 from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, LIST_PAGE_HEADROOM_BYTES
 from job_service.domain.model import Job
 from job_service.domain.validation import EnqueueLimits
@@ -158,7 +159,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         while open_ids:
             for job in await subscription.get():
                 previous = last_sent.get(job.id)
-                if previous is not None and _not_newer(job, previous):
+                if previous is not None and not supersedes(job, previous):
                     continue
                 last_sent[job.id] = job
                 if job.status.is_terminal:
@@ -180,12 +181,6 @@ def _actor(label: str) -> str:
     if caller is not None:
         return f"{caller.name} ({caller.role.value})"
     return f"{label or '-'} (unauthenticated)"
-
-
-def _not_newer(job: Job, previous: Job) -> bool:
-    if job.updated_at != previous.updated_at:
-        return job.updated_at < previous.updated_at
-    return job.status == previous.status and job.attempt_count == previous.attempt_count
 
 
 def add_job_service_to_server(servicer: JobServiceServicer, server: grpc.aio.Server) -> None:

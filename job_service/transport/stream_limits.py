@@ -26,11 +26,10 @@ from typing import Any
 from urllib.parse import unquote
 
 import grpc
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from grpc_status import rpc_status
+from google.rpc import code_pb2  # ships no type stubs
 
 from job_service.transport.errors import DOMAIN
+from san_shared import rich_status
 
 REASON = "TOO_MANY_STREAMS"
 
@@ -101,24 +100,13 @@ class StreamRefusedError(Exception):
 
     def to_status(self) -> grpc.Status:
         """RESOURCE_EXHAUSTED with ErrorInfo (jobs.san, TOO_MANY_STREAMS) and a QuotaFailure."""
-        status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=str(self))
-        info = error_details_pb2.ErrorInfo(
-            reason=REASON,
-            domain=DOMAIN,
-            metadata={"limit": self.limit, "maxStreams": str(self.maximum)},
+        info = rich_status.error_info(
+            REASON, DOMAIN, {"limit": self.limit, "maxStreams": str(self.maximum)}
         )
-        quota = error_details_pb2.QuotaFailure(
-            violations=[
-                error_details_pb2.QuotaFailure.Violation(
-                    subject=self.subject, description=self.description
-                )
-            ]
+        quota = rich_status.quota_failure(self.subject, self.description)
+        return rich_status.to_grpc_status(
+            rich_status.status(code_pb2.RESOURCE_EXHAUSTED, str(self), [info, quota])
         )
-        for detail in (info, quota):
-            packed = any_pb2.Any()
-            packed.Pack(detail)
-            status.details.append(packed)
-        return rpc_status.to_status(status)
 
 
 class StreamLease:

@@ -9,7 +9,17 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from _storage_support import enqueue
 
-from job_service.storage.notify import PgChangeListener, asyncpg_dsn
+from job_service.domain.errors import DuplicateJobError
+from job_service.storage.notify import (
+    CHANNEL,
+    FIELD_SEPARATOR,
+    ID_SEPARATOR,
+    IDS_PER_NOTIFICATION,
+    MAX_PAYLOAD_BYTES,
+    PgChangeListener,
+    asyncpg_dsn,
+    payload_prefix,
+)
 from job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
@@ -72,8 +82,9 @@ async def test_a_listener_can_leave_out_its_own_instance(
     try:
         await enqueue(me, "mine")
         theirs = await enqueue(other, "theirs")
-        await rec.wait_for(lambda: len(rec.changes) >= 1)
-        await asyncio.sleep(0.1)  # "mine" was sent first: it would have arrived by now
+        # PostgreSQL delivers notifications in commit order and the listener hands them
+        # on in order: once "theirs" is here, "mine" would be here before it.
+        await rec.wait_for(lambda: any(theirs.id in ids for _, _, ids in rec.changes))
         assert rec.changes == [("other", "PENDING", [theirs.id])]
     finally:
         await listener.stop()
@@ -90,7 +101,7 @@ async def test_nothing_is_sent_for_a_rolled_back_write(
     await listener.start()
     try:
         await enqueue(store, "dup")
-        with pytest.raises(Exception, match="active job"):
+        with pytest.raises(DuplicateJobError, match="active job"):
             await enqueue(store, "dup")
         await enqueue(store, "marker")
         await rec.wait_for(lambda: len(rec.changes) >= 2)
@@ -130,10 +141,21 @@ async def test_listener_reconnects_after_its_connection_is_killed(
 async def test_a_large_batch_is_announced_in_pieces(
     clean_postgres_url: str, clock: FakeClock
 ) -> None:
-    store = SqlJobStore(clean_postgres_url, instance_id="big", clock=clock)
+    instance_id = "big-" + "i" * 196  # the longest a store takes: the pieces must still fit
+    store = SqlJobStore(clean_postgres_url, instance_id=instance_id, clock=clock)
     rec = Recorder()
     listener = PgChangeListener(clean_postgres_url, rec.on_change)
     await listener.start()
+    # The payloads as PostgreSQL delivers them, before any parsing.
+    raw: list[str] = []
+    arrived = asyncio.Event()
+
+    def keep(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+        raw.append(payload)
+        arrived.set()
+
+    watcher = await asyncpg.connect(asyncpg_dsn(clean_postgres_url))
+    await watcher.add_listener(CHANNEL, keep)
     try:
         ids = {(await enqueue(store, f"big-{i}")).id for i in range(400)}
         claims = await store.claim(400, 60)
@@ -144,8 +166,23 @@ async def test_a_large_batch_is_announced_in_pieces(
 
         await rec.wait_for(lambda: sum(len(p) for p in processing()) >= 400)
         pieces = processing()
-        assert len(pieces) == 3 and max(len(p) for p in pieces) <= 150
+        assert len(pieces) == 3 and max(len(p) for p in pieces) <= IDS_PER_NOTIFICATION
         assert {i for p in pieces for i in p} == ids
+
+        # The statement's SQL writes exactly the format notify.py defines and parses.
+        def sent() -> list[str]:
+            return [p for p in raw if FIELD_SEPARATOR + "PROCESSING" + FIELD_SEPARATOR in p]
+
+        async with asyncio.timeout(5):
+            while len(sent()) < len(pieces):
+                arrived.clear()
+                await arrived.wait()
+        assert sent() == [
+            payload_prefix(instance_id) + "PROCESSING" + FIELD_SEPARATOR + ID_SEPARATOR.join(p)
+            for p in pieces
+        ]
+        assert max(len(p.encode()) for p in sent()) < MAX_PAYLOAD_BYTES
     finally:
+        await watcher.close()
         await listener.stop()
         await store.close()

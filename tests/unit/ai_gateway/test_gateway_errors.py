@@ -4,8 +4,8 @@ import grpc
 import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from ai_gateway import errors
 from ai_gateway.errors import (
-    DOMAIN,
     BackendUnavailable,
     FieldViolation,
     GatewayError,
@@ -13,9 +13,13 @@ from ai_gateway.errors import (
     InvalidRequest,
     RateLimited,
     TokenLimitExceeded,
-    cancelled_status,
     json_error_message,
-    seconds_to_duration,
+)
+from ai_gateway.transport_errors import (
+    DOMAIN,
+    WIRE,
+    cancelled_status,
+    status_code_name,
     to_rpc_status,
     to_status_proto,
 )
@@ -63,12 +67,6 @@ def test_json_error_message_uses_parser_line() -> None:
     assert json_error_message(caught.value).startswith("JSON Parse Error at line 4")
 
 
-def test_duration_rounds_up_to_millis() -> None:
-    d = seconds_to_duration(0.0001)
-    assert (d.seconds, d.nanos) == (0, 1_000_000)
-    assert seconds_to_duration(-3).seconds == 0
-
-
 @pytest.mark.parametrize(
     "err",
     [
@@ -85,6 +83,18 @@ def test_unary_status_carries_the_status_proto(err: GatewayError) -> None:
     proto = to_status_proto(err)
     assert _decode(status) == proto
     assert (status.code.value[0], status.details) == (proto.code, proto.message)
+    # The call record names the same code.
+    assert status_code_name(err) == status.code.name
+
+
+def test_every_gateway_error_has_its_own_status() -> None:
+    # A new error class gets a code and a reason on purpose, not its base class's.
+    defined = {
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, GatewayError)
+    }
+    assert defined == set(WIRE)
 
 
 def test_internal_error_tells_nothing_more() -> None:
