@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 from san.aigateway.v1 import ai_gateway_pb2 as pb
@@ -24,7 +24,8 @@ from ai_gateway.calllog import CallLog, CallRecord
 from ai_gateway.errors import GatewayError, InternalError, MalformedResponse
 from ai_gateway.gateway import CallInfo, Gateway
 from ai_gateway.tokens import estimate_tokens_all
-from ai_gateway.validation import analyze_input, recall_input, til_input
+from ai_gateway.transport_errors import status_code_name
+from ai_gateway.validation import analyze_input, embed_input, recall_input, til_input
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +80,25 @@ async def _recall(
     )
 
 
+async def _embed(
+    gateway: Gateway, request: pb.EmbedRequest, call: CallInfo, remaining: float | None
+) -> pb.EmbedResponse:
+    data = embed_input(request)
+    tokens = estimate_tokens_all([data.text])
+    backend = gateway.backend
+    result = await gateway.run(call, tokens, remaining, lambda t: backend.embed(data, t))
+    return pb.EmbedResponse(vector=result.vector, model=result.model)
+
+
 ANALYZE = CallKind("AnalyzeContent", _analyze)
 TIL = CallKind("GenerateTil", _til)
 RECALL = CallKind("GenerateRecall", _recall)
+EMBED = CallKind("Embed", _embed)
+
+# Every kind of call, each by its RPC name; its StreamCalls case (StreamedCall.request,
+# StreamedCallResult.outcome) is that name in snake_case (stream.py). A new kind needs
+# its RPC method in servicer.py too.
+CALL_KINDS: tuple[CallKind[Any, Any], ...] = (ANALYZE, TIL, RECALL, EMBED)
 
 
 class CallRunner:
@@ -117,7 +134,7 @@ class CallRunner:
             code = "OK"
             return response
         except GatewayError as err:
-            code = err.code.name
+            code = status_code_name(err)
             raise
         except asyncio.CancelledError:
             # The caller went away or cancelled: the work is abandoned with the task.

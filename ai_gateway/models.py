@@ -72,3 +72,18 @@ class RecallResult:
 
     questions: list[RecallQuestion]
     model: str
+
+
+@dataclass(frozen=True)
+class EmbedInput:
+    """A text to embed."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    """A unit-length embedding, of the model's dimension."""
+
+    vector: list[float]
+    model: str

@@ -18,10 +18,11 @@ from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 from ai_gateway.bounds import StreamLimits
 from ai_gateway.callers import Authenticator
 from ai_gateway.calllog import CallLog
-from ai_gateway.calls import ANALYZE, RECALL, TIL, CallKind, CallRunner
-from ai_gateway.errors import GatewayError, to_rpc_status
+from ai_gateway.calls import ANALYZE, EMBED, RECALL, TIL, CallKind, CallRunner
+from ai_gateway.errors import GatewayError
 from ai_gateway.gateway import CallInfo, Gateway
 from ai_gateway.stream import CallStream
+from ai_gateway.transport_errors import to_rpc_status
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp", bound=Message)
@@ -67,6 +68,10 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
     ) -> pb.GenerateRecallResponse:
         """Question/answer pairs grounded in the sources."""
         return await self._unary(RECALL, request, context)
+
+    async def Embed(self, request: pb.EmbedRequest, context: Context) -> pb.EmbedResponse:
+        """The embedding of a text."""
+        return await self._unary(EMBED, request, context)
 
     # The generated base declares a generator; grpc.aio also takes a coroutine that
     # uses context.read()/write(), which lets reading and writing run side by side.

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -45,18 +46,21 @@ from ai_gateway.bounds import (
     MAX_CALLS_PER_MESSAGE,
     StreamLimits,
 )
-from ai_gateway.calls import ANALYZE, RECALL, TIL, CallKind, CallRunner
+from ai_gateway.calls import CALL_KINDS, CallKind, CallRunner
 from ai_gateway.errors import (
     BackendUnavailable,
     FieldViolation,
     GatewayError,
     InvalidRequest,
     MalformedResponse,
+)
+from ai_gateway.gateway import CallInfo
+from ai_gateway.transport_errors import (
     cancelled_status,
+    status_code_name,
     to_rpc_status,
     to_status_proto,
 )
-from ai_gateway.gateway import CallInfo
 
 logger = logging.getLogger(__name__)
 
@@ -66,12 +70,12 @@ Context = grpc.aio.ServicerContext[pb.StreamCallsRequest, pb.StreamCallsResponse
 STREAM_METHOD = "StreamCalls"
 SHUTTING_DOWN = "the AI gateway is shutting down"
 
-# StreamedCall.request field -> the kind of call; the result's field has the same name.
+# StreamedCall.request field -> the kind of call (its RPC name in snake_case:
+# GenerateTil -> generate_til); the result's field has the same name.
 _KINDS: dict[str, CallKind[Any, Any]] = {
-    "analyze_content": ANALYZE,
-    "generate_til": TIL,
-    "generate_recall": RECALL,
+    re.sub(r"(?<!^)(?=[A-Z])", "_", kind.method).lower(): kind for kind in CALL_KINDS
 }
+_KIND_NAMES = ", ".join(_KINDS)
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 _Flight = tuple[asyncio.Task[None], CallInfo]  # a call's task and who/what it is for
 
@@ -247,9 +251,7 @@ class CallStream:
         which = call.WhichOneof("request")
         info = self._info(call)
         if which is None:
-            missing = FieldViolation(
-                "request", "one of analyze_content, generate_til, generate_recall is required"
-            )
+            missing = FieldViolation("request", f"one of {_KIND_NAMES} is required")
             self._refuse(call.call_id, info, InvalidRequest([missing]))
             return
         kind = _KINDS[which]
@@ -305,7 +307,7 @@ class CallStream:
     def _refuse(self, call_id: str, info: CallInfo, err: GatewayError | None) -> None:
         """Answer a call with ``err`` (None: cancelled) without running it (it is still
         recorded)."""
-        code = "CANCELLED" if err is None else err.code.name
+        code = "CANCELLED" if err is None else status_code_name(err)
         self._runner.record(info, code, time.perf_counter())
         status = cancelled_status() if err is None else to_status_proto(err)
         self._add(pb.StreamedCallResult(call_id=call_id, error=status))

@@ -12,7 +12,7 @@ import re
 from san.aigateway.v1 import ai_gateway_pb2 as pb
 
 from ai_gateway.errors import FieldViolation, InvalidRequest, echo
-from ai_gateway.models import AnalyzeInput, RecallInput, RecallSource, TilInput
+from ai_gateway.models import AnalyzeInput, EmbedInput, RecallInput, RecallSource, TilInput
 
 DEFAULT_QUESTIONS = 5
 MAX_QUESTIONS = 20
@@ -66,6 +66,13 @@ def recall_input(request: pb.GenerateRecallRequest) -> RecallInput:
         sources=[RecallSource(s.title, s.text) for s in request.sources],
         question_count=request.question_count or DEFAULT_QUESTIONS,
     )
+
+
+def embed_input(request: pb.EmbedRequest) -> EmbedInput:
+    """The validated input of Embed."""
+    if not request.text.strip():
+        raise InvalidRequest([FieldViolation("text", _BLANK)])
+    return EmbedInput(text=request.text)
 
 
 def _is_day(day: str) -> bool:

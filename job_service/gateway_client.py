@@ -13,15 +13,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from san.aigateway.v1 import ai_gateway_pb2 as gw
 from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
 from job_service.domain.failures import REQUEST_TOO_LARGE, GatewayCallError
+from job_service.domain.job_types import JOB_TYPES
 from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_RESULT_BYTES
 from job_service.domain.model import Job, JobType, JsonDict
-from job_service.transport.convert import message_from_dict, message_to_dict
+from job_service.message_dicts import message_from_dict, message_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +97,18 @@ def to_gateway_error(error: grpc.aio.AioRpcError, timeout: float | None) -> Gate
     )
 
 
-# Per job type: the unary method's name on the stub, its request message, and the
-# field of the StreamCalls oneofs (request and result) that carries it.
+_GATEWAY_METHODS = gw.DESCRIPTOR.services_by_name["AiGatewayService"].methods_by_name
+
+# Per job type (its registry entry, domain/job_types.py): the unary method's name on
+# the stub, its request message (found in the generated descriptors), and the field
+# of the StreamCalls oneofs (request and result) that carries it.
 _KINDS: dict[JobType, tuple[str, type[Message], str]] = {
-    JobType.CARD_ANALYSIS: ("AnalyzeContent", gw.AnalyzeContentRequest, "analyze_content"),
-    JobType.TIL_GENERATION: ("GenerateTil", gw.GenerateTilRequest, "generate_til"),
-    JobType.RECALL_GENERATION: ("GenerateRecall", gw.GenerateRecallRequest, "generate_recall"),
+    job_type: (
+        spec.gateway_method,
+        message_factory.GetMessageClass(_GATEWAY_METHODS[spec.gateway_method].input_type),
+        spec.gateway_field,
+    )
+    for job_type, spec in JOB_TYPES.items()
 }
 
 
@@ -111,7 +119,8 @@ def stream_field(job_type: JobType) -> str:
 
 def gateway_request(job: Job) -> Message:
     """The gateway request for a job, from its stored input."""
-    # ParseDict / MessageToDict semantics, built field by field (see convert.py).
+    # The request carries the input's fields under the same names (job_types.py);
+    # ParseDict semantics, built field by field (see message_dicts.py).
     return message_from_dict(_KINDS[job.job_type][1], job.request_params)
 
 

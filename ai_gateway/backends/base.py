@@ -7,6 +7,8 @@ from typing import Protocol
 from ai_gateway.models import (
     AnalyzeInput,
     AnalyzeResult,
+    EmbedInput,
+    EmbedResult,
     RecallInput,
     RecallResult,
     TilInput,
@@ -34,6 +36,10 @@ class Backend(Protocol):
 
     async def generate_recall(self, request: RecallInput, time_left: float | None) -> RecallResult:
         """Make question/answer pairs grounded in the sources."""
+        ...
+
+    async def embed(self, request: EmbedInput, time_left: float | None) -> EmbedResult:
+        """Embed a text: a unit-length vector of the model's dimension."""
         ...
 
     async def aclose(self) -> None:

@@ -11,6 +11,8 @@ import re
 from ai_gateway.models import (
     AnalyzeInput,
     AnalyzeResult,
+    EmbedInput,
+    EmbedResult,
     RecallInput,
     RecallQuestion,
     RecallResult,
@@ -58,6 +60,10 @@ class InstantBackend:
             for i, s in enumerate(request.sources[: request.question_count])
         ]
         return RecallResult(questions=questions, model=MODEL)
+
+    async def embed(self, request: EmbedInput, time_left: float | None) -> EmbedResult:
+        """The fixed 8-dimension unit vector."""
+        return EmbedResult(vector=list(EMBEDDING), model=MODEL)
 
     async def aclose(self) -> None:
         """Nothing to release."""

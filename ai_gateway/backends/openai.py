@@ -44,6 +44,8 @@ from ai_gateway.errors import (
 from ai_gateway.models import (
     AnalyzeInput,
     AnalyzeResult,
+    EmbedInput,
+    EmbedResult,
     RecallInput,
     RecallQuestion,
     RecallResult,
@@ -141,6 +143,11 @@ class OpenAIBackend:
                 RecallQuestion(_field(item, "question", str), _field(item, "answer", str), index)
             )
         return RecallResult(questions, self.chat_model)
+
+    async def embed(self, request: EmbedInput, time_left: float | None) -> EmbedResult:
+        """The embedding model's vector of the text (/v1/embeddings)."""
+        vector = await self._embed(request.text, _deadline(time_left))
+        return EmbedResult(vector, self.embedding_model)
 
     async def aclose(self) -> None:
         """Close pooled connections."""

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from rich.console import Console
@@ -25,6 +26,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 from clients._display import format_time, job_type_name, status_name
 from clients.jobsctl._values import format_age
 from san_jobs.client import JobsError
+from san_jobs.client._job_types import job_result
 from san_shared.safe_text import escape_control, safe_text
 
 STATUS_STYLE = {
@@ -98,24 +100,37 @@ def _status(job: pb.Job) -> str:
 
 
 def result_lines(job: pb.Job) -> list[tuple[str, str]]:
-    """The job's result as (label, text) rows."""
-    case = job.WhichOneof("result")
-    if case == "card_analysis_result":
-        card = job.card_analysis_result
-        return [
-            ("summary", card.summary),
-            ("tags", ", ".join(card.tags)),
-            ("embedding", f"{len(card.embedding)} dimensions"),
-            ("model", card.model),
-        ]
-    if case == "til_generation_result":
-        til = job.til_generation_result
-        return [("title", til.title), ("body", til.body), ("model", til.model)]
-    if case == "recall_generation_result":
-        recall = job.recall_generation_result
-        rows = [(f"Q{i}", f"{q.question}\n→ {q.answer}") for i, q in enumerate(recall.questions, 1)]
-        return [*rows, ("model", recall.model)]
-    return []
+    """The job's result as (label, text) rows, whatever its type: one row per field
+    (a repeated text joined with commas, a vector given as its dimension), recall
+    questions one per row."""
+    found = job_result(job)
+    if found is None:
+        return []
+    _, result = found
+    if isinstance(result, pb.RecallGenerationResult):
+        rows = [(f"Q{i}", f"{q.question}\n→ {q.answer}") for i, q in enumerate(result.questions, 1)]
+        return [*rows, ("model", result.model)]
+    return [
+        (field.name, _field_text(field, getattr(result, field.name))) for field in _fields(result)
+    ]
+
+
+def _fields(message: Message) -> list[Any]:
+    """The message's field descriptors, in declaration order (Any: upb's or Python's)."""
+    return list(message.DESCRIPTOR.fields)
+
+
+def _field_text(field: Any, value: Any) -> str:
+    """One result field as text: a vector (repeated float) as its dimension, another
+    repeated field joined with commas, a message in proto JSON."""
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        items = list(value) if field.is_repeated else [value]
+        return ", ".join(json.dumps(to_dict(item), ensure_ascii=False) for item in items)
+    if not field.is_repeated:
+        return str(value)
+    if field.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
+        return f"{len(value)} dimensions"
+    return ", ".join(str(item) for item in value)
 
 
 def job_detail(console: Console, job: pb.Job) -> None:

@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy.exc as sa_exc
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 from san.jobs.v1.job_service_pb2 import EnqueueRequest
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.applications import Starlette
@@ -56,9 +59,11 @@ from san_jobs.client import (
     ServiceUnavailableError,
 )
 from san_jobs.client._channel import DEFAULT_TIMEOUT
+from san_jobs.client._job_types import job_result
 from san_jobs.client.outbox import Outbox, OutboxEntry
 
 STATIC = Path(__file__).parent / "static"
+_VECTOR_TYPES = (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE)
 REQUESTED_BY = "san-web"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 30.0
@@ -97,31 +102,26 @@ def job_history(job: Job) -> list[dict[str, Any]]:
     return steps
 
 
+def result_view(result: Message) -> dict[str, Any]:
+    """A job's result for the browser, whatever its type: its fields in proto JSON
+    (camelCase names, every field present), without vectors (repeated floats: numbers
+    for machines, which read them through the SDK)."""
+    view = MessageToDict(result, always_print_fields_with_no_presence=True)
+    for field in result.DESCRIPTOR.fields:
+        if field.is_repeated and field.type in _VECTOR_TYPES:
+            view.pop(field.json_name, None)
+    return view
+
+
 def job_view(job: Job) -> dict[str, Any]:
     """The JSON shape of a job for the browser."""
-    result: dict[str, Any] | None = None
-    case = job.WhichOneof("result")
-    if case == "card_analysis_result":
-        card = job.card_analysis_result
-        result = {"summary": card.summary, "tags": list(card.tags), "model": card.model}
-    elif case == "til_generation_result":
-        til = job.til_generation_result
-        result = {"title": til.title, "body": til.body, "model": til.model}
-    elif case == "recall_generation_result":
-        recall = job.recall_generation_result
-        result = {
-            "questions": [
-                {"question": q.question, "answer": q.answer, "sourceIndex": q.source_index}
-                for q in recall.questions
-            ],
-            "model": recall.model,
-        }
+    found = job_result(job)
     return {
         "jobId": job.id,
         "jobType": job_type_name(job.job_type),
         "status": status_name(job.status),
         "errorMessage": job.error_message or None,
-        "result": result,
+        "result": None if found is None else result_view(found[1]),
         "targetId": job.target_id,
         "errorCode": job.error_code or None,
         "attemptCount": job.attempt_count,

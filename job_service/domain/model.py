@@ -7,19 +7,15 @@ into these at their own boundaries; nothing else crosses layers.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+# Kinds of work: declared with their registry entries (job_types.py), named here too
+# because every domain value that holds a job's type uses it.
+from job_service.domain.job_types import JobType as JobType
+
 JsonDict = dict[str, Any]
-
-
-class JobType(enum.StrEnum):
-    """Kinds of work; the values are the plain words stored in `async_jobs.job_type`."""
-
-    CARD_ANALYSIS = "CARD_ANALYSIS"
-    TIL_GENERATION = "TIL_GENERATION"
-    RECALL_GENERATION = "RECALL_GENERATION"
 
 
 class JobStatus(enum.StrEnum):
@@ -44,7 +40,7 @@ class JobStatus(enum.StrEnum):
 TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 ACTIVE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.PROCESSING})
 
-# The only transitions that ever happen (CONTRACT.md, "States").
+# The only transitions that ever happen (docs/contract.md, "States").
 ALLOWED_TRANSITIONS: frozenset[tuple[JobStatus, JobStatus]] = frozenset(
     {
         (JobStatus.PENDING, JobStatus.PROCESSING),
@@ -80,14 +76,9 @@ class JobAttempt:
     error_message: str = ""
 
     def to_json(self) -> JsonDict:
-        return {
-            "attempt": self.attempt,
-            "start_time": self.start_time.isoformat(),
-            "end_time": self.end_time.isoformat() if self.end_time else None,
-            "error_code": self.error_code,
-            "error_reason": self.error_reason,
-            "error_message": self.error_message,
-        }
+        """One element of `async_jobs.attempts`: a key per field (ATTEMPT_FIELDS, the
+        shape the storage's SQL builds too), times as ISO 8601 text."""
+        return {name: _json_value(getattr(self, name)) for name in ATTEMPT_FIELDS}
 
     @classmethod
     def from_json(cls, data: JsonDict) -> JobAttempt:
@@ -100,6 +91,14 @@ class JobAttempt:
             error_reason=data.get("error_reason") or "",
             error_message=data.get("error_message") or "",
         )
+
+
+# The JSON shape of an attempt record, in order: JobAttempt's fields, declared once.
+ATTEMPT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobAttempt))
+
+
+def _json_value(value: object) -> object:
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,15 @@
 """The `async_jobs` table, declared once; the migrations must build exactly this.
 
-Plain words for `status` and `job_type` (CHECK constraints keep them honest), so an
-operator's SQL reads as written. `target_id` is a soft reference: no foreign key.
+Plain words for `status` (a CHECK keeps it honest) and `job_type` (a registry name,
+checked at the API), so an operator's SQL reads as written. `target_id` is a soft
+reference: no foreign key.
 
 `due_at` is internal (not part of the domain `Job`): the time from which an active row
-is claimable. PENDING: created_at, or next_attempt_at while a retry waits; PROCESSING:
-lease_expires_at; NULL otherwise. One partial index on it serves the claim query (new
-jobs, retries and expired leases in one ordered range scan) and `next_due_at`.
+is claimable. PENDING: next_attempt_at while a retry waits, else updated_at (enqueued,
+given back, retried); PROCESSING: lease_expires_at; NULL otherwise. Every write derives
+it (domain.transitions.due_at) and the CHECK ck_async_jobs_due_at holds it. One partial
+index on it serves the claim query (new jobs, retries and expired leases in one ordered
+range scan) and `next_due_at`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 
-from job_service.domain.model import JobStatus, JobType
+from job_service.domain.model import JobStatus
+from job_service.domain.transitions import DUE_AT_CHECK_SQL
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -115,12 +119,15 @@ async_jobs = Table(
     Column("claim_token", String(64), nullable=True),
     Column("due_at", UtcDateTime, nullable=True),
     CheckConstraint(f"status IN ({_words([s.value for s in JobStatus])})", name="status"),
-    CheckConstraint(f"job_type IN ({_words([t.value for t in JobType])})", name="job_type"),
+    # No CHECK on job_type: the types live in the registry (domain/job_types.py), the
+    # API accepts only registered names, and a new type needs no migration (0004).
     CheckConstraint("attempt_count >= 0", name="attempt_count"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     # A claim token exists exactly while a worker holds the job: outcome writes find
     # their job by token alone.
     CheckConstraint("(status = 'PROCESSING') = (claim_token IS NOT NULL)", name="claimed"),
+    # due_at is what transitions.due_at() derives from the status (migration 0005).
+    CheckConstraint(DUE_AT_CHECK_SQL, name="due_at"),
     # At most one PENDING or PROCESSING job per (job_type, target_id): duplicates are
     # stopped here, not by a read-then-write.
     Index(

@@ -8,12 +8,17 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import grpc
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from san.jobs.v1 import job_service_pb2 as pb
 
 from san_jobs.client._errors import WaitTimeoutError
+from san_jobs.client._job_types import job_type_of_input
 
-JobInput = pb.CardAnalysisInput | pb.TilGenerationInput | pb.RecallGenerationInput
+JobInput = Message
+"""A job's input: a message of EnqueueRequest's `input` oneof (CardAnalysisInput,
+TilGenerationInput, ...; the contract's list, see _job_types.py). Any message is
+accepted by the type checker; enqueue() refuses any other with TypeError."""
 
 TERMINAL_STATUSES: frozenset[pb.JobStatus.ValueType] = frozenset(
     {pb.JOB_STATUS_COMPLETED, pb.JOB_STATUS_FAILED, pb.JOB_STATUS_CANCELLED}
@@ -55,16 +60,9 @@ def enqueue_request(
             pb.ON_DUPLICATE_RETURN_EXISTING if return_existing else pb.ON_DUPLICATE_REJECT
         ),
     )
-    if isinstance(job_input, pb.CardAnalysisInput):
-        request.card_analysis_input.CopyFrom(job_input)
-        inferred = pb.JOB_TYPE_CARD_ANALYSIS
-    elif isinstance(job_input, pb.TilGenerationInput):
-        request.til_generation_input.CopyFrom(job_input)
-        inferred = pb.JOB_TYPE_TIL_GENERATION
-    else:
-        request.recall_generation_input.CopyFrom(job_input)
-        inferred = pb.JOB_TYPE_RECALL_GENERATION
-    request.job_type = inferred if job_type is None else job_type
+    info = job_type_of_input(job_input)  # TypeError for a message that is no input
+    getattr(request, info.input_field).CopyFrom(job_input)
+    request.job_type = info.value if job_type is None else job_type
     return request
 
 

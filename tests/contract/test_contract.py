@@ -4,13 +4,12 @@ generated code in gen/ being exactly what `make proto` produces."""
 from __future__ import annotations
 
 import filecmp
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.support.ci import skip_or_fail_in_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 BUF = ROOT / "node_modules" / ".bin" / "buf"
@@ -21,9 +20,9 @@ def _buf() -> str:
         return str(BUF)
     found = shutil.which("buf")
     if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the buf CLI is missing: `make install` runs `npm install` (@bufbuild/buf)")
-        pytest.skip("the buf CLI is missing: run `make install`")
+        skip_or_fail_in_ci(
+            "the buf CLI is missing: `make install` runs `npm install` (@bufbuild/buf)"
+        )
     return found
 
 
@@ -139,7 +138,7 @@ def test_vendored_google_rpc_status_is_the_installed_one() -> None:
 def test_make_test_runs_lint_before_the_tests() -> None:
     """CI runs `make test` only: style, typing and buf must hold on every landing."""
     if shutil.which("make") is None:
-        pytest.skip("make is missing")
+        skip_or_fail_in_ci("make is missing")
     result = _run("make", "-n", "test")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -17,6 +17,8 @@ from ai_gateway.backends.local.til import generate_til
 from ai_gateway.models import (
     AnalyzeInput,
     AnalyzeResult,
+    EmbedInput,
+    EmbedResult,
     RecallInput,
     RecallQuestion,
     RecallResult,
@@ -54,6 +56,11 @@ def recall_sync(request: RecallInput) -> RecallResult:
     )
 
 
+def embed_sync(request: EmbedInput) -> EmbedResult:
+    """The text's hashed embedding (embed.DIMENSION numbers), in the calling thread."""
+    return EmbedResult(vector=[float(x) for x in embed(request.text)], model=MODEL)
+
+
 class LocalBackend:
     """Offline, deterministic algorithms; CPU work runs off the event loop.
 
@@ -84,6 +91,10 @@ class LocalBackend:
     async def generate_recall(self, request: RecallInput, time_left: float | None) -> RecallResult:
         """See :class:`ai_gateway.backends.base.Backend`."""
         return await self._run(functools.partial(recall_sync, request))
+
+    async def embed(self, request: EmbedInput, time_left: float | None) -> EmbedResult:
+        """See :class:`ai_gateway.backends.base.Backend`."""
+        return await self._run(functools.partial(embed_sync, request))
 
     async def aclose(self) -> None:
         """Stop the pool; queued work is cancelled, running work is not waited for."""

@@ -67,18 +67,34 @@ function show(job) {
   if (!TERMINAL.has(job.status)) return;
   finish();
   if (job.status === "COMPLETED" && job.result) {
-    $("summary").textContent = job.result.summary;
-    $("tags").replaceChildren(...job.result.tags.map((tag) => {
-      const li = document.createElement("li");
-      li.textContent = tag;
-      return li;
-    }));
-    $("result").hidden = false;
+    showResult(job.result);
   } else {
     const reason = job.status === "CANCELLED" ? "The job was cancelled." : (job.errorMessage || "The job failed.");
     $("error").textContent = `${reason} (after ${job.attemptCount} attempt${job.attemptCount === 1 ? "" : "s"})`;
     $("failure").hidden = false;
   }
+}
+
+// A scrap's job (CARD_ANALYSIS) answers with a summary and tags; a job of any other
+// type shows its result's fields as they come (the server sends every type alike).
+function showResult(result) {
+  const { summary, tags, model, ...others } = result;
+  $("summary").textContent = summary || "";
+  $("summary-heading").hidden = summary === undefined;
+  $("tags").replaceChildren(...(tags || []).map((tag) => {
+    const li = document.createElement("li");
+    li.textContent = tag;
+    return li;
+  }));
+  $("tags-heading").hidden = tags === undefined;
+  $("result-fields").replaceChildren(...Object.entries(others).flatMap(([name, value]) => {
+    const term = document.createElement("dt");
+    term.textContent = name;
+    const text = document.createElement("dd");
+    text.textContent = typeof value === "string" ? value : JSON.stringify(value);
+    return [term, text];
+  }));
+  $("result").hidden = false;
 }
 
 function finish() {

@@ -282,6 +282,61 @@ class GenerateRecallResponse(_message.Message):
 Global___GenerateRecallResponse: _TypeAlias = GenerateRecallResponse  # noqa: Y015
 
 @_typing.final
+class EmbedRequest(_message.Message):
+    """EmbedRequest is a text to embed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXT_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """The text; required, not blank; at most --max-input-tokens tokens (8,192 by
+    default; a longer one is TOKEN_LIMIT_EXCEEDED).
+    """
+    def __init__(
+        self,
+        *,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedRequest: _TypeAlias = EmbedRequest  # noqa: Y015
+
+@_typing.final
+class EmbedResponse(_message.Message):
+    """EmbedResponse is the embedding of a text."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VECTOR_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model that produced this answer."""
+    @_builtins.property
+    def vector(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The embedding, unit length: exactly the model's dimension of numbers (256
+        with the local backend, 8 with instant; the configured embedding model's
+        with openai).
+        """
+
+    def __init__(
+        self,
+        *,
+        vector: _abc.Iterable[_builtins.float] | None = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "vector", b"vector"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedResponse: _TypeAlias = EmbedResponse  # noqa: Y015
+
+@_typing.final
 class StreamCallsRequest(_message.Message):
     """StreamCallsRequest starts and cancels calls on a StreamCalls stream."""
 
@@ -327,6 +382,7 @@ class StreamedCall(_message.Message):
     ANALYZE_CONTENT_FIELD_NUMBER: _builtins.int
     GENERATE_TIL_FIELD_NUMBER: _builtins.int
     GENERATE_RECALL_FIELD_NUMBER: _builtins.int
+    EMBED_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Chosen by the caller, unique among the calls in flight on the stream;
     the call's result carries it back. Required; 1 to 128 characters.
@@ -355,6 +411,10 @@ class StreamedCall(_message.Message):
     def generate_recall(self) -> Global___GenerateRecallRequest:
         """A GenerateRecall call."""
 
+    @_builtins.property
+    def embed(self) -> Global___EmbedRequest:
+        """An Embed call."""
+
     def __init__(
         self,
         *,
@@ -365,12 +425,13 @@ class StreamedCall(_message.Message):
         analyze_content: Global___AnalyzeContentRequest | None = ...,
         generate_til: Global___GenerateTilRequest | None = ...,
         generate_recall: Global___GenerateRecallRequest | None = ...,
+        embed: Global___EmbedRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "request", b"request", "timeout", b"timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "embed", b"embed", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "request", b"request", "timeout", b"timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "attempt", b"attempt", "call_id", b"call_id", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "job_id", b"job_id", "request", b"request", "timeout", b"timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "attempt", b"attempt", "call_id", b"call_id", "embed", b"embed", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "job_id", b"job_id", "request", b"request", "timeout", b"timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["analyze_content", "generate_til", "generate_recall"]  # noqa: Y015
+    _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["analyze_content", "generate_til", "generate_recall", "embed"]  # noqa: Y015
     _WhichOneofArgType_request: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_request) -> _WhichOneofReturnType_request | None: ...
 
@@ -410,6 +471,7 @@ class StreamedCallResult(_message.Message):
     ANALYZE_CONTENT_FIELD_NUMBER: _builtins.int
     GENERATE_TIL_FIELD_NUMBER: _builtins.int
     GENERATE_RECALL_FIELD_NUMBER: _builtins.int
+    EMBED_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """The call's StreamedCall.call_id."""
@@ -426,6 +488,10 @@ class StreamedCallResult(_message.Message):
         """The answer to a GenerateRecall call."""
 
     @_builtins.property
+    def embed(self) -> Global___EmbedResponse:
+        """The answer to an Embed call."""
+
+    @_builtins.property
     def error(self) -> _status_pb2.Status:
         """The call failed: the status the unary RPC would have ended with, and
         the same details (ErrorInfo, RetryInfo, QuotaFailure, BadRequest).
@@ -438,13 +504,14 @@ class StreamedCallResult(_message.Message):
         analyze_content: Global___AnalyzeContentResponse | None = ...,
         generate_til: Global___GenerateTilResponse | None = ...,
         generate_recall: Global___GenerateRecallResponse | None = ...,
+        embed: Global___EmbedResponse | None = ...,
         error: _status_pb2.Status | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "error", b"error", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "outcome", b"outcome"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "embed", b"embed", "error", b"error", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "outcome", b"outcome"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "call_id", b"call_id", "error", b"error", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "outcome", b"outcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "call_id", b"call_id", "embed", b"embed", "error", b"error", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "outcome", b"outcome"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["analyze_content", "generate_til", "generate_recall", "error"]  # noqa: Y015
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["analyze_content", "generate_til", "generate_recall", "embed", "error"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 

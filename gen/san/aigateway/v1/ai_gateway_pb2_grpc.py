@@ -55,6 +55,11 @@ class AiGatewayServiceStub:
                 request_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallRequest.SerializeToString,
                 response_deserializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallResponse.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/san.aigateway.v1.AiGatewayService/Embed',
+                request_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.EmbedResponse.FromString,
+                _registered_method=True)
         self.StreamCalls = channel.stream_stream(
                 '/san.aigateway.v1.AiGatewayService/StreamCalls',
                 request_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.StreamCallsRequest.SerializeToString,
@@ -90,6 +95,14 @@ class AiGatewayServiceServicer:
     def GenerateRecall(self, request, context):
         """GenerateRecall makes question/answer pairs grounded in the sources (job
         type RECALL_GENERATION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Embed(self, request, context):
+        """Embed gives the embedding of a text by the embedding model (job type
+        EMBEDDING).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,6 +162,11 @@ def add_AiGatewayServiceServicer_to_server(servicer, server):
                     servicer.GenerateRecall,
                     request_deserializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallRequest.FromString,
                     response_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.EmbedRequest.FromString,
+                    response_serializer=san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.EmbedResponse.SerializeToString,
             ),
             'StreamCalls': grpc.stream_stream_rpc_method_handler(
                     servicer.StreamCalls,
@@ -243,6 +261,33 @@ class AiGatewayService:
             '/san.aigateway.v1.AiGatewayService/GenerateRecall',
             san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallRequest.SerializeToString,
             san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.GenerateRecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.aigateway.v1.AiGatewayService/Embed',
+            san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.EmbedRequest.SerializeToString,
+            san_dot_aigateway_dot_v1_dot_ai__gateway__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -72,6 +72,10 @@ class AiGatewayServiceStub:
     """GenerateRecall makes question/answer pairs grounded in the sources (job
     type RECALL_GENERATION).
     """
+    Embed: _grpc.UnaryUnaryMultiCallable[_ai_gateway_pb2.EmbedRequest, _ai_gateway_pb2.EmbedResponse]
+    """Embed gives the embedding of a text by the embedding model (job type
+    EMBEDDING).
+    """
     StreamCalls: _grpc.StreamStreamMultiCallable[_ai_gateway_pb2.StreamCallsRequest, _ai_gateway_pb2.StreamCallsResponse]
     """StreamCalls carries many calls over one long-lived stream, for a caller
     that makes many of them (JobService does). Each request message starts
@@ -128,6 +132,10 @@ class AiGatewayServiceAsyncStub(AiGatewayServiceStub):
     GenerateRecall: _aio.UnaryUnaryMultiCallable[_ai_gateway_pb2.GenerateRecallRequest, _ai_gateway_pb2.GenerateRecallResponse]  # type: ignore[assignment]
     """GenerateRecall makes question/answer pairs grounded in the sources (job
     type RECALL_GENERATION).
+    """
+    Embed: _aio.UnaryUnaryMultiCallable[_ai_gateway_pb2.EmbedRequest, _ai_gateway_pb2.EmbedResponse]  # type: ignore[assignment]
+    """Embed gives the embedding of a text by the embedding model (job type
+    EMBEDDING).
     """
     StreamCalls: _aio.StreamStreamMultiCallable[_ai_gateway_pb2.StreamCallsRequest, _ai_gateway_pb2.StreamCallsResponse]  # type: ignore[assignment]
     """StreamCalls carries many calls over one long-lived stream, for a caller
@@ -200,6 +208,16 @@ class AiGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_ai_gateway_pb2.GenerateRecallResponse, _abc.Awaitable[_ai_gateway_pb2.GenerateRecallResponse]]:
         """GenerateRecall makes question/answer pairs grounded in the sources (job
         type RECALL_GENERATION).
+        """
+
+    @_abc_1.abstractmethod
+    def Embed(
+        self,
+        request: _ai_gateway_pb2.EmbedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_ai_gateway_pb2.EmbedResponse, _abc.Awaitable[_ai_gateway_pb2.EmbedResponse]]:
+        """Embed gives the embedding of a text by the embedding model (job type
+        EMBEDDING).
         """
 
     @_abc_1.abstractmethod

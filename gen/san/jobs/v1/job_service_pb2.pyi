@@ -73,6 +73,10 @@ class _JobTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobType.Value
     """Recall questions built from sources (input RecallGenerationInput, result
     RecallGenerationResult).
     """
+    JOB_TYPE_EMBEDDING: _JobType.ValueType  # 4
+    """The embedding of a text by the gateway's embedding model (input
+    EmbeddingInput, result EmbeddingResult).
+    """
 
 class JobType(_JobType, metaclass=_JobTypeEnumTypeWrapper):
     """JobType names the kind of AI work a job does."""
@@ -90,6 +94,10 @@ TilGenerationInput, result TilGenerationResult).
 JOB_TYPE_RECALL_GENERATION: JobType.ValueType  # 3
 """Recall questions built from sources (input RecallGenerationInput, result
 RecallGenerationResult).
+"""
+JOB_TYPE_EMBEDDING: JobType.ValueType  # 4
+"""The embedding of a text by the gateway's embedding model (input
+EmbeddingInput, result EmbeddingResult).
 """
 Global___JobType: _TypeAlias = JobType  # noqa: Y015
 
@@ -174,9 +182,11 @@ class Job(_message.Message):
     CARD_ANALYSIS_INPUT_FIELD_NUMBER: _builtins.int
     TIL_GENERATION_INPUT_FIELD_NUMBER: _builtins.int
     RECALL_GENERATION_INPUT_FIELD_NUMBER: _builtins.int
+    EMBEDDING_INPUT_FIELD_NUMBER: _builtins.int
     CARD_ANALYSIS_RESULT_FIELD_NUMBER: _builtins.int
     TIL_GENERATION_RESULT_FIELD_NUMBER: _builtins.int
     RECALL_GENERATION_RESULT_FIELD_NUMBER: _builtins.int
+    EMBEDDING_RESULT_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_REASON_FIELD_NUMBER: _builtins.int
@@ -241,6 +251,10 @@ class Job(_message.Message):
         """Input of a JOB_TYPE_RECALL_GENERATION job."""
 
     @_builtins.property
+    def embedding_input(self) -> Global___EmbeddingInput:
+        """Input of a JOB_TYPE_EMBEDDING job."""
+
+    @_builtins.property
     def card_analysis_result(self) -> Global___CardAnalysisResult:
         """Result of a JOB_TYPE_CARD_ANALYSIS job."""
 
@@ -251,6 +265,10 @@ class Job(_message.Message):
     @_builtins.property
     def recall_generation_result(self) -> Global___RecallGenerationResult:
         """Result of a JOB_TYPE_RECALL_GENERATION job."""
+
+    @_builtins.property
+    def embedding_result(self) -> Global___EmbeddingResult:
+        """Result of a JOB_TYPE_EMBEDDING job."""
 
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
@@ -296,9 +314,11 @@ class Job(_message.Message):
         card_analysis_input: Global___CardAnalysisInput | None = ...,
         til_generation_input: Global___TilGenerationInput | None = ...,
         recall_generation_input: Global___RecallGenerationInput | None = ...,
+        embedding_input: Global___EmbeddingInput | None = ...,
         card_analysis_result: Global___CardAnalysisResult | None = ...,
         til_generation_result: Global___TilGenerationResult | None = ...,
         recall_generation_result: Global___RecallGenerationResult | None = ...,
+        embedding_result: Global___EmbeddingResult | None = ...,
         error_message: _builtins.str = ...,
         error_code: _builtins.str = ...,
         error_reason: _builtins.str = ...,
@@ -314,13 +334,13 @@ class Job(_message.Message):
         cancel_reason: _builtins.str = ...,
         attempts: _abc.Iterable[Global___JobAttempt] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "fail_time", b"fail_time", "input", b"input", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "result", b"result", "start_time", b"start_time", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "fail_time", b"fail_time", "input", b"input", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "result", b"result", "start_time", b"start_time", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input"]  # noqa: Y015
+    _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
-    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["card_analysis_result", "til_generation_result", "recall_generation_result"]  # noqa: Y015
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["card_analysis_result", "til_generation_result", "recall_generation_result", "embedding_result"]  # noqa: Y015
     _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType_input) -> _WhichOneofReturnType_input | None: ...
@@ -625,6 +645,61 @@ class RecallGenerationResult(_message.Message):
 Global___RecallGenerationResult: _TypeAlias = RecallGenerationResult  # noqa: Y015
 
 @_typing.final
+class EmbeddingInput(_message.Message):
+    """EmbeddingInput is the text to embed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXT_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """The text; required, not blank, at most the server's limit (100,000
+    characters by default, --max-text-chars); no NUL.
+    """
+    def __init__(
+        self,
+        *,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbeddingInput: _TypeAlias = EmbeddingInput  # noqa: Y015
+
+@_typing.final
+class EmbeddingResult(_message.Message):
+    """EmbeddingResult is the embedding of a text."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VECTOR_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model that produced this result."""
+    @_builtins.property
+    def vector(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The embedding, unit length: exactly the model's dimension of numbers (256
+        with the gateway's local backend; the configured embedding model's with
+        the openai backend), and never more than the 1 MiB a result may take.
+        """
+
+    def __init__(
+        self,
+        *,
+        vector: _abc.Iterable[_builtins.float] | None = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "vector", b"vector"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbeddingResult: _TypeAlias = EmbeddingResult  # noqa: Y015
+
+@_typing.final
 class EnqueueRequest(_message.Message):
     """EnqueueRequest describes a job to store."""
 
@@ -635,6 +710,7 @@ class EnqueueRequest(_message.Message):
     CARD_ANALYSIS_INPUT_FIELD_NUMBER: _builtins.int
     TIL_GENERATION_INPUT_FIELD_NUMBER: _builtins.int
     RECALL_GENERATION_INPUT_FIELD_NUMBER: _builtins.int
+    EMBEDDING_INPUT_FIELD_NUMBER: _builtins.int
     REQUESTED_BY_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
@@ -673,6 +749,10 @@ class EnqueueRequest(_message.Message):
     def recall_generation_input(self) -> Global___RecallGenerationInput:
         """Input of a JOB_TYPE_RECALL_GENERATION job."""
 
+    @_builtins.property
+    def embedding_input(self) -> Global___EmbeddingInput:
+        """Input of a JOB_TYPE_EMBEDDING job."""
+
     def __init__(
         self,
         *,
@@ -681,16 +761,17 @@ class EnqueueRequest(_message.Message):
         card_analysis_input: Global___CardAnalysisInput | None = ...,
         til_generation_input: Global___TilGenerationInput | None = ...,
         recall_generation_input: Global___RecallGenerationInput | None = ...,
+        embedding_input: Global___EmbeddingInput | None = ...,
         requested_by: _builtins.str = ...,
         request_id: _builtins.str = ...,
         max_attempts: _builtins.int = ...,
         on_duplicate: Global___OnDuplicate.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "input", b"input", "recall_generation_input", b"recall_generation_input", "til_generation_input", b"til_generation_input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "recall_generation_input", b"recall_generation_input", "til_generation_input", b"til_generation_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_duplicate", b"on_duplicate", "recall_generation_input", b"recall_generation_input", "request_id", b"request_id", "requested_by", b"requested_by", "target_id", b"target_id", "til_generation_input", b"til_generation_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_duplicate", b"on_duplicate", "recall_generation_input", b"recall_generation_input", "request_id", b"request_id", "requested_by", b"requested_by", "target_id", b"target_id", "til_generation_input", b"til_generation_input"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input"]  # noqa: Y015
+    _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_input) -> _WhichOneofReturnType_input | None: ...
 
