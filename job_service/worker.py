@@ -29,6 +29,7 @@ from job_service.domain.failures import (
     truncate_error_message,
     unexpected_failure,
 )
+from job_service.domain.job_types import default_deadlines
 from job_service.domain.model import Claim, Failure, Job, JobType
 from job_service.domain.ports import AiGateway, JobStore
 
@@ -36,11 +37,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_DEADLINES: dict[JobType, float] = {
-    JobType.CARD_ANALYSIS: 30.0,
-    JobType.TIL_GENERATION: 60.0,
-    JobType.RECALL_GENERATION: 60.0,
-}
+# Each type's default gateway deadline, from its registry entry (domain/job_types.py).
+DEFAULT_DEADLINES: dict[JobType, float] = default_deadlines()
 # Writes of an outcome are retried this often while the database is unreachable,
 # so a short database blip does not throw away a finished model call.
 OUTCOME_WRITE_TRIES = 5
@@ -69,15 +67,22 @@ class Worker:
         publish: Callable[[Iterable[Job]], None],
         config: WorkerConfig,
         rng: random.Random | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
+        """`clock`: the time the worker compares with the times the store writes
+        (retry times, the next due time): give it the store's clock (default: UTC
+        now, as the store's). Its waits go by the event loop's clock, so on a test
+        loop whose clock the test drives, the worker's timing costs no real time."""
         self._store = store
         self._gateway = gateway
         self._publish = publish
         self._config = config
         self._rng = rng or random.Random()
+        self._clock = clock or functools.partial(datetime.now, UTC)
         self._wake = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._cancel_requested: set[str] = set()
+        # Jobs whose gateway call this instance stopped on purpose, and why (for the log).
+        self._cancel_requested: dict[str, str] = {}
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
@@ -113,12 +118,13 @@ class Worker:
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    def cancel_local(self, job_ids: Iterable[str]) -> None:
-        """CancelJob made these jobs CANCELLED: stop their gateway calls if they run here."""
+    def cancel_local(self, job_ids: Iterable[str], why: str = "the job was cancelled") -> None:
+        """CancelJob made these jobs CANCELLED (or, says `why`, they are no longer
+        ours): stop their gateway calls if they run here."""
         for job_id in job_ids:
             task = self._tasks.get(job_id)
             if task is not None and not task.done():
-                self._cancel_requested.add(job_id)
+                self._cancel_requested[job_id] = why
                 task.cancel()
 
     async def stop(self, grace: float) -> None:
@@ -155,7 +161,7 @@ class Worker:
             last_claim = loop.time()
             free = self._config.concurrency - len(self._tasks)
             claimed = 0
-            claimed_at = datetime.now(UTC)
+            claimed_at = self._clock()
             if free > 0:
                 try:
                     claims = await self._store.claim(free, self._config.lease_seconds)
@@ -195,7 +201,7 @@ class Worker:
                 (d for d in (self._db_due, retries[0] if retries else None) if d), default=None
             )
             if due is not None:
-                until_due = (due - datetime.now(UTC)).total_seconds()
+                until_due = (due - self._clock()).total_seconds()
                 timeout = min(timeout, max(until_due, 0.0))
         if timeout > 0 and not self._wake.is_set():
             # asyncio.timeout, not wait_for: no extra task per wait (this runs after
@@ -236,7 +242,7 @@ class Worker:
     def _job_done(self, job_id: str, _task: asyncio.Task[None]) -> None:
         self._tasks.pop(job_id, None)
         self._leases.pop(job_id, None)
-        self._cancel_requested.discard(job_id)
+        self._cancel_requested.pop(job_id, None)
         self._wake.set()  # a slot is free
 
     # -- one job ---------------------------------------------------------------
@@ -304,8 +310,9 @@ class Worker:
             self._publish([released])
 
     async def _on_cancelled(self, job: Job, token: str) -> None:
-        if job.id in self._cancel_requested:
-            log.info("job_id=%s: gateway call stopped, the job was cancelled", job.id)
+        why = self._cancel_requested.get(job.id)
+        if why is not None:
+            log.info("job_id=%s: gateway call stopped, %s", job.id, why)
             return
         # Shutdown past the grace period: give the job back without charging it.
         try:
@@ -340,7 +347,7 @@ class Worker:
             delay = self._config.backoff.delay(
                 job.attempt_count, failure.retry_after_seconds, self._rng
             )
-            retry_at = datetime.now(UTC) + timedelta(seconds=delay)
+            retry_at = self._clock() + timedelta(seconds=delay)
         stored = await self._write_outcome(
             job, lambda: self._store.fail(job.id, token, failure, retry_at)
         )
@@ -353,7 +360,7 @@ class Worker:
                 job.id,
                 job.attempt_count,
                 failure.code,
-                (retry_at - datetime.now(UTC)).total_seconds(),
+                (retry_at - self._clock()).total_seconds(),
                 failure.message,
             )
         else:
@@ -408,4 +415,4 @@ class Worker:
             lost = [job_id for job_id, _ in held if job_id not in owned and job_id in self._leases]
             for job_id in lost:
                 log.warning("job_id=%s: lease lost; stopping its gateway call", job_id)
-            self.cancel_local(lost)
+            self.cancel_local(lost, "the job is no longer ours (claimed again, or cancelled)")

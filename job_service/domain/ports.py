@@ -65,16 +65,12 @@ class JobStore(Protocol):
         FAILED with error_code LEASE_EXPIRED. Returns them."""
         ...
 
-    async def renew_lease(self, job_id: str, token: str, lease_seconds: float) -> bool:
-        """Push the lease of a job we own forward. False if the token no longer matches."""
-        ...
-
     async def renew_leases(
         self, leases: Sequence[tuple[str, str]], lease_seconds: float
     ) -> set[str]:
-        """`renew_lease` for many (job id, claim token) pairs in one statement: the
-        lease of each job the token still owns becomes now + lease. Returns the ids
-        of those jobs; the others are no longer ours."""
+        """Push forward the leases of jobs we own, for many (job id, claim token)
+        pairs in one statement: the lease of each job the token still owns becomes
+        now + lease. Returns the ids of those jobs; the others are no longer ours."""
         ...
 
     async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:

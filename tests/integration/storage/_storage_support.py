@@ -1,11 +1,15 @@
-"""Helpers shared by the storage integration tests."""
+"""Helpers shared by the storage contract tests (every JobStore: see conftest.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from job_service.domain.model import Failure, Job, JobType, NewJob, OnDuplicate
-from job_service.storage.repository import SqlJobStore
+from job_service.domain.ports import JobStore
+
+# open_store(instance_id): one more store on the test's database (conftest.py).
+OpenStore = Callable[[str], JobStore]
 
 
 def new_job(
@@ -26,7 +30,7 @@ def new_job(
     )
 
 
-async def enqueue(store: SqlJobStore, target_id: str = "scrap-1", **kwargs: Any) -> Job:
+async def enqueue(store: JobStore, target_id: str = "scrap-1", **kwargs: Any) -> Job:
     job, _ = await store.enqueue(new_job(target_id, **kwargs), OnDuplicate.REJECT)
     return job
 
@@ -38,7 +42,7 @@ def failure(
 
 
 async def make_failed(
-    store: SqlJobStore,
+    store: JobStore,
     target_id: str,
     message: str = "Timeout: the call took too long",
     job_type: JobType = JobType.CARD_ANALYSIS,

@@ -1,4 +1,4 @@
-"""Claims, leases, outcomes and their token checks, on SQLite and PostgreSQL."""
+"""Claims, leases, outcomes and their token checks, on every store (conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from _storage_support import enqueue, failure
 
 from job_service.domain.errors import InvalidJobStateError, JobNotFoundError, LeaseLostError
 from job_service.domain.model import JobStatus
-from job_service.storage.repository import LEASE_EXPIRED_CODE, SqlJobStore
+from job_service.domain.ports import JobStore
+from job_service.storage.repository import LEASE_EXPIRED_CODE
 from tests.support.clock import FakeClock
 
 
-async def test_claim_takes_a_batch_oldest_first(store: SqlJobStore, clock: FakeClock) -> None:
+async def test_claim_takes_a_batch_oldest_first(store: JobStore, clock: FakeClock) -> None:
     jobs = []
     for i in range(5):
         jobs.append(await enqueue(store, f"c{i}"))
@@ -39,7 +40,7 @@ async def test_claim_takes_a_batch_oldest_first(store: SqlJobStore, clock: FakeC
 
 
 async def test_complete_closes_the_attempt_and_clears_the_claim(
-    store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
     await enqueue(store, "done")
     (claim,) = await store.claim(1, 60)
@@ -58,7 +59,7 @@ async def test_complete_closes_the_attempt_and_clears_the_claim(
 
 
 async def test_fail_with_retry_waits_until_due_then_fails_for_good(
-    store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
     await enqueue(store, "flaky")
     (claim,) = await store.claim(1, 60)
@@ -88,7 +89,7 @@ async def test_fail_with_retry_waits_until_due_then_fails_for_good(
 
 
 async def test_expired_lease_is_claimed_again_as_a_new_attempt(
-    store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
     await enqueue(store, "lost", max_attempts=3)
     (first,) = await store.claim(1, 10)
@@ -111,15 +112,13 @@ async def test_expired_lease_is_claimed_again_as_a_new_attempt(
     with pytest.raises(LeaseLostError):
         await store.fail(job.id, first.token, failure(), None)
     assert await store.release(job.id, first.token) is None
-    assert not await store.renew_lease(job.id, first.token, 60)
+    assert await store.renew_leases([(job.id, first.token)], 60) == set()
 
     done = await store.complete(job.id, second.token, {"summary": "fresh"})
     assert done.result == {"summary": "fresh"}
 
 
-async def test_exhausted_leases_fail_with_lease_expired(
-    store: SqlJobStore, clock: FakeClock
-) -> None:
+async def test_exhausted_leases_fail_with_lease_expired(store: JobStore, clock: FakeClock) -> None:
     job = await enqueue(store, "doomed", max_attempts=1)
     await store.claim(1, 10)
     clock.advance(11)
@@ -135,20 +134,20 @@ async def test_exhausted_leases_fail_with_lease_expired(
     assert await store.next_due_at() is None
 
 
-async def test_renew_lease_pushes_expiry(store: SqlJobStore, clock: FakeClock) -> None:
+async def test_renew_lease_pushes_expiry(store: JobStore, clock: FakeClock) -> None:
     await enqueue(store, "long")
     (claim,) = await store.claim(1, 10)
     clock.advance(8)
-    assert await store.renew_lease(claim.job.id, claim.token, 10)
+    assert await store.renew_leases([(claim.job.id, claim.token)], 10) == {claim.job.id}
     clock.advance(8)
     assert await store.claim(1, 10) == []  # renewed: not expired
     job = await store.get(claim.job.id)
     assert job.lease_expires_at == clock.now + timedelta(seconds=2)
-    assert not await store.renew_lease(claim.job.id, "wrong-token", 10)
+    assert await store.renew_leases([(claim.job.id, "wrong-token")], 10) == set()
 
 
 async def test_renew_leases_renews_every_owned_lease_in_one_call(
-    store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
     for i in range(4):
         await enqueue(store, f"many-{i}")
@@ -167,7 +166,7 @@ async def test_renew_leases_renews_every_owned_lease_in_one_call(
 
 
 async def test_release_gives_the_job_back_without_charging(
-    store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
     await enqueue(store, "shutdown")
     (claim,) = await store.claim(1, 60)
@@ -182,7 +181,7 @@ async def test_release_gives_the_job_back_without_charging(
     assert await store.release(claim.job.id, claim.token) is None  # old token
 
 
-async def test_cancel_in_each_state(store: SqlJobStore, clock: FakeClock) -> None:
+async def test_cancel_in_each_state(store: JobStore, clock: FakeClock) -> None:
     pending = await enqueue(store, "x-pending")
     cancelled = await store.cancel(pending.id, "user asked")
     assert cancelled.status is JobStatus.CANCELLED

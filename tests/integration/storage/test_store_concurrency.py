@@ -1,7 +1,7 @@
 """Real concurrent connections: many claimers, many retry_failed callers.
 
 PostgreSQL is where this matters (several instances share it); SQLite runs the same
-cases through its single writer."""
+cases through its single writer, the memory store through its atomic calls."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import asyncio
 from collections import Counter
 
 import pytest
-from _storage_support import make_failed, new_job
+from _storage_support import OpenStore, make_failed, new_job
 
 from job_service.domain.model import JobFilter, JobStatus, OnDuplicate
+from job_service.domain.ports import JobStore
 from job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 
-async def _enqueue_many(store: SqlJobStore, count: int, prefix: str) -> list[str]:
+async def _enqueue_many(store: JobStore, count: int, prefix: str) -> list[str]:
     ids = []
     for i in range(count):
         job, _ = await store.enqueue(new_job(f"{prefix}-{i}"), OnDuplicate.REJECT)
@@ -24,14 +25,14 @@ async def _enqueue_many(store: SqlJobStore, count: int, prefix: str) -> list[str
     return ids
 
 
-async def test_concurrent_claimers_never_share_a_job(database_url: str, clock: FakeClock) -> None:
+async def test_concurrent_claimers_never_share_a_job(open_store: OpenStore) -> None:
     # Separate stores (engines) stand for separate instances; each task its own claims.
-    stores = [SqlJobStore(database_url, instance_id=f"i{n}", clock=clock) for n in range(4)]
+    stores = [open_store(f"i{n}") for n in range(4)]
     try:
         ids = await _enqueue_many(stores[0], 500, "cc")
         claimed: list[str] = []
 
-        async def claimer(store: SqlJobStore) -> None:
+        async def claimer(store: JobStore) -> None:
             while True:
                 claims = await store.claim(7, 60)
                 if not claims:
@@ -50,10 +51,8 @@ async def test_concurrent_claimers_never_share_a_job(database_url: str, clock: F
             await store.close()
 
 
-async def test_concurrent_retry_failed_moves_each_job_once(
-    database_url: str, clock: FakeClock
-) -> None:
-    stores = [SqlJobStore(database_url, instance_id=f"i{n}", clock=clock) for n in range(5)]
+async def test_concurrent_retry_failed_moves_each_job_once(open_store: OpenStore) -> None:
+    stores = [open_store(f"i{n}") for n in range(5)]
     try:
         failed = [(await make_failed(stores[0], f"rf-{i}")).id for i in range(50)]
         outcomes = await asyncio.gather(
@@ -83,14 +82,14 @@ async def test_retry_failed_skips_a_duplicate_that_appears_mid_call(
     try:
         blocked = await make_failed(store, "mid-a")
         free = await make_failed(store, "mid-b")
-        original = store._active_by_target
+        original = store._operations._active_by_target
 
         async def precheck_then_race(conn, targets):  # type: ignore[no-untyped-def]
             found = await original(conn, targets)
             await store.enqueue(new_job("mid-a"), OnDuplicate.REJECT)  # another connection
             return found
 
-        store._active_by_target = precheck_then_race  # type: ignore[method-assign]
+        store._operations._active_by_target = precheck_then_race  # type: ignore[method-assign]
         outcome = await store.retry_failed(JobFilter(), 100, False, 1)
         assert outcome.retried_ids == (free.id,)
         assert len(outcome.skipped) == 1 and outcome.skipped[0][0] == blocked.id

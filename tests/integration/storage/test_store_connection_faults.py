@@ -67,18 +67,48 @@ class _SocketBreaksWhileWaiting:
     """The held asyncpg connection, whose socket breaks while its next statement
     waits in the server (for a lock): the server process lives on, statement sent."""
 
-    def __init__(self, connection: asyncpg.Connection) -> None:
+    def __init__(self, connection: asyncpg.Connection, url: str) -> None:
         self._connection = connection
+        self._url = url
+        self.server_pid: int = connection.get_server_pid()
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
         running = asyncio.ensure_future(self._connection.fetch(sql, *args))
-        await asyncio.sleep(0.3)  # the statement reached the server, and waits there
+        await _until_a_statement_waits_for_a_lock(self._url)  # it reached the server
         self._connection._transport.abort()
         result: list[Any] = await running  # ConnectionDoesNotExistError
         return result
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._connection, name)
+
+
+async def _until_a_statement_waits_for_a_lock(url: str) -> None:
+    """Return once a session of the test's database waits for a lock. PostgreSQL
+    announces no such thing, so pg_stat_activity is polled (for 10 s at most)."""
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        for _ in range(1000):
+            if await conn.fetchval(waiting):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("no statement waits for a lock after 10 s")
+    finally:
+        await conn.close()
+
+
+async def _server_process_exists(url: str, pid: int) -> bool:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        return bool(
+            await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
+        )
+    finally:
+        await conn.close()
 
 
 async def _stored_targets(url: str) -> set[str]:
@@ -97,7 +127,7 @@ async def test_a_statement_right_after_the_server_ended_the_idle_connection_succ
     try:
         await enqueue(store, "first")
         await store.claim(1, 60)  # both held connections are taken
-        _, held = store._direct[statement]
+        held = getattr(store._hot, statement).held
         # The server's goodbye has arrived, the end of the socket not yet.
         held._driver._protocol.data_received(_fatal_from_server())
         assert not held._driver.is_closed()
@@ -118,7 +148,7 @@ async def test_an_enqueue_whose_answer_was_lost_after_its_commit_is_answered_ok(
     store = SqlJobStore(clean_postgres_url, instance_id="faults", clock=clock)
     try:
         await enqueue(store, "first")
-        _, held = store._direct["enqueue_many"]
+        held = store._hot.enqueue_many.held
         held._driver = _AnswerLost(held._driver)
         job = await enqueue(store, "committed")
         assert job.target_id == "committed"
@@ -135,16 +165,18 @@ async def test_an_enqueue_answered_unavailable_can_never_commit_later(
     blocker = await asyncpg.connect(asyncpg_dsn(clean_postgres_url))
     try:
         await enqueue(store, "first")
-        _, held = store._direct["enqueue_many"]
-        held._driver = _SocketBreaksWhileWaiting(held._driver)
+        held = store._hot.enqueue_many.held
+        breaking = _SocketBreaksWhileWaiting(held._driver, clean_postgres_url)
+        held._driver = breaking
         blocking = blocker.transaction()
         await blocking.start()
         # Inserts wait for this lock; reads (the store's check) do not.
         await blocker.execute("LOCK TABLE async_jobs IN EXCLUSIVE MODE")
         with pytest.raises(StorageUnavailableError):
             await enqueue(store, "told-failed")
-        await blocking.commit()  # had its server process lived on, it would commit now
-        await asyncio.sleep(0.3)
+        # Its server process is gone already, so nothing of it can commit after this.
+        assert not await _server_process_exists(clean_postgres_url, breaking.server_pid)
+        await blocking.commit()
         assert await _stored_targets(clean_postgres_url) == {"first"}
     finally:
         await blocker.close()
@@ -159,12 +191,12 @@ async def test_closing_a_held_connection_waits_for_its_statement(
     blocker = await asyncpg.connect(asyncpg_dsn(clean_postgres_url))
     try:
         await enqueue(store, "first")
-        _, held = store._direct["enqueue_many"]
+        held = store._hot.enqueue_many.held
         blocking = blocker.transaction()
         await blocking.start()
         await blocker.execute("LOCK TABLE async_jobs IN EXCLUSIVE MODE")
         slow = asyncio.ensure_future(enqueue(store, "slow"))
-        await asyncio.sleep(0.3)  # the INSERT waits for the lock, on the held connection
+        await _until_a_statement_waits_for_a_lock(clean_postgres_url)  # the INSERT, held conn
         closing = asyncio.ensure_future(held.close())
         await asyncio.sleep(0.2)
         await blocking.commit()

@@ -69,7 +69,7 @@ async def test_a_connection_lost_under_a_statement_fails_that_statement_only(
     store = SqlJobStore(clean_postgres_url, instance_id="direct", clock=clock)
     try:
         await enqueue(store, "first")
-        _, held = store._direct["enqueue_many"]
+        held = store._hot.enqueue_many.held
         held._driver.terminate()  # the socket breaks...
         held._driver = _Unaware(held._driver)  # ...before asyncpg could notice
         with pytest.raises(StorageUnavailableError):
@@ -89,7 +89,7 @@ async def test_held_connections_go_back_to_the_pool_with_the_planner_reset(
     store = SqlJobStore(clean_postgres_url, instance_id="direct", clock=clock)
     await enqueue(store, "x")
     await store.claim(1, 60)  # takes the held claim connection (bitmap scans off)
-    _, held = store._direct["claim"]
+    held = store._hot.claim.held
     driver = held._driver
     assert await driver.fetchval("SHOW enable_bitmapscan") == "off"
     await store.close()

@@ -1,4 +1,4 @@
-"""Enqueue, duplicates, idempotency and reads, on SQLite and PostgreSQL."""
+"""Enqueue, duplicates, idempotency and reads, on every store (conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from sqlalchemy import text
 
 from job_service.domain.errors import DuplicateJobError, InvalidRequestError, JobNotFoundError
 from job_service.domain.model import JobFilter, JobStatus, JobType, OnDuplicate
+from job_service.domain.ports import JobStore
 from job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 
-async def test_enqueue_then_get_round_trips_korean_text_and_utc_times(store: SqlJobStore) -> None:
+async def test_enqueue_then_get_round_trips_korean_text_and_utc_times(store: JobStore) -> None:
     params = {
         "text": "오늘은 비동기 작업 큐를 배웠다. 재시도와 리스가 핵심이다.",
         "title": "TIL 📝",
@@ -35,19 +36,19 @@ async def test_enqueue_then_get_round_trips_korean_text_and_utc_times(store: Sql
     assert got.next_attempt_at is None and got.claim_token is None
 
 
-async def test_get_unknown_job_raises_not_found(store: SqlJobStore) -> None:
+async def test_get_unknown_job_raises_not_found(store: JobStore) -> None:
     with pytest.raises(JobNotFoundError):
         await store.get("00000000-0000-0000-0000-000000000000")
 
 
-async def test_get_many_leaves_unknown_ids_out(store: SqlJobStore) -> None:
+async def test_get_many_leaves_unknown_ids_out(store: JobStore) -> None:
     a = await enqueue(store, "a")
     b = await enqueue(store, "b")
     got = await store.get_many([b.id, "nope", a.id, b.id])
     assert [j.id for j in got] == [b.id, a.id]
 
 
-async def test_duplicate_active_job_is_rejected_or_returned(store: SqlJobStore) -> None:
+async def test_duplicate_active_job_is_rejected_or_returned(store: JobStore) -> None:
     first = await enqueue(store, "t1")
     with pytest.raises(DuplicateJobError) as err:
         await enqueue(store, "t1")
@@ -63,7 +64,7 @@ async def test_duplicate_active_job_is_rejected_or_returned(store: SqlJobStore) 
     assert again.id != first.id
 
 
-async def test_concurrent_enqueues_of_one_target_make_exactly_one_job(store: SqlJobStore) -> None:
+async def test_concurrent_enqueues_of_one_target_make_exactly_one_job(store: JobStore) -> None:
     results = await asyncio.gather(
         *(enqueue(store, "same-target") for _ in range(8)), return_exceptions=True
     )
@@ -76,7 +77,7 @@ async def test_concurrent_enqueues_of_one_target_make_exactly_one_job(store: Sql
     assert len(listed) == 1
 
 
-async def test_request_id_returns_the_original_job(store: SqlJobStore) -> None:
+async def test_request_id_returns_the_original_job(store: JobStore) -> None:
     job, dedup = await store.enqueue(new_job("r1", request_id="key-1"), OnDuplicate.REJECT)
     assert not dedup
     # Same key, even after the job is terminal and even for another target.
@@ -85,7 +86,7 @@ async def test_request_id_returns_the_original_job(store: SqlJobStore) -> None:
     assert dedup and again.id == job.id
 
 
-async def test_concurrent_enqueues_with_one_request_id_return_one_job(store: SqlJobStore) -> None:
+async def test_concurrent_enqueues_with_one_request_id_return_one_job(store: JobStore) -> None:
     results = await asyncio.gather(
         *(
             store.enqueue(new_job(f"target-{i}", request_id="same-key"), OnDuplicate.REJECT)
@@ -96,9 +97,7 @@ async def test_concurrent_enqueues_with_one_request_id_return_one_job(store: Sql
     assert sorted(dedup for _, dedup in results) == [False] + [True] * 5
 
 
-async def test_list_jobs_pages_newest_first_without_gaps(
-    store: SqlJobStore, clock: FakeClock
-) -> None:
+async def test_list_jobs_pages_newest_first_without_gaps(store: JobStore, clock: FakeClock) -> None:
     ids = []
     for i in range(25):
         if i % 3 == 0:
@@ -119,13 +118,13 @@ async def test_list_jobs_pages_newest_first_without_gaps(
     assert keys == sorted(keys, reverse=True)
 
 
-async def test_list_jobs_rejects_a_malformed_page_token(store: SqlJobStore) -> None:
+async def test_list_jobs_rejects_a_malformed_page_token(store: JobStore) -> None:
     with pytest.raises(InvalidRequestError) as err:
         await store.list_jobs(JobFilter(), 10, "not-a-token!")
     assert err.value.violations[0].field == "page_token"
 
 
-async def test_list_jobs_filters(store: SqlJobStore, clock: FakeClock) -> None:
+async def test_list_jobs_filters(store: JobStore, clock: FakeClock) -> None:
     t0 = clock.now
     card = await enqueue(store, "f1")
     clock.advance(10)
@@ -146,7 +145,7 @@ async def test_list_jobs_filters(store: SqlJobStore, clock: FakeClock) -> None:
     assert await ids(JobFilter(failed_after=clock.now)) == {failed.id}
 
 
-async def test_error_message_contains_escapes_like_wildcards(store: SqlJobStore) -> None:
+async def test_error_message_contains_escapes_like_wildcards(store: JobStore) -> None:
     percent = await make_failed(store, "w1", "disk 100% full")
     underscore = await make_failed(store, "w2", "bad field_name")
     await make_failed(store, "w3", "disk 1000 full and fieldXname")
@@ -160,11 +159,11 @@ async def test_error_message_contains_escapes_like_wildcards(store: SqlJobStore)
     assert await ids("%") == {percent.id}
 
 
-async def test_operators_sql_finds_failed_targets(store: SqlJobStore) -> None:
-    await make_failed(store, "scrap-timeout", "Timeout: deadline of 30s exceeded")
-    await make_failed(store, "scrap-other", "AI gateway unavailable: connection refused")
-    await enqueue(store, "scrap-pending")
-    async with store.engine.connect() as conn:
+async def test_operators_sql_finds_failed_targets(sql_store: SqlJobStore) -> None:
+    await make_failed(sql_store, "scrap-timeout", "Timeout: deadline of 30s exceeded")
+    await make_failed(sql_store, "scrap-other", "AI gateway unavailable: connection refused")
+    await enqueue(sql_store, "scrap-pending")
+    async with sql_store.engine.connect() as conn:
         rows = await conn.execute(
             text(
                 "SELECT target_id FROM async_jobs "
@@ -174,7 +173,7 @@ async def test_operators_sql_finds_failed_targets(store: SqlJobStore) -> None:
         assert [r.target_id for r in rows] == ["scrap-timeout"]
 
 
-async def test_stats_and_next_due_at(store: SqlJobStore, clock: FakeClock) -> None:
+async def test_stats_and_next_due_at(store: JobStore, clock: FakeClock) -> None:
     assert await store.next_due_at() is None
     empty = await store.stats()
     assert empty.counts == () and empty.oldest_pending_created_at is None

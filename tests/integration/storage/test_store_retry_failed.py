@@ -1,16 +1,16 @@
-"""RetryFailed on SQLite and PostgreSQL."""
+"""RetryFailed, on every store (conftest.py)."""
 
 from __future__ import annotations
 
 from _storage_support import enqueue, make_failed
 
 from job_service.domain.model import JobFilter, JobStatus, JobType
-from job_service.storage.repository import SqlJobStore
+from job_service.domain.ports import JobStore
 from tests.support.clock import FakeClock
 
 
 async def test_retry_failed_moves_matching_jobs_and_keeps_history(
-    store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
     timeout = await make_failed(store, "r1", "Timeout: deadline exceeded")
     clock.advance(10)
@@ -34,7 +34,7 @@ async def test_retry_failed_moves_matching_jobs_and_keeps_history(
 
 
 async def test_retry_failed_dry_run_limit_and_time_filters(
-    store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
     ids = []
     for i in range(5):
@@ -61,7 +61,7 @@ async def test_retry_failed_dry_run_limit_and_time_filters(
     assert by_type.matched_count == 0 and by_type.retried_ids == ()
 
 
-async def test_retry_failed_skips_a_target_with_an_active_job(store: SqlJobStore) -> None:
+async def test_retry_failed_skips_a_target_with_an_active_job(store: JobStore) -> None:
     failed = await make_failed(store, "busy")
     active = await enqueue(store, "busy")
     free = await make_failed(store, "free")
@@ -78,7 +78,7 @@ async def test_retry_failed_skips_a_target_with_an_active_job(store: SqlJobStore
 
 
 async def test_two_failed_jobs_of_one_target_retry_only_one(
-    store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
     older = await make_failed(store, "twice")
     clock.advance(1)
@@ -90,7 +90,7 @@ async def test_two_failed_jobs_of_one_target_retry_only_one(
     )
 
 
-async def test_retry_failed_by_ids_and_targets(store: SqlJobStore) -> None:
+async def test_retry_failed_by_ids_and_targets(store: JobStore) -> None:
     a = await make_failed(store, "ta")
     b = await make_failed(store, "tb")
     c = await make_failed(store, "tc")

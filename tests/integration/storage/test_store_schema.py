@@ -8,13 +8,14 @@ import pytest
 from _storage_support import enqueue
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import CheckConstraint, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from job_service.domain.errors import StorageFailureError, StorageUnavailableError
 from job_service.domain.model import JobFilter
 from job_service.storage.engine import create_engine
-from job_service.storage.migrate import migrate
+from job_service.storage.migrate import alembic_config, migrate
 from job_service.storage.repository import SqlJobStore
 from job_service.storage.tables import metadata
 
@@ -81,9 +82,23 @@ def _words(predicate: object) -> set[str]:
     return set(re.findall(r"[a-z_]+", str(predicate).lower())) - rewritten
 
 
-async def test_migrate_twice_is_a_no_op(database_url: str) -> None:
+async def test_migrate_twice_is_a_no_op(sql_store: SqlJobStore, database_url: str) -> None:
+    """Migrating a database that is already at head, twice, changes nothing: its rows
+    stay, alembic records one version (head), and the schema still equals the models."""
+    job = await enqueue(sql_store, "survives-migrate")
     await migrate(database_url)
     await migrate(database_url)
+    assert await sql_store.get(job.id) == job
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    async with sql_store.engine.connect() as conn:
+        versions = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
+
+        def diff(sync_conn):  # type: ignore[no-untyped-def]
+            context = MigrationContext.configure(sync_conn, opts={"compare_type": True})
+            return compare_metadata(context, metadata)
+
+        assert await conn.run_sync(diff) == []
+    assert [v for (v,) in versions] == [head]
 
 
 async def test_an_unreachable_database_raises_storage_unavailable(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -110,9 +125,10 @@ async def test_an_unmigrated_database_raises_storage_failure(tmp_path) -> None: 
         await store.close()
 
 
-async def test_only_a_processing_job_can_hold_a_claim_token(store: SqlJobStore) -> None:
+async def test_only_a_processing_job_can_hold_a_claim_token(sql_store: SqlJobStore) -> None:
     """Outcome writes find their job by (id, token) alone: the database keeps the
     token to PROCESSING jobs."""
+    store = sql_store
     job = await enqueue(store, "token-rule")
     for sql in (
         "UPDATE async_jobs SET claim_token = 'stray' WHERE id = :id",

@@ -23,10 +23,9 @@ async def test_flushes_are_spaced_and_carry_what_arrived_meanwhile() -> None:
     coalescer: Coalescer[int, int] = Coalescer(rec.flush, max_batch=100, name="t", min_interval=0.3)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    first = asyncio.ensure_future(coalescer.submit(1))
-    await asyncio.sleep(0.05)  # the first flush is done; these arrive after it
+    assert await coalescer.submit(1) == 10  # the first flush is done; these arrive after it
     later = [asyncio.ensure_future(coalescer.submit(n)) for n in (2, 3, 4)]
-    assert await first == 10 and await asyncio.gather(*later) == [20, 30, 40]
+    assert await asyncio.gather(*later) == [20, 30, 40]
     (t1, batch1), (t2, batch2) = rec.flushes
     assert batch1 == [1] and t1 - started < 0.2, "a lone item after a quiet spell goes at once"
     assert batch2 == [2, 3, 4], "the items that came meanwhile share the next statement"

@@ -1,0 +1,400 @@
+"""The worker's state machine, without a database or a network: the real Worker and
+JobApplication over MemoryJobStore and a scripted gateway, on an event loop whose
+clock jumps (tests/support/virtual_time.py). Retries and their backoff, RetryInfo,
+permanent failures, attempts running out, a lost lease, a cancel during the gateway
+call and the give-back at shutdown play out in virtual minutes and real milliseconds.
+
+What needs a real database or real gRPC stays in tests/integration/job_service/
+test_worker.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pytest
+
+from job_service.app import JobApplication
+from job_service.domain.backoff import BackoffPolicy
+from job_service.domain.errors import StorageUnavailableError
+from job_service.domain.failures import GatewayCallError
+from job_service.domain.model import (
+    Failure,
+    Job,
+    JobStatus,
+    JobType,
+    JsonDict,
+    NewJob,
+    OnDuplicate,
+)
+from job_service.domain.transitions import LEASE_EXPIRED_CODE
+from job_service.storage.memory import MemoryJobStore
+from job_service.updates import UpdateHub
+from job_service.worker import Worker, WorkerConfig
+from tests.support.virtual_time import on_virtual_time, running_loop
+
+RESULT: JsonDict = {"summary": "요약.", "tags": ["scripted"], "embedding": [0.6, 0.8]}
+UNAVAILABLE = GatewayCallError("UNAVAILABLE", "", "connection refused")
+LEASE = 30.0
+# How long a test may run in virtual time before it counts as hung.
+VIRTUAL_LIMIT = 3600.0
+
+
+@dataclass
+class Hold:
+    """A gateway call that answers `result` once released, or never."""
+
+    result: JsonDict = field(default_factory=lambda: dict(RESULT))
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+Answer = JsonDict | GatewayCallError | Hold
+
+
+class ScriptedGateway:
+    """The AiGateway port, answering each call as `script(job)` says."""
+
+    def __init__(self, script: Callable[[Job], Answer]) -> None:
+        self._script = script
+        self.calls: list[tuple[str, int]] = []  # (job id, attempt)
+        self.cancelled: list[str] = []
+        self._called = asyncio.Event()
+
+    async def run(self, job: Job, deadline: float) -> JsonDict:
+        self.calls.append((job.id, job.attempt_count))
+        self._called.set()
+        answer = self._script(job)
+        if isinstance(answer, GatewayCallError):
+            raise answer
+        if isinstance(answer, Hold):
+            try:
+                await answer.released.wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(job.id)
+                raise
+            return answer.result
+        return answer
+
+    async def until_called(self, times: int = 1) -> None:
+        while len(self.calls) < times:
+            self._called.clear()
+            await self._called.wait()
+
+
+class ScriptedStore(MemoryJobStore):
+    """MemoryJobStore that records the outcome writes and whose lease renewals can
+    fail (a database this instance cannot reach for a while)."""
+
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        super().__init__(clock=clock)
+        self.renewals_down = False
+        self.outcome_writes: list[tuple[str, str]] = []  # (method, job id)
+
+    async def renew_leases(
+        self, leases: Sequence[tuple[str, str]], lease_seconds: float
+    ) -> set[str]:
+        if self.renewals_down:
+            raise StorageUnavailableError("renewals are down")
+        return await super().renew_leases(leases, lease_seconds)
+
+    async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
+        self.outcome_writes.append(("complete", job_id))
+        return await super().complete(job_id, token, result)
+
+    async def fail(
+        self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
+    ) -> Job:
+        self.outcome_writes.append(("fail", job_id))
+        return await super().fail(job_id, token, failure, retry_at)
+
+    async def release(self, job_id: str, token: str) -> Job | None:
+        self.outcome_writes.append(("release", job_id))
+        return await super().release(job_id, token)
+
+
+class Published:
+    """What the worker publishes (claims, outcomes, give-backs), in order; lets a test
+    wait for a job's state."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self._changed = asyncio.Event()
+
+    def publish(self, jobs: Iterable[Job]) -> None:
+        self.jobs.extend(jobs)
+        self._changed.set()
+
+    def of(self, job_id: str, status: JobStatus) -> list[Job]:
+        return [j for j in self.jobs if j.id == job_id and j.status is status]
+
+    async def terminal(self, job_id: str) -> Job:
+        async with asyncio.timeout(VIRTUAL_LIMIT):
+            while True:
+                done = [j for j in self.jobs if j.id == job_id and j.status.is_terminal]
+                if done:
+                    return done[-1]
+                self._changed.clear()
+                await self._changed.wait()
+
+
+@dataclass
+class Service:
+    store: ScriptedStore
+    gateway: ScriptedGateway
+    worker: Worker
+    app: JobApplication
+    published: Published
+
+    async def enqueue(self, target_id: str = "scrap-1", max_attempts: int = 3) -> Job:
+        new = NewJob(
+            JobType.CARD_ANALYSIS,
+            target_id,
+            {"text": "오늘 배운 것."},
+            "tester",
+            None,
+            max_attempts,
+        )
+        job, _ = await self.app.enqueue(new, OnDuplicate.REJECT)
+        return job
+
+    def another_instance(self) -> MemoryJobStore:
+        """A second JobService's store on the same (in-memory) database."""
+        return MemoryJobStore(clock=running_loop().now, table=self.store.table)
+
+
+@asynccontextmanager
+async def running(
+    script: Callable[[Job], Answer],
+    *,
+    concurrency: int = 1,
+    backoff: BackoffPolicy | None = None,
+) -> AsyncIterator[Service]:
+    """A started worker (and the JobApplication that feeds it), stopped on exit."""
+    clock = running_loop().now
+    store = ScriptedStore(clock=clock)
+    gateway = ScriptedGateway(script)
+    published = Published()
+    config = WorkerConfig(
+        concurrency=concurrency,
+        lease_seconds=LEASE,
+        poll_interval=1.0,
+        backoff=backoff or BackoffPolicy(base_delay=2.0, max_delay=300.0),
+    )
+    worker = Worker(store, gateway, published.publish, config, random.Random(7), clock=clock)
+    app = JobApplication(store, UpdateHub(), worker, "unit", attempts_per_round=3)
+    worker.start()
+    try:
+        yield Service(store, gateway, worker, app, published)
+    finally:
+        await worker.stop(grace=60.0)
+
+
+def job_task(job_id: str) -> asyncio.Task[object]:
+    """The worker's task for a job in flight (the worker names it job-<id>)."""
+    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"job-{job_id}"]
+    return task
+
+
+async def finished(task: asyncio.Task[object]) -> None:
+    """Wait for the worker's task of a job to end; an exception that escaped it is
+    raised here."""
+    async with asyncio.timeout(VIRTUAL_LIMIT):
+        await task
+
+
+def retry_delays(published: Published, job_id: str) -> list[float]:
+    """For each automatic retry: seconds from the failed attempt's end to the retry."""
+    delays = []
+    for retry in published.of(job_id, JobStatus.PENDING):
+        if retry.attempts:  # not the enqueue
+            assert retry.next_attempt_at is not None and retry.attempts[-1].end_time is not None
+            delays.append((retry.next_attempt_at - retry.attempts[-1].end_time).total_seconds())
+    return delays
+
+
+@on_virtual_time
+async def test_transient_failures_retry_with_backoff_then_succeed() -> None:
+    async with running(lambda job: UNAVAILABLE if job.attempt_count < 4 else RESULT) as service:
+        job = await service.enqueue(max_attempts=5)
+        done = await service.published.terminal(job.id)
+
+    assert done.status is JobStatus.COMPLETED and done.result == RESULT
+    assert [a.error_code for a in done.attempts] == ["UNAVAILABLE"] * 3 + [""]
+    # Equal jitter: after attempt n, a delay within [ceiling/2, ceiling], the ceiling
+    # doubling from the base delay (domain/backoff.py).
+    delays = retry_delays(service.published, job.id)
+    assert len(delays) == 3
+    for delay, ceiling in zip(delays, (2.0, 4.0, 8.0), strict=True):
+        assert ceiling / 2 <= delay <= ceiling
+    # Each retry ran when it was due: not before, and without waiting for a poll.
+    retries = [j for j in service.published.of(job.id, JobStatus.PENDING) if j.attempts]
+    for retry, attempt in zip(retries, done.attempts[1:], strict=True):
+        assert retry.next_attempt_at is not None
+        late = attempt.start_time - retry.next_attempt_at
+        assert timedelta(0) <= late <= timedelta(milliseconds=10)
+
+
+@pytest.mark.parametrize(
+    ("retry_info", "shortest", "longest"),
+    [
+        (50.0, 50.0, 50.0),  # above the backoff: the gateway's delay is kept
+        (0.5, 1.0, 2.0),  # below it: the backoff's own delay
+    ],
+)
+@on_virtual_time
+async def test_retry_info_is_a_lower_bound_of_the_delay(
+    retry_info: float, shortest: float, longest: float
+) -> None:
+    limited = GatewayCallError(
+        "RESOURCE_EXHAUSTED", "RATE_LIMITED", "5 requests/s", retry_delay_seconds=retry_info
+    )
+    async with running(lambda job: limited if job.attempt_count == 1 else RESULT) as service:
+        job = await service.enqueue()
+        done = await service.published.terminal(job.id)
+
+    assert done.status is JobStatus.COMPLETED
+    (delay,) = retry_delays(service.published, job.id)
+    assert shortest <= delay <= longest
+    first, second = done.attempts
+    assert first.end_time is not None
+    assert second.start_time - first.end_time >= timedelta(seconds=delay)
+    assert first.error_message == "Rate Limit Exceeded (Too many requests): 5 requests/s"
+
+
+@on_virtual_time
+async def test_a_permanent_failure_fails_the_job_at_once() -> None:
+    too_long = GatewayCallError(
+        "INVALID_ARGUMENT", "TOKEN_LIMIT_EXCEEDED", "Token limit exceeded (9001 > 8192)"
+    )
+    async with running(lambda _job: too_long) as service:
+        job = await service.enqueue(max_attempts=3)
+        failed = await service.published.terminal(job.id)
+
+    assert failed.status is JobStatus.FAILED
+    assert service.gateway.calls == [(job.id, 1)]
+    assert (failed.error_code, failed.error_reason) == ("INVALID_ARGUMENT", "TOKEN_LIMIT_EXCEEDED")
+    assert failed.error_message == "Token limit exceeded (9001 > 8192)"
+    assert failed.attempt_count == 1 and failed.next_attempt_at is None
+    assert failed.failed_at == failed.attempts[0].end_time
+    assert service.published.of(job.id, JobStatus.PENDING) == []  # never retried
+
+
+@on_virtual_time
+async def test_transient_failures_fail_the_job_when_attempts_run_out() -> None:
+    async with running(lambda _job: UNAVAILABLE) as service:
+        job = await service.enqueue(max_attempts=3)
+        failed = await service.published.terminal(job.id)
+
+    assert failed.status is JobStatus.FAILED
+    assert service.gateway.calls == [(job.id, 1), (job.id, 2), (job.id, 3)]
+    assert [(a.attempt, a.error_code) for a in failed.attempts] == [
+        (1, "UNAVAILABLE"),
+        (2, "UNAVAILABLE"),
+        (3, "UNAVAILABLE"),
+    ]
+    assert failed.error_message == "AI gateway unavailable: connection refused"
+    assert failed.next_attempt_at is None and failed.failed_at is not None
+    assert len(retry_delays(service.published, job.id)) == 2  # retried twice, not a third time
+
+
+@on_virtual_time
+async def test_an_outcome_after_another_claim_took_the_job_is_dropped() -> None:
+    hold = Hold(result={"summary": "stale"})
+    async with running(lambda _job: hold) as service:
+        job = await service.enqueue()
+        await service.gateway.until_called()
+        task = job_task(job.id)
+        # This instance cannot reach the database to renew; its lease runs out and
+        # another instance claims the job again.
+        service.store.renewals_down = True
+        await asyncio.sleep(LEASE + 1)
+        other = service.another_instance()
+        (taken,) = await other.claim(1, LEASE)
+        assert taken.job.id == job.id and taken.job.attempt_count == 2
+
+        hold.released.set()  # the first call answers now: too late
+        await finished(task)
+        assert service.store.outcome_writes == [("complete", job.id)]
+        current = await other.get(job.id)
+        assert current.status is JobStatus.PROCESSING and current.claim_token == taken.token
+        assert current.result is None
+        done = await other.complete(job.id, taken.token, {"summary": "fresh"})
+
+    assert done.result == {"summary": "fresh"}
+    assert [a.error_code for a in done.attempts] == [LEASE_EXPIRED_CODE, ""]
+    assert service.published.of(job.id, JobStatus.COMPLETED) == []
+
+
+@on_virtual_time
+async def test_a_lease_found_lost_at_renewal_stops_the_gateway_call() -> None:
+    async with running(lambda _job: Hold()) as service:
+        job = await service.enqueue()
+        await service.gateway.until_called()
+        task = job_task(job.id)
+        service.store.renewals_down = True
+        await asyncio.sleep(LEASE + 1)
+        (taken,) = await service.another_instance().claim(1, LEASE)
+        service.store.renewals_down = False
+        lost_at = running_loop().time()
+
+        await finished(task)  # the next renewal finds the job taken and stops the call
+        assert running_loop().time() - lost_at <= LEASE / 3  # at the first renewal
+        assert service.gateway.cancelled == [job.id]
+        assert service.store.outcome_writes == []  # no write with the old claim token
+        current = await service.store.get(job.id)
+        assert current.status is JobStatus.PROCESSING and current.claim_token == taken.token
+
+
+@on_virtual_time
+async def test_cancel_during_the_gateway_call_stops_it_and_writes_no_outcome() -> None:
+    async with running(lambda _job: Hold()) as service:
+        job = await service.enqueue()
+        await service.gateway.until_called()
+        task = job_task(job.id)
+
+        await service.app.cancel(job.id, "user left")
+        await finished(task)
+        assert service.gateway.cancelled == [job.id]
+        assert service.store.outcome_writes == []
+        assert service.worker.in_flight == 0
+        cancelled = await service.store.get(job.id)
+
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.result is None
+    assert cancelled.claim_token is None
+    (attempt,) = cancelled.attempts
+    assert (attempt.error_code, attempt.error_message) == ("CANCELLED", "Cancelled: user left")
+
+
+@on_virtual_time
+async def test_shutdown_lets_calls_finish_within_the_grace_and_gives_back_the_rest() -> None:
+    holds = {"quick": Hold(), "stuck": Hold()}
+    async with running(lambda job: holds[job.target_id], concurrency=2) as service:
+        quick = await service.enqueue("quick")
+        stuck = await service.enqueue("stuck")
+        await service.gateway.until_called(2)
+        waiting = await service.enqueue("waiting")  # no free slot: stays PENDING
+        loop = running_loop()
+        loop.call_later(2.0, holds["quick"].released.set)  # answers during the grace
+
+        stopping_at = loop.time()
+        await service.worker.stop(grace=5.0)
+        assert loop.time() - stopping_at == pytest.approx(5.0, abs=0.01)  # the grace, not longer
+        jobs = {
+            j.target_id: j for j in await service.store.get_many([quick.id, stuck.id, waiting.id])
+        }
+
+    assert jobs["quick"].status is JobStatus.COMPLETED
+    given_back = jobs["stuck"]
+    assert service.gateway.cancelled == [stuck.id]
+    assert given_back.status is JobStatus.PENDING
+    assert given_back.attempt_count == 0 and given_back.attempts == ()  # not charged
+    assert given_back.started_at is None and given_back.claim_token is None
+    assert ("release", stuck.id) in service.store.outcome_writes
+    assert service.published.of(stuck.id, JobStatus.PENDING)[-1] == given_back
+    # Nothing was claimed once the stop began, though a slot came free.
+    assert jobs["waiting"].status is JobStatus.PENDING and jobs["waiting"].attempt_count == 0
