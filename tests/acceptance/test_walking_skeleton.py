@@ -4,6 +4,7 @@ really summarises; the job is a row in `async_jobs` on SQLite; Ctrl-C stops all.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -88,7 +89,9 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
         assert summary and "lease" in summary.group(1), watched.stdout
 
         got = jobsctl(target, "--json", "get", job_id)
-        assert '"status": "JOB_STATUS_COMPLETED"' in got.stdout or '"COMPLETED"' in got.stdout
+        assert got.returncode == 0, got.stderr
+        as_json = json.loads(got.stdout)
+        assert (as_json["id"], as_json["status"]) == (job_id, "JOB_STATUS_COMPLETED"), got.stdout
 
         with sqlite3.connect(database) as db:
             row = db.execute(
@@ -96,7 +99,10 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
                 (job_id,),
             ).fetchone()
         assert row == ("CARD_ANALYSIS", "COMPLETED", "scrap-1", 1)
-        assert f"job={job_id}" in log.read_text() or job_id in log.read_text()
+        # Both services logged the job: JobService its outcome, AiGateway its call.
+        logged = log.read_text()
+        assert f"job_id={job_id} completed: CARD_ANALYSIS attempt 1/" in logged, logged
+        assert re.search(rf"job={job_id} attempt=1 status=OK\b", logged), logged
     finally:
         run.send_signal(signal.SIGINT)
         code = run.wait(60)

@@ -4,7 +4,7 @@
 SQLite: a migrated template file copied per test. PostgreSQL: one throwaway database
 per session (SAN_TEST_POSTGRES_URL, default postgresql+asyncpg://postgres@127.0.0.1:5432/
 test, is only used to reach the server), TRUNCATEd before each test. No PostgreSQL:
-skipped locally, a failure under CI=true.
+skipped locally, a failure under CI (tests.support.ci).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import pytest
 from job_service.storage.migrate import migrate
 from job_service.storage.notify import asyncpg_dsn
 from job_service.storage.repository import SqlJobStore
+from tests.support.ci import skip_or_fail_in_ci
 from tests.support.clock import FakeClock
 from tests.support.databases import (
     create_temp_postgres_database,
     drop_database,
     postgres_unreachable_reason,
     run_sync,
-    running_in_ci,
 )
 
 BACKENDS = [
@@ -42,13 +42,10 @@ def clock() -> FakeClock:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> None:
-    """Skip (locally) or fail (CI=true) when PostgreSQL cannot be reached."""
+    """Skip (locally) or fail (under CI) when PostgreSQL cannot be reached."""
     reason = run_sync(postgres_unreachable_reason)
-    if reason is None:
-        return
-    if running_in_ci():
-        pytest.fail(f"{reason}; CI requires it", pytrace=False)
-    pytest.skip(reason)
+    if reason is not None:
+        skip_or_fail_in_ci(reason)
 
 
 @pytest.fixture(scope="session")

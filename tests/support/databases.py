@@ -1,5 +1,5 @@
 """Throwaway databases for tests: a fresh PostgreSQL database per caller, and the
-rule for when PostgreSQL is missing (skip locally, fail under CI=true).
+rule for when PostgreSQL is missing (skip locally, fail under CI: tests.support.ci).
 
     url = create_temp_postgres_database()          # migrated, ready for job-service
     ...
@@ -23,6 +23,7 @@ from sqlalchemy import make_url
 
 from job_service.storage.migrate import migrate
 from job_service.storage.notify import asyncpg_dsn
+from tests.support.ci import running_in_ci
 
 T = TypeVar("T")
 
@@ -31,10 +32,6 @@ DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 
 def postgres_base_url() -> str:
     return os.environ.get("SAN_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
-
-
-def running_in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
 
 
 def run_sync(factory: Callable[[], Awaitable[T]]) -> T:
@@ -103,7 +100,7 @@ def drop_database(url: str) -> None:
 
 def require_postgres(url: str | None = None) -> str | None:
     """None if PostgreSQL is reachable; else the reason (callers skip with it). Under
-    CI=true an unreachable server is an error, never a skip."""
+    CI (tests.support.ci) an unreachable server is an error, never a skip."""
     reason = run_sync(lambda: postgres_unreachable_reason(url))
     if reason is not None and running_in_ci():
         raise RuntimeError(f"{reason}; CI requires it")

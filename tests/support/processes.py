@@ -31,9 +31,16 @@ class RunningService:
     address: str
     log_path: Path
     argv: list[str] = field(default_factory=list)
+    # Set by kill(): the test ended the process on purpose, so its exit status says
+    # nothing about how it shuts down.
+    killed: bool = False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last `lines` lines of its output (stderr and stdout), for failure messages."""
+        return "\n".join(self.log().splitlines()[-lines:])
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Send `sig` and wait for the exit; kill -9 if it outlives `timeout`."""
@@ -52,8 +59,32 @@ class RunningService:
     def kill(self) -> None:
         """kill -9: no cleanup at all, as when a machine dies."""
         if self.proc.poll() is None:
+            self.killed = True
             self.proc.kill()
             self.proc.wait(10)
+
+    def shutdown_problem(self, timeout: float = 30.0, expected_exit: int = 0) -> str | None:
+        """Stop it as its operator would (SIGTERM, unless it has exited already) and
+        say what went wrong: it outlived `timeout` (then it is killed), or it exited
+        with another status than `expected_exit`. None when all went well, or when
+        the test killed it on purpose."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                return (
+                    f"{self.name} did not exit within {timeout:g}s of SIGTERM; "
+                    f"the end of its output:\n{self.log_tail()}"
+                )
+        if self.killed or self.proc.returncode == expected_exit:
+            return None
+        return (
+            f"{self.name} exited with status {self.proc.returncode}, not {expected_exit}; "
+            f"the end of its output:\n{self.log_tail()}"
+        )
 
 
 def start_service(
@@ -109,12 +140,41 @@ def start_job_service(
 
 
 @contextmanager
-def running(service: RunningService) -> Iterator[RunningService]:
-    """Stop the service (SIGTERM, then kill) when the block ends, however it ends."""
+def running(
+    service: RunningService, timeout: float = 30.0, expected_exit: int = 0
+) -> Iterator[RunningService]:
+    """Stop the service (SIGTERM) when the block ends, however it ends. A clean stop
+    is part of the test: a service that does not exit within `timeout`, or exits with
+    another status than `expected_exit` (it crashed, or its shutdown failed), fails
+    it, with the end of its output. If the block failed already, that failure stands,
+    with the shutdown's problem added as a note."""
     try:
         yield service
-    finally:
-        try:
-            service.stop()
-        except AssertionError:
-            service.kill()
+    except BaseException as failure:
+        problem = service.shutdown_problem(timeout, expected_exit)
+        if problem is not None:
+            failure.add_note(problem)
+        raise
+    problem = service.shutdown_problem(timeout, expected_exit)
+    if problem is not None:
+        raise AssertionError(problem)
+
+
+def stop_all(*services: RunningService, timeout: float = 30.0, expected_exit: int = 0) -> None:
+    """Stop each service (SIGTERM) as `running` does, for code that stops services in
+    a `finally` or a fixture's teardown: every one is stopped, then the test fails if
+    any shut down badly. If an exception is already on its way, it stands, and the
+    shutdown problems are added to it as notes."""
+    problems = [
+        problem
+        for service in services
+        if (problem := service.shutdown_problem(timeout, expected_exit)) is not None
+    ]
+    if not problems:
+        return
+    on_its_way = sys.exc_info()[1]
+    if on_its_way is not None:
+        for problem in problems:
+            on_its_way.add_note(problem)
+        return
+    raise AssertionError("\n\n".join(problems))

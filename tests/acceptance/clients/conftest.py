@@ -25,6 +25,7 @@ from tests.support.processes import (
     start_gateway,
     start_job_service,
     start_service,
+    stop_all,
 )
 
 
@@ -40,11 +41,8 @@ class Stack:
 
 
 def _stop(*services: RunningService) -> None:
-    for service in services:
-        try:
-            service.stop()
-        except AssertionError:
-            service.kill()
+    # A failed or hung shutdown fails the test (tests.support.processes.stop_all).
+    stop_all(*services)
 
 
 def _stack(log_dir: Path, gateway_args: list[str], job_args: list[str]) -> Iterator[Stack]:

@@ -2,12 +2,11 @@
 
 Chromium is Debian's `chromium` and `chromium-driver`, driven with Selenium through
 /usr/bin/chromedriver (nothing is downloaded). Without them the tests are skipped
-locally, and fail under CI=true.
+locally, and fail under CI (tests.support.ci).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,8 @@ from typing import Any
 
 import pytest
 from conftest import Stack, _stop, chromium_path, create_web_user, start_web
+
+from tests.support.ci import skip_or_fail_in_ci
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.browser]
 
@@ -41,10 +42,9 @@ FLAGS = [
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     binary, driver_path = chromium_path(), shutil.which("chromedriver")
     if binary is None or driver_path is None:
-        reason = "Chromium or chromedriver is missing (apt-get install chromium chromium-driver)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        skip_or_fail_in_ci(
+            "Chromium or chromedriver is missing (apt-get install chromium chromium-driver)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

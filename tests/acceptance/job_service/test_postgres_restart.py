@@ -27,7 +27,7 @@ import pytest
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from job_service.storage.notify import asyncpg_dsn
-from tests.support.databases import running_in_ci
+from tests.support.ci import skip_or_fail_in_ci
 from tests.support.jobs_api import SAMPLE_TEXT, card_request, channel
 from tests.support.pg_cluster import (
     PrivateCluster,
@@ -48,9 +48,7 @@ OKS_AFTER_START = 5  # per client, after the server is back
 def cluster() -> Iterator[PrivateCluster]:
     reason = private_cluster_unavailable_reason()
     if reason is not None:
-        if running_in_ci():
-            pytest.fail(f"{reason}; CI requires it", pytrace=False)
-        pytest.skip(reason)
+        skip_or_fail_in_ci(reason)
     with private_cluster() as made:
         yield made
 

@@ -70,15 +70,18 @@ def rich_status(status: status_pb2.Status) -> RichError:
 
 
 class CountingBackend(InstantBackend):
-    """The instant backend, counting analyze calls, optionally slow, noting cancellation."""
+    """The instant backend, counting analyze calls, optionally slow, noting when a call
+    arrives (`started`, for tests that act while one is in flight) and cancellation."""
 
     def __init__(self, delay: float = 0.0) -> None:
         self.calls = 0
         self.delay = delay
+        self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
 
     async def analyze(self, request: AnalyzeInput, time_left: float | None) -> AnalyzeResult:
         self.calls += 1
+        self.started.set()
         try:
             await asyncio.sleep(self.delay)
         except asyncio.CancelledError:

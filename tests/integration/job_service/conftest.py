@@ -15,11 +15,11 @@ from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from job_service.server import JobServiceRuntime, prepare_database
 from job_service.settings import JobServiceSettings
 from tests.integration.job_service.scripted_gateway import ScriptedGateway, start_scripted_gateway
+from tests.support.ci import skip_or_fail_in_ci
 from tests.support.databases import (
     create_temp_postgres_database_async,
     drop_database_async,
     postgres_unreachable_reason,
-    running_in_ci,
 )
 
 
@@ -30,9 +30,7 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         return
     reason = await postgres_unreachable_reason()
     if reason is not None:
-        if running_in_ci():
-            pytest.fail(f"{reason}; CI requires PostgreSQL", pytrace=False)
-        pytest.skip(reason)
+        skip_or_fail_in_ci(reason)
     url = await create_temp_postgres_database_async()
     yield url
     await drop_database_async(url)

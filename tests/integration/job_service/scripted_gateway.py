@@ -1,7 +1,7 @@
 """A scripted AiGatewayService on a real loopback port, for JobService tests that
-need an exact failure (a status with rich details, a hang, a slow answer) on a
-chosen call. The real gateway's own behaviour is tested in its own suite and in
-the acceptance tests.
+need an exact failure (a status with rich details, a hang, a slow answer, a call
+held until the test releases it) on a chosen call. The real gateway's own behaviour
+is tested in its own suite and in the acceptance tests.
 
 It serves the unary RPCs and StreamCalls (which JobService uses), each call
 scripted the same way; `unary_only=True` leaves StreamCalls out, as an older
@@ -45,7 +45,20 @@ class Slow:
     seconds: float
 
 
-Action = Fail | Hang | Slow | None
+@dataclass
+class Held:
+    """Answer normally once the test calls `release()`; `reached` is set when the
+    call arrives. A test waits on it to act while the job is certainly PROCESSING,
+    with no sleep and no race."""
+
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+Action = Fail | Hang | Slow | Held | None
 
 
 @dataclass
@@ -68,6 +81,9 @@ class ScriptedGateway(gw_grpc.AiGatewayServiceServicer):
         try:
             if isinstance(action, Hang):
                 await asyncio.sleep(3600)
+            elif isinstance(action, Held):
+                action.reached.set()
+                await action.released.wait()
             elif isinstance(action, Slow):
                 await asyncio.sleep(action.seconds)
         except asyncio.CancelledError:

@@ -11,9 +11,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from san.jobs.v1 import job_service_pb2 as pb
 
 from tests.integration.job_service.conftest import Service, StartService
-from tests.integration.job_service.scripted_gateway import Hang
+from tests.integration.job_service.scripted_gateway import Fail, Hang, Held
 from tests.support.jobs_api import card_request, list_all, wait_terminal
 from tests.support.rich_errors import rich_error
+from tests.support.waiting import wait_until
 
 
 async def call_error(awaitable: object) -> grpc.aio.AioRpcError:
@@ -193,15 +194,12 @@ async def test_list_jobs_pages_newest_first_with_filters(service: Service) -> No
 
 async def test_cancel_pending_processing_and_terminal(start_service: StartService) -> None:
     service = await start_service(workers=1)
-    service.gateway.script = lambda _job, _attempt: Hang()
+    holds: dict[str, Held] = {}  # never released: each call runs until it is cancelled
+    service.gateway.script = lambda job_id, _attempt: holds.setdefault(job_id, Held())
     running_job = (await service.stub.Enqueue(card_request("c-1", "Text."))).job
     waiting_job = (await service.stub.Enqueue(card_request("c-2", "Text."))).job
-    for _ in range(100):
-        if (
-            await service.stub.GetJob(pb.GetJobRequest(job_id=running_job.id))
-        ).job.status == pb.JOB_STATUS_PROCESSING:
-            break
-        await asyncio.sleep(0.02)
+    # Its gateway call has arrived: the job is PROCESSING and holds the only slot.
+    await asyncio.wait_for(holds.setdefault(running_job.id, Held()).reached.wait(), 10)
     cancelled = (
         await service.stub.CancelJob(pb.CancelJobRequest(job_id=waiting_job.id, reason="user left"))
     ).job
@@ -214,7 +212,9 @@ async def test_cancel_pending_processing_and_terminal(start_service: StartServic
             break
         await asyncio.sleep(0.02)
     assert running_job.id in service.gateway.cancelled, "the in-flight gateway call must be stopped"
-    await asyncio.sleep(0.2)
+    # Whatever the worker writes for the stopped call, it has written once it lets go of
+    # the job (nothing announces that: its in-flight count is polled).
+    await wait_until(lambda: service.runtime.worker.in_flight == 0, "the worker to let go")
     still = (await service.stub.GetJob(pb.GetJobRequest(job_id=running_job.id))).job
     assert still.status == pb.JOB_STATUS_CANCELLED, (
         "a cancelled job's late outcome must not be written"
@@ -231,11 +231,35 @@ async def test_cancel_pending_processing_and_terminal(start_service: StartServic
 
 
 async def test_stats_counts_by_type_and_status(service: Service) -> None:
-    service.gateway.script = lambda _job, _attempt: Hang()
-    await service.stub.Enqueue(card_request("s-1", "Text."))
+    # Phase by phase, each settled before the next: two cards FAILED, one card
+    # COMPLETED, one TIL job held PROCESSING. Three types of row, and the two card
+    # rows differ only by status: a count filed under the wrong key shows.
+    service.gateway.script = lambda _job, _attempt: Fail(
+        grpc.StatusCode.INTERNAL, "JSON Parse Error at line 1", "MALFORMED_RESPONSE"
+    )
+    failed = [(await service.stub.Enqueue(card_request(f"s-f{i}", "Text."))).job.id for i in (1, 2)]
+    await wait_terminal(service.stub, failed, timeout=20)
+    service.gateway.script = lambda _job, _attempt: None
+    done = (await service.stub.Enqueue(card_request("s-ok", "Text."))).job.id
+    await wait_terminal(service.stub, [done], timeout=20)
+    hold = Held()
+    service.gateway.script = lambda _job, _attempt: hold
+    til = pb.TilGenerationInput(day="2025-03-01", notes=["stats count by status"])
+    await service.stub.Enqueue(
+        pb.EnqueueRequest(
+            job_type=pb.JOB_TYPE_TIL_GENERATION, target_id="s-til", til_generation_input=til
+        )
+    )
+    await asyncio.wait_for(hold.reached.wait(), 20)  # the TIL job is PROCESSING
     stats = await service.stub.GetJobStats(pb.GetJobStatsRequest())
-    assert sum(c.count for c in stats.counts) == 1
-    assert stats.counts[0].job_type == pb.JOB_TYPE_CARD_ANALYSIS
+    counts = {(c.job_type, c.status): c.count for c in stats.counts}
+    hold.release()
+    assert counts == {
+        (pb.JOB_TYPE_CARD_ANALYSIS, pb.JOB_STATUS_FAILED): 2,
+        (pb.JOB_TYPE_CARD_ANALYSIS, pb.JOB_STATUS_COMPLETED): 1,
+        (pb.JOB_TYPE_TIL_GENERATION, pb.JOB_STATUS_PROCESSING): 1,
+    }
+    assert len(stats.counts) == 3, "one row per (type, status)"
 
 
 async def test_list_all_helper_sees_everything(service: Service) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import grpc
 import pytest
@@ -11,29 +12,55 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from san.jobs.v1 import job_service_pb2 as pb
 
+from job_service.updates import Subscription, UpdateHub
 from tests.integration.job_service.conftest import Service, StartService
-from tests.integration.job_service.scripted_gateway import Fail, Hang, Slow
+from tests.integration.job_service.scripted_gateway import Fail, Hang, Held, Slow
 from tests.support.jobs_api import card_request, wait_terminal
 from tests.support.rich_errors import rich_error
 
 UNAVAILABLE = Fail(grpc.StatusCode.UNAVAILABLE, "connection refused")
 
 
-async def test_stream_sends_snapshot_then_every_change_then_ends(service: Service) -> None:
-    service.gateway.script = lambda _j, attempt: UNAVAILABLE if attempt == 1 else Slow(0.05)
+def subscribed(hub: UpdateHub) -> asyncio.Event:
+    """An event set when the next stream has subscribed to `hub`: from then on that
+    stream misses no change (the servicer subscribes before anything else)."""
+    event = asyncio.Event()
+    subscribe = hub.subscribe
+
+    def subscribe_and_tell(*args: Any, **kwargs: Any) -> Subscription:
+        subscription = subscribe(*args, **kwargs)
+        event.set()
+        return subscription
+
+    hub.subscribe = subscribe_and_tell  # type: ignore[method-assign]
+    return event
+
+
+async def test_stream_sends_snapshot_then_every_change_then_ends(
+    start_service: StartService,
+) -> None:
+    # One worker slot, taken by a held job: the watched job is PENDING when its stream
+    # starts. Each step then waits until the test has read the state before it, so no
+    # state can be folded into the next (a stream keeps only a job's latest state).
+    service = await start_service(workers=1)
+    holds: dict[str, Held] = {}
+    service.gateway.script = lambda job_id, _a: holds.setdefault(job_id, Held())
+    blocker = (await service.stub.Enqueue(card_request("st-blocker", "Text."))).job
+    await asyncio.wait_for(holds.setdefault(blocker.id, Held()).reached.wait(), 20)
     job = (await service.stub.Enqueue(card_request("st-1", "Text."))).job
-    seen = [
-        (pb.JobStatus.Name(u.job.status), u.job.attempt_count)
-        async for u in service.stub.StreamJobUpdates(
-            pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20
-        )
+    stream = aiter(
+        service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20)
+    )
+    seen = [await anext(stream)]  # the state at subscription
+    holds[blocker.id].release()  # the slot frees: the job is claimed, its call held
+    seen.append(await anext(stream))
+    holds.setdefault(job.id, Held()).release()
+    seen += [update async for update in stream]  # the stream ends by itself
+    assert [(pb.JobStatus.Name(u.job.status), u.job.attempt_count) for u in seen] == [
+        ("JOB_STATUS_PENDING", 0),
+        ("JOB_STATUS_PROCESSING", 1),
+        ("JOB_STATUS_COMPLETED", 1),
     ]
-    # The first message is the state at subscription; then changes in order; it ends by itself.
-    assert seen[-1] == ("JOB_STATUS_COMPLETED", 2)
-    statuses = [s for s, _ in seen]
-    assert statuses.count("JOB_STATUS_COMPLETED") == 1
-    attempts = [a for _, a in seen]
-    assert attempts == sorted(attempts), "changes arrive in order"
 
 
 async def test_stream_of_a_finished_job_sends_its_state_and_ends(service: Service) -> None:
@@ -68,11 +95,12 @@ async def test_feed_streams_matching_changes(service: Service) -> None:
     service.gateway.script = lambda _j, _a: Fail(
         grpc.StatusCode.INTERNAL, "JSON Parse Error at line 1", "MALFORMED_RESPONSE"
     )
+    feed_open = subscribed(service.runtime.hub)
     feed = service.stub.StreamJobUpdates(
         pb.StreamJobUpdatesRequest(statuses=[pb.JOB_STATUS_FAILED])
     )
     reader = asyncio.create_task(anext(aiter(feed)))
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(feed_open.wait(), 10)  # from here on no change is missed
     job = (await service.stub.Enqueue(card_request("feed-1", "Text."))).job
     first = await asyncio.wait_for(reader, 20)
     assert first.job.id == job.id and first.job.status == pb.JOB_STATUS_FAILED
@@ -211,9 +239,10 @@ async def test_stream_on_one_instance_sees_work_of_another(start_service: StartS
 
 async def test_health_turns_not_serving_at_shutdown(start_service: StartService) -> None:
     service = await start_service(grace=1.0)
-    service.gateway.script = lambda _j, _a: Slow(0.8)
+    hold = Held()
+    service.gateway.script = lambda _j, _a: hold
     await service.stub.Enqueue(card_request("shut", "Text."))
-    await asyncio.sleep(0.2)  # in flight: shutdown has to wait for it
+    await asyncio.wait_for(hold.reached.wait(), 10)  # in flight: shutdown has to wait for it
     health = health_pb2_grpc.HealthStub(service.channel)
     watch = health.Watch(health_pb2.HealthCheckRequest(service="san.jobs.v1.JobService"))
     assert (await anext(aiter(watch))).status == health_pb2.HealthCheckResponse.SERVING
@@ -221,6 +250,7 @@ async def test_health_turns_not_serving_at_shutdown(start_service: StartService)
     answer = await asyncio.wait_for(anext(aiter(watch)), 5)
     assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
     assert not stopping.done(), "health must turn before in-flight work is finished"
+    hold.release()
     await stopping
 
 
@@ -251,8 +281,9 @@ async def test_a_stuck_client_blocks_neither_the_worker_nor_other_streams(
     start_service: StartService,
 ) -> None:
     service = await start_service(workers=20)
+    feed_open = subscribed(service.runtime.hub)
     stuck = service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest())  # never read
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(feed_open.wait(), 10)
     # Big jobs (45 KB each) fill the stuck stream's flow-control window at once.
     big_text = "Queues keep work safe. " * 2000
     ids = [

@@ -20,17 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-import pytest
 from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_jobs.client import AsyncJobsClient
 from tests.integration.job_service.scripted_gateway import ScriptedGateway
+from tests.support.ci import skip_or_fail_in_ci
 from tests.support.databases import (
     create_temp_postgres_database_async,
     postgres_unreachable_reason,
-    running_in_ci,
 )
 
 
@@ -118,9 +117,7 @@ async def database_pair(backend: str, tmp_path: Path) -> tuple[str, str]:
         )
     reason = await postgres_unreachable_reason()
     if reason is not None:
-        if running_in_ci():
-            pytest.fail(f"{reason}; CI requires PostgreSQL", pytrace=False)
-        pytest.skip(reason)
+        skip_or_fail_in_ci(reason)
     jobs_url = await create_temp_postgres_database_async()
     app_url = await create_temp_postgres_database_async(migrated=False)
     return jobs_url, app_url

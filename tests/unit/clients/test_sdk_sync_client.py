@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -14,6 +14,7 @@ import grpc_testing
 import pytest
 from _clients_support import bad_request, error_info, make_job, retry_info, rich_trailers
 from san.jobs.v1 import job_service_pb2 as pb
+from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 import san_jobs.client
 from san_jobs.client import (
@@ -32,7 +33,7 @@ from san_jobs.client import (
     UnauthenticatedError,
     WaitTimeoutError,
 )
-from san_jobs.client._channel import ChannelSettings
+from san_jobs.client._channel import RETRY_POLICY, ChannelSettings
 
 SERVICE = pb.DESCRIPTOR.services_by_name["JobService"]
 T = TypeVar("T")
@@ -103,14 +104,69 @@ def test_public_names_are_pinned() -> None:
         assert getattr(san_jobs.client, name) is not None
 
 
-def test_service_config_retries_unavailable_only() -> None:
+class _FlakyJobService(pb_grpc.JobServiceServicer):
+    """A real JobService whose GetJob fails `failures` times with `code`, then answers;
+    it counts the calls that reached it."""
+
+    def __init__(self, failures: int, code: grpc.StatusCode) -> None:
+        self.failures = failures
+        self.code = code
+        self.calls = 0
+
+    def GetJob(self, request: pb.GetJobRequest, context: grpc.ServicerContext) -> pb.GetJobResponse:
+        self.calls += 1
+        if self.calls <= self.failures:
+            context.abort(self.code, "instance going away")
+        return pb.GetJobResponse(job=make_job(job_id=request.job_id))
+
+
+@contextmanager
+def flaky_job_service(
+    failures: int, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE
+) -> Iterator[tuple[_FlakyJobService, str]]:
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    service = _FlakyJobService(failures, code)
+    pb_grpc.add_JobServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield service, f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+# Retries are the channel's (its service config), so they are tested on a real channel
+# to a real server: the scripted test channel above ignores channel options.
+def test_unavailable_is_retried_until_it_succeeds() -> None:
+    with flaky_job_service(failures=2) as (service, address), JobsClient(address) as client:
+        job = client.get_job("j-retried")
+    assert job.id == "j-retried"
+    assert service.calls == 3
+
+
+def test_retries_stop_after_max_attempts() -> None:
+    with (
+        flaky_job_service(failures=100) as (service, address),
+        JobsClient(address) as client,
+        pytest.raises(ServiceUnavailableError),
+    ):
+        client.get_job("j-down")
+    assert service.calls == RETRY_POLICY["maxAttempts"]
+
+
+def test_other_codes_are_answers_not_retried() -> None:
+    with (
+        flaky_job_service(failures=1, code=grpc.StatusCode.INTERNAL) as (service, address),
+        JobsClient(address) as client,
+        pytest.raises(JobsError) as caught,
+    ):
+        client.get_job("j-broken")
+    assert caught.value.code == grpc.StatusCode.INTERNAL
+    assert service.calls == 1
+
+
+def test_channel_options_keepalive_and_message_sizes() -> None:
     options = dict(ChannelSettings().options())
-    config = json.loads(options["grpc.service_config"])
-    (method_config,) = config["methodConfig"]
-    assert method_config["name"] == [{"service": "san.jobs.v1.JobService"}]
-    assert method_config["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]
-    assert method_config["retryPolicy"]["maxAttempts"] >= 2
-    assert options["grpc.enable_retries"] == 1
     assert options["grpc.keepalive_time_ms"] > 0
     assert options["grpc.max_receive_message_length"] >= 4 * 1024 * 1024
 

@@ -28,8 +28,12 @@ def test_korean_message_is_cut_between_syllables() -> None:
     message = "요청 시간이 초과되었습니다 " * 100  # 1,500 characters
     truncated = truncate_error_message(message)
     assert truncated.endswith("...")
-    assert truncated[:-3] == message[:1000]
-    truncated.encode("utf-8")  # still valid text: no syllable split in half
+    kept = truncated.removesuffix("...")
+    # The cut falls between two syllables of one word ("되" | "었"): a cut by UTF-8
+    # bytes (3 per syllable) or by anything but code points would land elsewhere.
+    assert (message[999], message[1000]) == ("되", "었")
+    assert len(kept) == 1000 and kept[-1] == "되"
+    assert kept == message[:1000]
 
 
 def test_short_message_untouched() -> None:
