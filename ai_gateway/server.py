@@ -20,11 +20,13 @@ from ai_gateway.backends.openai import OpenAIBackend
 from ai_gateway.bounds import StreamLimits
 from ai_gateway.callers import Authenticator, CallerTokens
 from ai_gateway.calllog import CallLog
+from ai_gateway.fallback import Fallback, PrimaryCircuit
 from ai_gateway.faults import FaultInjector
 from ai_gateway.gateway import Gateway
 from ai_gateway.limits import ConcurrencyLimiter, RateLimiter
+from ai_gateway.result_cache import ResultCache
 from ai_gateway.servicer import AiGatewayServicer
-from ai_gateway.settings import GatewaySettings
+from ai_gateway.settings import BackendName, GatewaySettings
 from san_shared import tls
 from san_shared.exposure import exposure_problem
 
@@ -60,9 +62,10 @@ def server_options(settings: GatewaySettings) -> list[tuple[str, int]]:
     ]
 
 
-def make_backend(settings: GatewaySettings) -> Backend:
-    """The backend named by ``settings.backend``."""
-    if settings.backend == "openai":
+def make_backend(settings: GatewaySettings, name: BackendName | None = None) -> Backend:
+    """The backend named ``name`` (default: ``settings.backend``)."""
+    name = name or settings.backend
+    if name == "openai":
         return OpenAIBackend(
             base_url=settings.openai_base_url,
             api_key=settings.api_key().get_secret_value(),
@@ -70,9 +73,28 @@ def make_backend(settings: GatewaySettings) -> Backend:
             embedding_model=settings.openai_embedding_model,
             max_input_tokens=settings.max_input_tokens,
         )
-    if settings.backend == "instant":
+    if name == "instant":
         return InstantBackend()
     return LocalBackend()
+
+
+def model_identity(settings: GatewaySettings) -> str:
+    """What names the primary's models in result cache keys: another model, another
+    answer (the openai backend's two models are settings; the others' are fixed)."""
+    if settings.backend == "openai":
+        return f"openai:{settings.openai_chat_model}+{settings.openai_embedding_model}"
+    return settings.backend
+
+
+def make_fallback(settings: GatewaySettings, primary: Backend) -> Fallback | None:
+    """The fallback around ``primary`` (None without --fallback-backend)."""
+    if settings.fallback_backend is None:
+        return None
+    circuit = PrimaryCircuit(
+        primary.name, failures=settings.primary_failures, cooldown=settings.fallback_cooldown
+    )
+    fallback = make_backend(settings, settings.fallback_backend)
+    return Fallback(primary, fallback, circuit, reserve=settings.fallback_reserve)
 
 
 def make_authenticator(settings: GatewaySettings) -> Authenticator:
@@ -129,6 +151,7 @@ class GatewayServer:
         self.credentials = server_tls(settings)
         self.settings = settings
         self.backend = backend or make_backend(settings)
+        self.fallback = make_fallback(settings, self.backend)
         faults = settings.faults()
         self.call_log = CallLog(settings.call_log)
         self.gateway = Gateway(
@@ -138,6 +161,9 @@ class GatewayServer:
             concurrency=ConcurrencyLimiter(settings.max_concurrency),
             faults=FaultInjector(faults),
             min_deadline=settings.min_deadline,
+            fallback=self.fallback,
+            cache=ResultCache(settings.cache_entries, settings.cache_ttl),
+            model=model_identity(settings),
         )
         self.server = grpc.aio.server(options=server_options(settings))
         self.health = HealthServicer()
@@ -178,6 +204,21 @@ class GatewayServer:
             self.backend.name,
             type(asyncio.get_running_loop()).__module__.split(".")[0],
         )
+        if self.fallback is not None:
+            logger.info(
+                "fallback backend %s: serves calls when %s fails transiently; %d failures "
+                "in a row open the circuit for %.1f s",
+                self.fallback.fallback.name,
+                self.backend.name,
+                self.settings.primary_failures,
+                self.settings.fallback_cooldown,
+            )
+        if self.settings.cache_entries:
+            logger.info(
+                "result cache: %d answers, %.0f s each",
+                self.settings.cache_entries,
+                self.settings.cache_ttl,
+            )
         return self.port
 
     def reload_files(self) -> None:
@@ -203,6 +244,8 @@ class GatewayServer:
         await self.server.stop(grace)
         await self.servicer.close()
         await self.backend.aclose()
+        if self.fallback is not None:
+            await self.fallback.fallback.aclose()
         self.call_log.close()
         logger.info("ai-gateway stopped")
 
@@ -219,6 +262,8 @@ async def serve(settings: GatewaySettings) -> None:
         await server.start()
     except BaseException:
         await server.backend.aclose()
+        if server.fallback is not None:
+            await server.fallback.fallback.aclose()
         server.call_log.close()
         raise
     # What start made lives until the end: keep it out of the collector's full passes.

@@ -36,6 +36,23 @@ class GatewaySettings(BaseSettings):
     )
     openai_chat_model: str = Field("gpt-4o-mini", description="chat completions model")
     openai_embedding_model: str = Field("text-embedding-3-small", description="embeddings model")
+    # The fallback (ai_gateway/fallback.py): serves a call when the primary fails
+    # transiently, and every call while the primary's circuit is open.
+    fallback_backend: BackendName | None = Field(
+        None, description="serve calls from this backend when --backend fails transiently"
+    )
+    primary_failures: int = Field(
+        3, ge=1, description="transient failures in a row that open the primary's circuit"
+    )
+    fallback_cooldown: float = Field(
+        30.0, gt=0, description="seconds the open circuit sends calls to the fallback alone"
+    )
+    fallback_reserve: float = Field(
+        1.0, ge=0, description="seconds of a call's deadline kept for the fallback"
+    )
+    # The result cache and the sharing of identical calls (ai_gateway/result_cache.py).
+    cache_entries: int = Field(0, ge=0, description="answers kept for identical calls; 0: off")
+    cache_ttl: float = Field(600.0, gt=0, description="seconds an answer is kept in the cache")
     max_input_tokens: int = Field(8192, gt=0, description="refuse inputs estimated above this")
     rate_limit: float = Field(0.0, ge=0, description="requests/second per caller; 0: unlimited")
     burst: int = Field(0, ge=0, description="token bucket size; 0: max(1, rate limit)")
@@ -97,6 +114,12 @@ class GatewaySettings(BaseSettings):
         if path is not None:
             read_caller_tokens(path)  # a bad file is refused at startup, in one line
         return path
+
+    @model_validator(mode="after")
+    def _check_fallback(self) -> GatewaySettings:
+        if self.fallback_backend is not None and self.fallback_backend == self.backend:
+            raise ValueError("the fallback backend must differ from --backend")
+        return self
 
     @model_validator(mode="after")
     def _check_tls_pair(self) -> GatewaySettings:
