@@ -25,6 +25,7 @@ from ai_gateway.errors import GatewayError, InternalError, MalformedResponse
 from ai_gateway.gateway import CallInfo, Gateway
 from ai_gateway.tokens import estimate_tokens_all
 from ai_gateway.transport_errors import status_code_name
+from ai_gateway.usage import Usage
 from ai_gateway.validation import analyze_input, embed_input, recall_input, til_input
 
 logger = logging.getLogger(__name__)
@@ -47,10 +48,16 @@ async def _analyze(
 ) -> pb.AnalyzeContentResponse:
     data = analyze_input(request)
     tokens = estimate_tokens_all([data.title, data.text])
-    backend = gateway.backend
-    result = await gateway.run(call, tokens, remaining, lambda t: backend.analyze(data, t))
+    result = await gateway.run(
+        call, tokens, remaining, lambda backend, t: backend.analyze(data, t), key=data
+    )
+    spent = _counted(result.usage, result.model, tokens, [result.summary, *result.tags])
     return pb.AnalyzeContentResponse(
-        summary=result.summary, tags=result.tags, embedding=result.embedding, model=result.model
+        summary=result.summary,
+        tags=result.tags,
+        embedding=result.embedding,
+        model=result.model,
+        usage=spent,
     )
 
 
@@ -59,9 +66,13 @@ async def _til(
 ) -> pb.GenerateTilResponse:
     data = til_input(request)
     tokens = estimate_tokens_all(data.notes)
-    backend = gateway.backend
-    result = await gateway.run(call, tokens, remaining, lambda t: backend.generate_til(data, t))
-    return pb.GenerateTilResponse(title=result.title, body=result.body, model=result.model)
+    result = await gateway.run(
+        call, tokens, remaining, lambda backend, t: backend.generate_til(data, t), key=data
+    )
+    spent = _counted(result.usage, result.model, tokens, [result.title, result.body])
+    return pb.GenerateTilResponse(
+        title=result.title, body=result.body, model=result.model, usage=spent
+    )
 
 
 async def _recall(
@@ -69,9 +80,12 @@ async def _recall(
 ) -> pb.GenerateRecallResponse:
     data = recall_input(request)
     tokens = estimate_tokens_all(t for s in data.sources for t in (s.title, s.text))
-    backend = gateway.backend
-    result = await gateway.run(call, tokens, remaining, lambda t: backend.generate_recall(data, t))
+    result = await gateway.run(
+        call, tokens, remaining, lambda backend, t: backend.generate_recall(data, t), key=data
+    )
+    written = [t for q in result.questions for t in (q.question, q.answer)]
     return pb.GenerateRecallResponse(
+        usage=_counted(result.usage, result.model, tokens, written),
         questions=[
             pb.Question(question=q.question, answer=q.answer, source_index=q.source_index)
             for q in result.questions
@@ -85,9 +99,32 @@ async def _embed(
 ) -> pb.EmbedResponse:
     data = embed_input(request)
     tokens = estimate_tokens_all([data.text])
-    backend = gateway.backend
-    result = await gateway.run(call, tokens, remaining, lambda t: backend.embed(data, t))
-    return pb.EmbedResponse(vector=result.vector, model=result.model)
+    result = await gateway.run(
+        call, tokens, remaining, lambda backend, t: backend.embed(data, t), key=data
+    )
+    spent = _counted(result.usage, result.model, tokens, [])
+    return pb.EmbedResponse(vector=result.vector, model=result.model, usage=spent)
+
+
+def _counted(reported: Usage | None, model: str, input_tokens: int, written: list[str]) -> pb.Usage:
+    """The call's usage, its duration left for CallRunner: what the backend reported
+    (the provider's count, or a cached answer's mark), else the gateway's own count
+    with its tokenizer (the input as the token limit counted it; the answer's texts)."""
+    if reported is None:
+        reported = Usage(model, input_tokens, estimate_tokens_all(written), 0.0)
+    return pb.Usage(
+        model=reported.model,
+        input_tokens=reported.input_tokens,
+        output_tokens=reported.output_tokens,
+        cached=reported.cached,
+    )
+
+
+def _stamp_duration(response: Message, seconds: float) -> None:
+    """Set the gateway's own time on the answer's usage (every answer has one)."""
+    usage = getattr(response, "usage", None)
+    if isinstance(usage, pb.Usage):
+        usage.duration.FromNanoseconds(round(seconds * 1e9))
 
 
 ANALYZE = CallKind("AnalyzeContent", _analyze)
@@ -125,6 +162,7 @@ class CallRunner:
         code = "UNKNOWN"
         try:
             response = await kind.answer(self._gateway, request, call, remaining)
+            _stamp_duration(response, time.perf_counter() - start)
             size = response.ByteSize()
             if size > self._max_answer_bytes:
                 raise MalformedResponse(

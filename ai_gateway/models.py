@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ai_gateway.usage import Usage
+
 
 @dataclass(frozen=True)
 class AnalyzeInput:
@@ -22,6 +24,9 @@ class AnalyzeResult:
     tags: list[str]
     embedding: list[float]
     model: str
+    # What the provider says the call consumed (the openai backend reads its `usage`),
+    # or a cached answer's mark; None: the gateway counts with its tokenizer (calls.py).
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,9 @@ class TilResult:
     title: str
     body: str
     model: str
+    # What the provider says the call consumed (the openai backend reads its `usage`),
+    # or a cached answer's mark; None: the gateway counts with its tokenizer (calls.py).
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,9 @@ class RecallResult:
 
     questions: list[RecallQuestion]
     model: str
+    # What the provider says the call consumed (the openai backend reads its `usage`),
+    # or a cached answer's mark; None: the gateway counts with its tokenizer (calls.py).
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -87,3 +98,6 @@ class EmbedResult:
 
     vector: list[float]
     model: str
+    # What the provider says the call consumed (the openai backend reads its `usage`),
+    # or a cached answer's mark; None: the gateway counts with its tokenizer (calls.py).
+    usage: Usage | None = None

@@ -22,7 +22,7 @@ from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 from job_service.domain.failures import REQUEST_TOO_LARGE, GatewayCallError
 from job_service.domain.job_types import JOB_TYPES
 from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_RESULT_BYTES
-from job_service.domain.model import Job, JobType, JsonDict
+from job_service.domain.model import AttemptUsage, GatewayAnswer, Job, JobType
 from job_service.message_dicts import message_from_dict, message_to_dict
 
 log = logging.getLogger(__name__)
@@ -147,10 +147,33 @@ def check_call_size(size: int, limit: int, deadline: float) -> None:
     )
 
 
-def checked_answer(answer: Message, deadline: float | None) -> JsonDict:
-    """The gateway's answer as the job will store it, or a permanent failure when it
-    is larger than MAX_RESULT_BYTES: an untrusted answer must not make a job too big
-    for any response to carry."""
+# The answer field that carries the call's usage (every answer message has it). It
+# is not the job's result: the stored result holds the result message's fields only.
+USAGE_FIELD = "usage"
+
+
+def answer_usage(answer: Message) -> AttemptUsage | None:
+    """The usage the gateway reported with `answer` (None: a gateway that reports
+    none), and `answer` left without it."""
+    if USAGE_FIELD not in answer.DESCRIPTOR.fields_by_name or not answer.HasField(USAGE_FIELD):
+        return None
+    usage: gw.Usage = getattr(answer, USAGE_FIELD)
+    reported = AttemptUsage(
+        model=usage.model,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        duration_seconds=usage.duration.seconds + usage.duration.nanos / 1e9,
+        cached=usage.cached,
+    )
+    answer.ClearField(USAGE_FIELD)
+    return reported
+
+
+def checked_answer(answer: Message, deadline: float | None) -> GatewayAnswer:
+    """The gateway's answer as the job will store it, with its usage apart, or a
+    permanent failure when it is larger than MAX_RESULT_BYTES: an untrusted answer
+    must not make a job too big for any response to carry."""
+    usage = answer_usage(answer)
     size = answer.ByteSize()
     if size > MAX_RESULT_BYTES:
         raise GatewayCallError(
@@ -162,7 +185,7 @@ def checked_answer(answer: Message, deadline: float | None) -> JsonDict:
             ),
             deadline_seconds=deadline,
         )
-    return message_to_dict(answer)
+    return GatewayAnswer(message_to_dict(answer), usage)
 
 
 def caller_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
@@ -226,7 +249,7 @@ class GrpcAiGateway:
         if self._owns_channel:
             await self._channel.close(None)
 
-    async def run(self, job: Job, deadline: float) -> JsonDict:
+    async def run(self, job: Job, deadline: float) -> GatewayAnswer:
         request = gateway_request(job)
         check_call_size(request.ByteSize(), self._max_call_bytes, deadline)
         started = time.monotonic()

@@ -45,7 +45,7 @@ from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
 from job_service.domain.failures import GatewayCallError
 from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES
-from job_service.domain.model import Job, JsonDict
+from job_service.domain.model import GatewayAnswer, Job
 from job_service.gateway_client import (
     GrpcAiGateway,
     caller_metadata,
@@ -286,7 +286,7 @@ class StreamingAiGateway:
             session = self._session = _Session(self._stub, self._metadata)
         return session
 
-    async def run(self, job: Job, deadline: float) -> JsonDict:
+    async def run(self, job: Job, deadline: float) -> GatewayAnswer:
         if self._unary_only:
             return await self._unary.run(job, deadline)
         loop = asyncio.get_running_loop()

@@ -53,6 +53,7 @@ from ai_gateway.models import (
     TilResult,
 )
 from ai_gateway.tokens import estimate_tokens_all
+from ai_gateway.usage import Usage
 
 logger = logging.getLogger(__name__)
 
@@ -109,21 +110,25 @@ class OpenAIBackend:
         """Summary and tags from the chat model, embedding from the embedding model."""
         deadline = _deadline(time_left)
         context = f"Title: {request.title}\nURL: {request.url}\n\n" if request.title else ""
-        answer = await self._chat(_ANALYZE_PROMPT, context + request.text, deadline)
+        answer, chat_spent = await self._chat(_ANALYZE_PROMPT, context + request.text, deadline)
         summary = _field(answer, "summary", str)
         tags = _field(answer, "tags", list)
         if not all(isinstance(t, str) for t in tags):
             raise MalformedResponse("unexpected answer: 'tags' must be a list of strings")
-        embedding = await self._embed(f"{request.title}\n{request.text}".strip(), deadline)
-        return AnalyzeResult(summary, [str(t) for t in tags], embedding, self.chat_model)
+        embedding, embed_spent = await self._embed(
+            f"{request.title}\n{request.text}".strip(), deadline
+        )
+        usage = _usage(self.chat_model, chat_spent, embed_spent)
+        return AnalyzeResult(summary, [str(t) for t in tags], embedding, self.chat_model, usage)
 
     async def generate_til(self, request: TilInput, time_left: float | None) -> TilResult:
         """A TIL note written by the chat model."""
         notes = "\n".join(f"- {n}" for n in request.notes)
-        answer = await self._chat(
+        answer, spent = await self._chat(
             _TIL_PROMPT, f"Day: {request.day}\nNotes:\n{notes}", _deadline(time_left)
         )
-        return TilResult(_field(answer, "title", str), _field(answer, "body", str), self.chat_model)
+        title, body = _field(answer, "title", str), _field(answer, "body", str)
+        return TilResult(title, body, self.chat_model, _usage(self.chat_model, spent))
 
     async def generate_recall(self, request: RecallInput, time_left: float | None) -> RecallResult:
         """Questions written by the chat model; each must name a real source."""
@@ -131,7 +136,7 @@ class OpenAIBackend:
             f"Source {i}: {s.title}\n{s.text}" for i, s in enumerate(request.sources)
         )
         prompt = f"Write {request.question_count} questions.\n\n{sources}"
-        answer = await self._chat(_RECALL_PROMPT, prompt, _deadline(time_left))
+        answer, spent = await self._chat(_RECALL_PROMPT, prompt, _deadline(time_left))
         questions: list[RecallQuestion] = []
         for item in _field(answer, "questions", list)[: request.question_count]:
             if not isinstance(item, dict):
@@ -142,18 +147,20 @@ class OpenAIBackend:
             questions.append(
                 RecallQuestion(_field(item, "question", str), _field(item, "answer", str), index)
             )
-        return RecallResult(questions, self.chat_model)
+        return RecallResult(questions, self.chat_model, _usage(self.chat_model, spent))
 
     async def embed(self, request: EmbedInput, time_left: float | None) -> EmbedResult:
         """The embedding model's vector of the text (/v1/embeddings)."""
-        vector = await self._embed(request.text, _deadline(time_left))
-        return EmbedResult(vector, self.embedding_model)
+        vector, spent = await self._embed(request.text, _deadline(time_left))
+        return EmbedResult(vector, self.embedding_model, _usage(self.embedding_model, spent))
 
     async def aclose(self) -> None:
         """Close pooled connections."""
         await self._client.aclose()
 
-    async def _chat(self, system: str, user: str, deadline: float) -> dict[str, Any]:
+    async def _chat(
+        self, system: str, user: str, deadline: float
+    ) -> tuple[dict[str, Any], _Spent | None]:
         payload = {
             "model": self.chat_model,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
@@ -169,9 +176,9 @@ class OpenAIBackend:
             ) from err
         if not isinstance(content, str):
             raise MalformedResponse("unexpected response shape: message content is not text")
-        return _parse_object(content)
+        return _parse_object(content), _spent(body)
 
-    async def _embed(self, text: str, deadline: float) -> list[float]:
+    async def _embed(self, text: str, deadline: float) -> tuple[list[float], _Spent | None]:
         body = await self._post(
             "embeddings", {"model": self.embedding_model, "input": text}, deadline, [text]
         )
@@ -186,7 +193,7 @@ class OpenAIBackend:
         if not vector or norm == 0 or not math.isfinite(norm):
             raise MalformedResponse("unexpected answer: empty or zero embedding")
         # The contract promises unit length whatever the upstream model returns.
-        return [x / norm for x in vector]
+        return [x / norm for x in vector], _spent(body)
 
     async def _post(
         self, path: str, payload: dict[str, Any], deadline: float, texts: list[str]
@@ -277,6 +284,41 @@ class OpenAIBackend:
         # 401/403/404 and the like: the gateway is misconfigured; retrying after the
         # operator fixes it can succeed, so this is "unavailable", not the caller's fault.
         raise BackendUnavailable(f"backend rejected the request: {said}")
+
+
+# (input tokens, output tokens) as the provider counted them.
+_Spent = tuple[int, int]
+
+
+def _spent(body: dict[str, Any]) -> _Spent | None:
+    """The provider's own count from the answer's `usage` (`prompt_tokens`, and
+    `completion_tokens` for a chat; an embedding has none), or None when it gives none
+    or gives numbers not worth believing (the gateway then counts itself)."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    counts: list[int] = []
+    for value in (usage.get("prompt_tokens"), usage.get("completion_tokens", 0)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
+        if not 0 <= value <= _MAX_UPSTREAM_NUMBER:
+            return None
+        counts.append(value)
+    return counts[0], counts[1]
+
+
+def _usage(model: str, *spent: _Spent | None) -> Usage | None:
+    """The provider's count for a call made of `spent` requests (an analysis is a chat
+    and an embedding); None unless the provider counted every one of them."""
+    if any(s is None for s in spent):
+        return None
+    counted = [s for s in spent if s is not None]
+    return Usage(
+        model=model,
+        input_tokens=sum(s[0] for s in counted),
+        output_tokens=sum(s[1] for s in counted),
+        duration_seconds=0.0,  # the gateway measures the whole call (calls.py)
+    )
 
 
 def _body_too_large(status: int) -> MalformedResponse:

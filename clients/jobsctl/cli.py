@@ -187,6 +187,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = commands.add_parser("stats", help="counts by type and status, oldest pending job")
     _json_flag(stats)
+
+    usage = commands.add_parser(
+        "usage", help="tokens and gateway time by type, model and caller over a time range"
+    )
+    usage.add_argument(
+        "--since", type=parse_since, default=None, metavar="WHEN",
+        help="attempts that ended since WHEN: 30m, 1h, 2d or an ISO time (default: a day)",
+    )  # fmt: skip
+    usage.add_argument(
+        "--until", type=parse_since, default=None, metavar="WHEN",
+        help="and before WHEN, same forms (default now)",
+    )  # fmt: skip
+    usage.add_argument(
+        "--type", dest="types", action="append", type=parse_job_type, default=[],
+        metavar="TYPE", help=f"{job_type_choices()} (repeatable)",
+    )  # fmt: skip
+    _json_flag(usage)
     return parser
 
 
@@ -388,6 +405,15 @@ def cmd_stats(client: JobsClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_usage(client: JobsClient, args: argparse.Namespace) -> int:
+    usage = client.get_usage(start_time=args.since, end_time=args.until, job_types=args.types)
+    if args.json:
+        _render.print_json(_render.usage_dict(usage))
+    else:
+        _render.usage_table(_render.make_console(), usage)
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[JobsClient, argparse.Namespace], int]] = {
     "enqueue": cmd_enqueue,
     "get": cmd_get,
@@ -396,6 +422,7 @@ COMMANDS: dict[str, Callable[[JobsClient, argparse.Namespace], int]] = {
     "retry-failed": cmd_retry_failed,
     "cancel": cmd_cancel,
     "stats": cmd_stats,
+    "usage": cmd_usage,
 }
 
 

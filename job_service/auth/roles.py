@@ -10,6 +10,7 @@ service descriptor, so a new RPC cannot be served without a rule.
     CancelJob         own jobs           no           yes
     RetryFailed       no                 no           yes
     GetJobStats       no                 yes          yes
+    GetUsage          own jobs           yes          yes
 
 "Own" jobs are those whose requested_by is the caller's token name; another's job
 is NOT_FOUND to a submitter (so ids cannot be probed), never PERMISSION_DENIED.
@@ -50,6 +51,7 @@ RPC_RULES: dict[str, dict[Role, Access]] = {
     "CancelJob": {_S: _OWN, _V: _N, _O: _ALL},
     "RetryFailed": {_S: _N, _V: _N, _O: _ALL},
     "GetJobStats": {_S: _N, _V: _ALL, _O: _ALL},
+    "GetUsage": {_S: _OWN, _V: _ALL, _O: _ALL},
 }
 
 # Services besides JobService that need a token of any role (server reflection: the

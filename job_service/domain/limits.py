@@ -64,3 +64,11 @@ MAX_RESULT_BYTES = 1024 * 1024
 # A ListJobs page is cut short so its jobs leave this much of the send limit free
 # (next_page_token and framing are far smaller).
 LIST_PAGE_HEADROOM_BYTES = 16 * 1024
+
+# -- GetUsage ---------------------------------------------------------------------------
+# The range of attempt end times one GetUsage sums: it reads every job updated since the
+# start, so a range is bounded; unset start means this long before the end.
+DEFAULT_USAGE_RANGE_SECONDS = 24 * 3600
+MAX_USAGE_RANGE_SECONDS = 366 * 24 * 3600
+# (job type, model, caller) groups in one answer; the rest are left out (truncated).
+MAX_USAGE_GROUPS = 1_000

@@ -65,6 +65,45 @@ class OnDuplicate(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptUsage:
+    """What an attempt's gateway call consumed, as the gateway reported it (its
+    `Usage`): stored in the attempt record, summed by GetUsage."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    duration_seconds: float
+    cached: bool = False
+
+    def to_json(self) -> JsonDict:
+        """The `usage` object of an attempt record: a key per field."""
+        return {f.name: getattr(self, f.name) for f in fields(AttemptUsage)}
+
+    @classmethod
+    def from_json(cls, data: object) -> AttemptUsage | None:
+        """The usage of an attempt record's `usage` value (None: JSON null, or not
+        an object: an attempt written before usage was kept)."""
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            model=str(data.get("model") or ""),
+            input_tokens=int(data.get("input_tokens") or 0),
+            output_tokens=int(data.get("output_tokens") or 0),
+            duration_seconds=float(data.get("duration_seconds") or 0.0),
+            cached=bool(data.get("cached")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAnswer:
+    """A gateway call's answer: the result as the job stores it (the result message's
+    fields, usage not among them) and what the call consumed (None: not reported)."""
+
+    result: JsonDict
+    usage: AttemptUsage | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobAttempt:
     """One attempt at running a job, kept across retries."""
 
@@ -74,6 +113,9 @@ class JobAttempt:
     error_code: str = ""
     error_reason: str = ""
     error_message: str = ""
+    # Set when the attempt ends with the gateway's report (a completed call; a
+    # failed one when the gateway reported what it used).
+    usage: AttemptUsage | None = None
 
     def to_json(self) -> JsonDict:
         """One element of `async_jobs.attempts`: a key per field (ATTEMPT_FIELDS, the
@@ -90,6 +132,7 @@ class JobAttempt:
             error_code=data.get("error_code") or "",
             error_reason=data.get("error_reason") or "",
             error_message=data.get("error_message") or "",
+            usage=AttemptUsage.from_json(data.get("usage")),
         )
 
 
@@ -98,6 +141,8 @@ ATTEMPT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobAttempt))
 
 
 def _json_value(value: object) -> object:
+    if isinstance(value, AttemptUsage):
+        return value.to_json()
     return value.isoformat() if isinstance(value, datetime) else value
 
 
@@ -162,6 +207,8 @@ class Failure:
     transient: bool
     # Lower bound of the delay before the next attempt (the gateway's RetryInfo).
     retry_after_seconds: float | None = None
+    # What the failed call consumed, when the gateway reported it.
+    usage: AttemptUsage | None = None
 
 
 @dataclass(frozen=True, slots=True)

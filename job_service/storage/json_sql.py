@@ -95,6 +95,12 @@ class JsonSql:
             args += [literal(f"$[#-1].{key}", String), self._value(value, False)]
         return func.json_set(array, *args)
 
+    def nested(self, value: ColumnElement[Any]) -> ColumnElement[Any]:
+        """A JSON value (jsonb on PostgreSQL, JSON text on SQLite) to put inside an
+        object: SQLite's json functions take text as a string unless it goes through
+        json() (NULL stays NULL, a JSON null)."""
+        return value if self.pg else func.json(value)
+
     def drop_last(self, array: ColumnElement[Any]) -> ColumnElement[Any]:
         if self.pg:
             return array.op("-")(literal(-1))

@@ -24,6 +24,7 @@ from job_service.domain.transitions import (
     active_holder_reason,
     cancel_message,
 )
+from job_service.domain.usage import UsageQuery, UsageTotal, group_key
 from job_service.storage import queries
 from job_service.storage.connections import Connections
 from job_service.storage.rows import as_utc, chunks
@@ -151,6 +152,31 @@ class OperatorQueries:
             )
         )
         return JobStats(counts=counts, oldest_pending_created_at=as_utc(oldest))
+
+    async def usage_totals(
+        self, query: UsageQuery, max_groups: int
+    ) -> tuple[list[UsageTotal], bool]:
+        statement = queries.usage_totals(query, max_groups, self._db.pg)
+        async with self._db.single() as conn:
+            rows = (await conn.execute(statement)).all()
+        # Sorted here too: the databases' collations may order the words otherwise.
+        totals = sorted(
+            (
+                UsageTotal(
+                    job_type=JobType(row[0]),
+                    model=str(row[1]),
+                    requested_by=str(row[2]),
+                    attempts=int(row[3]),
+                    cached_attempts=int(row[4] or 0),
+                    input_tokens=int(row[5] or 0),
+                    output_tokens=int(row[6] or 0),
+                    duration_seconds=float(row[7] or 0.0),
+                )
+                for row in rows
+            ),
+            key=group_key,
+        )
+        return totals[:max_groups], len(totals) > max_groups
 
     async def next_due_at(self) -> datetime | None:
         async with self._db.single() as conn:

@@ -8,10 +8,23 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Float,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+)
+from sqlalchemy.dialects.postgresql import TIMESTAMP
 
 from job_service.domain.model import ACTIVE_STATUSES, JobFilter, JobStatus
-from job_service.domain.transitions import RETRY_FAILED
+from job_service.domain.transitions import ATTEMPT_USAGE_FIELD, RETRY_FAILED
+from job_service.domain.usage import UsageQuery
 from job_service.storage.rows import aware
 from job_service.storage.tables import async_jobs
 from job_service.storage.transition_sql import status_test
@@ -97,3 +110,73 @@ def oldest_pending_created_at() -> Any:
 def next_due_at() -> Any:
     """When the next active job is due (a PENDING job's time, a lease's end)."""
     return select(func.min(t.c.due_at)).where(*status_test(ACTIVE_STATUSES))
+
+
+def usage_totals(query: UsageQuery, max_groups: int, postgres: bool) -> Any:
+    """Usage summed by (job_type, model, requested_by) over the attempts with usage
+    that ended in [start, end): one row per group, in that order, at most
+    `max_groups + 1` (one more tells the answer is cut). Each job's attempts are
+    unnested (`jsonb_array_elements` / `json_each`). Only jobs updated since `start`
+    are read: an attempt ends when its job is updated, and updated_at only grows."""
+    model: ColumnElement[Any]
+    tokens_in: ColumnElement[Any]
+    tokens_out: ColumnElement[Any]
+    seconds: ColumnElement[Any]
+    ended: ColumnElement[Any]
+    if postgres:
+        attempt = func.jsonb_array_elements(t.c.attempts).table_valued("value").alias("a")
+        usage = attempt.c.value.op("->")(literal(ATTEMPT_USAGE_FIELD))
+
+        def text_of(key: str) -> ColumnElement[Any]:
+            return usage.op("->>")(literal(key))
+
+        is_usage = func.jsonb_typeof(usage) == "object"
+        model = text_of("model")
+        tokens_in = cast(text_of("input_tokens"), BigInteger)
+        tokens_out = cast(text_of("output_tokens"), BigInteger)
+        seconds = cast(text_of("duration_seconds"), Float)
+        cached = text_of("cached") == "true"
+        ended = cast(attempt.c.value.op("->>")(literal("end_time")), TIMESTAMP(timezone=True))
+        in_range = and_(ended >= aware(query.start), ended < aware(query.end))
+    else:
+        attempt = func.json_each(t.c.attempts).table_valued("value").alias("a")
+
+        def field(path: str) -> ColumnElement[Any]:
+            return func.json_extract(attempt.c.value, literal(f"$.{path}"))
+
+        is_usage = func.json_type(attempt.c.value, literal(f"$.{ATTEMPT_USAGE_FIELD}")) == "object"
+        model = field(f"{ATTEMPT_USAGE_FIELD}.model")
+        tokens_in = field(f"{ATTEMPT_USAGE_FIELD}.input_tokens")
+        tokens_out = field(f"{ATTEMPT_USAGE_FIELD}.output_tokens")
+        seconds = field(f"{ATTEMPT_USAGE_FIELD}.duration_seconds")
+        cached = field(f"{ATTEMPT_USAGE_FIELD}.cached") == 1
+        # ISO 8601 text with its offset: compared as times, not as text.
+        ended = func.julianday(field("end_time"))
+        in_range = and_(
+            ended >= func.julianday(literal(aware(query.start).isoformat())),
+            ended < func.julianday(literal(aware(query.end).isoformat())),
+        )
+    terms: list[ColumnElement[bool]] = [t.c.updated_at >= aware(query.start), is_usage, in_range]
+    if query.job_types:
+        terms.append(t.c.job_type.in_([jt.value for jt in query.job_types]))
+    if query.requested_by is not None:
+        terms.append(t.c.requested_by == query.requested_by)
+    model = func.coalesce(model, literal(""))
+    return (
+        select(
+            t.c.job_type,
+            model,
+            t.c.requested_by,
+            func.count(),
+            func.sum(case((cached, 1), else_=0)),
+            func.coalesce(func.sum(tokens_in), 0),
+            func.coalesce(func.sum(tokens_out), 0),
+            func.coalesce(func.sum(seconds), 0.0),
+        )
+        .select_from(t)
+        .join(attempt, literal(True))
+        .where(*terms)
+        .group_by(t.c.job_type, model, t.c.requested_by)
+        .order_by(t.c.job_type, model, t.c.requested_by)
+        .limit(max_groups + 1)
+    )

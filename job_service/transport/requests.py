@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
@@ -15,6 +15,7 @@ from job_service.domain.errors import FieldViolation, InvalidRequestError
 from job_service.domain.limits import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_RETRY_LIMIT,
+    DEFAULT_USAGE_RANGE_SECONDS,
     MAX_CANCEL_REASON_CHARS,
     MAX_ENUM_FILTER_VALUES,
     MAX_ERROR_MESSAGE_CONTAINS_CHARS,
@@ -27,8 +28,10 @@ from job_service.domain.limits import (
     MAX_RETRY_TARGET_IDS,
     MAX_STREAM_JOB_IDS,
     MAX_TARGET_ID_CHARS,
+    MAX_USAGE_RANGE_SECONDS,
 )
 from job_service.domain.model import JobFilter, JobStatus, JobType, NewJob, OnDuplicate
+from job_service.domain.usage import UsageQuery
 from job_service.domain.validation import (
     EnqueueLimits,
     check_count,
@@ -294,3 +297,22 @@ def cancel(request: pb.CancelJobRequest) -> tuple[str, str]:
     check_free_text("reason", request.reason, MAX_CANCEL_REASON_CHARS, out)
     _raise_if(out)
     return job_id("job_id", request.job_id), request.reason
+
+
+def usage(request: pb.GetUsageRequest, now: datetime, owner: str | None) -> UsageQuery:
+    """GetUsage's range (defaults filled in: end now, start a day before) and types;
+    `owner`: only that caller's jobs (a submitter's)."""
+    out: list[FieldViolation] = []
+    end = _timestamp("end_time", request, out) or now
+    start = _timestamp("start_time", request, out)
+    if start is None:
+        start = end - timedelta(seconds=DEFAULT_USAGE_RANGE_SECONDS)
+    types = _job_types("job_types", request.job_types, out)
+    if not out:
+        if start >= end:
+            out.append(FieldViolation("start_time", "must be before end_time"))
+        elif end - start > timedelta(seconds=MAX_USAGE_RANGE_SECONDS):
+            days = MAX_USAGE_RANGE_SECONDS // 86_400
+            out.append(FieldViolation("end_time", f"at most {days} days after start_time"))
+    _raise_if(out)
+    return UsageQuery(start=start, end=end, job_types=types, requested_by=owner)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
 from datetime import datetime
 from types import TracebackType
@@ -211,6 +211,19 @@ class AsyncJobsClient:
     async def get_job_stats(self, *, timeout: float | None = None) -> pb.GetJobStatsResponse:
         """Job counts by type and status, and the oldest pending job's creation time."""
         return await self._call(self._stub.GetJobStats, pb.GetJobStatsRequest(), timeout)
+
+    async def get_usage(
+        self,
+        *,
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        job_types: Sequence[pb.JobType.ValueType] = (),
+        timeout: float | None = None,
+    ) -> pb.GetUsageResponse:
+        """Usage of the attempts that ended in [start_time, end_time) (default: the last
+        24 hours), summed by job type, model and caller; only `job_types` if given."""
+        request = _requests.usage_request(start_time, end_time, job_types)
+        return await self._call(self._stub.GetUsage, request, timeout)
 
     async def watch(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from datetime import datetime
 from types import TracebackType
@@ -265,6 +265,19 @@ class JobsClient:
     def get_job_stats(self, *, timeout: float | None = None) -> pb.GetJobStatsResponse:
         """Job counts by type and status, and the oldest pending job's creation time."""
         return self._call(self._stub.GetJobStats, pb.GetJobStatsRequest(), timeout)
+
+    def get_usage(
+        self,
+        *,
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        job_types: Sequence[pb.JobType.ValueType] = (),
+        timeout: float | None = None,
+    ) -> pb.GetUsageResponse:
+        """Usage of the attempts that ended in [start_time, end_time) (default: the last
+        24 hours), summed by job type, model and caller; only `job_types` if given."""
+        request = _requests.usage_request(start_time, end_time, job_types)
+        return self._call(self._stub.GetUsage, request, timeout)
 
     def watch(
         self,

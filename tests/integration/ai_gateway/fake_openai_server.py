@@ -22,6 +22,11 @@ CONTEXT_MESSAGE = (
 )
 
 
+# A model whose answers carry the provider's `usage` counts (chat: 111 prompt and 22
+# completion tokens; embeddings: 7 prompt tokens). The other models' answers carry none.
+WITH_USAGE = "with-usage"
+
+
 def _chat_answer(system: str) -> dict[str, Any]:
     if '"summary"' in system:
         return {"summary": "A fake summary.", "tags": ["fake", "upstream", "tags"]}
@@ -104,7 +109,10 @@ async def chat(request: Request) -> Response:
         if body["model"] == "broken-json"
         else json.dumps(_chat_answer(body["messages"][0]["content"]))
     )
-    return JSONResponse({"choices": [{"message": {"role": "assistant", "content": content}}]})
+    answer: dict[str, Any] = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+    if body["model"] == WITH_USAGE:
+        answer["usage"] = {"prompt_tokens": 111, "completion_tokens": 22, "total_tokens": 133}
+    return JSONResponse(answer)
 
 
 async def embeddings(request: Request) -> Response:
@@ -113,7 +121,10 @@ async def embeddings(request: Request) -> Response:
     failure = await _behave(body["model"], request.headers.get("authorization", ""))
     if failure is not None:
         return failure
-    return JSONResponse({"data": [{"embedding": [3.0, 4.0]}]})
+    answer: dict[str, Any] = {"data": [{"embedding": [3.0, 4.0]}]}
+    if body["model"] == WITH_USAGE:
+        answer["usage"] = {"prompt_tokens": 7, "total_tokens": 7}
+    return JSONResponse(answer)
 
 
 class FakeOpenAI:

@@ -127,6 +127,10 @@ async def _stats(s: Secured, md: Metadata) -> object:
     return await s.stub.GetJobStats(pb.GetJobStatsRequest(), metadata=md, timeout=10)
 
 
+async def _usage(s: Secured, md: Metadata) -> object:
+    return await s.stub.GetUsage(pb.GetUsageRequest(), metadata=md, timeout=10)
+
+
 CALLS: dict[str, Call] = {
     "Enqueue": _enqueue,
     "GetJob": _get,
@@ -135,6 +139,7 @@ CALLS: dict[str, Call] = {
     "ListJobs": _list,
     "CancelJob": _cancel,
     "GetJobStats": _stats,
+    "GetUsage": _usage,
 }
 
 

@@ -151,7 +151,7 @@ async def test_unary_gateway_calls_carry_the_token(tmp_path: Path) -> None:
     with_token = GrpcAiGateway(f"127.0.0.1:{port}", token=TOKEN)
     without_token = GrpcAiGateway(f"127.0.0.1:{port}")
     try:
-        assert (await with_token.run(job, 5.0))["summary"]
+        assert (await with_token.run(job, 5.0)).result["summary"]
         with pytest.raises(GatewayCallError) as caught:
             await without_token.run(job, 5.0)
         assert (caught.value.code, caught.value.reason) == ("UNAUTHENTICATED", "UNAUTHENTICATED")

@@ -23,16 +23,23 @@ def test_the_table_says_what_the_issue_says() -> None:
         role: {rpc for rpc in RPC_RULES if access(rpc, role) is not Access.NONE} for role in Role
     }
     assert allowed[Role.OPERATOR] == set(RPC_RULES)
-    assert allowed[Role.VIEWER] == {"GetJob", "StreamJobUpdates", "ListJobs", "GetJobStats"}
+    assert allowed[Role.VIEWER] == {
+        "GetJob",
+        "StreamJobUpdates",
+        "ListJobs",
+        "GetJobStats",
+        "GetUsage",
+    }
     assert allowed[Role.SUBMITTER] == {
         "Enqueue",
         "GetJob",
         "StreamJobUpdates",
         "ListJobs",
         "CancelJob",
+        "GetUsage",
     }
     own = {rpc for rpc in RPC_RULES if access(rpc, Role.SUBMITTER) is Access.OWN}
-    assert own == {"GetJob", "StreamJobUpdates", "ListJobs", "CancelJob"}
+    assert own == {"GetJob", "StreamJobUpdates", "ListJobs", "CancelJob", "GetUsage"}
     assert access("NoSuchRpc", Role.OPERATOR) is Access.NONE
 
 

@@ -24,7 +24,9 @@ from job_service.domain.backoff import BackoffPolicy
 from job_service.domain.errors import StorageUnavailableError
 from job_service.domain.failures import GatewayCallError
 from job_service.domain.model import (
+    AttemptUsage,
     Failure,
+    GatewayAnswer,
     Job,
     JobStatus,
     JobType,
@@ -53,7 +55,7 @@ class Hold:
     released: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-Answer = JsonDict | GatewayCallError | Hold
+Answer = JsonDict | GatewayAnswer | GatewayCallError | Hold
 
 
 class ScriptedGateway:
@@ -65,7 +67,7 @@ class ScriptedGateway:
         self.cancelled: list[str] = []
         self._called = asyncio.Event()
 
-    async def run(self, job: Job, deadline: float) -> JsonDict:
+    async def run(self, job: Job, deadline: float) -> GatewayAnswer:
         self.calls.append((job.id, job.attempt_count))
         self._called.set()
         answer = self._script(job)
@@ -77,8 +79,10 @@ class ScriptedGateway:
             except asyncio.CancelledError:
                 self.cancelled.append(job.id)
                 raise
-            return answer.result
-        return answer
+            return GatewayAnswer(answer.result)
+        if isinstance(answer, GatewayAnswer):
+            return answer
+        return GatewayAnswer(answer)
 
     async def until_called(self, times: int = 1) -> None:
         while len(self.calls) < times:
@@ -102,9 +106,11 @@ class ScriptedStore(MemoryJobStore):
             raise StorageUnavailableError("renewals are down")
         return await super().renew_leases(leases, lease_seconds)
 
-    async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
+    async def complete(
+        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+    ) -> Job:
         self.outcome_writes.append(("complete", job_id))
-        return await super().complete(job_id, token, result)
+        return await super().complete(job_id, token, result, usage)
 
     async def fail(
         self, job_id: str, token: str, failure: Failure, retry_at: datetime | None

@@ -112,6 +112,7 @@ def test_arguments_take_the_type_of_their_column() -> None:
         "reason": c.error_reason,
         "message": c.error_message,
         "retry_at": c.next_attempt_at,
+        "usage": c.result,  # a JSON object, typed as the JSON column
     }
     assert argument_columns([tr.CANCEL])["cancel_message"] is c.error_message
 

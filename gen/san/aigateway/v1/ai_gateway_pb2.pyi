@@ -81,6 +81,7 @@ class AnalyzeContentResponse(_message.Message):
     TAGS_FIELD_NUMBER: _builtins.int
     EMBEDDING_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     summary: _builtins.str
     """A short summary of the text (at most three sentences with the local
     backend).
@@ -95,6 +96,12 @@ class AnalyzeContentResponse(_message.Message):
     def embedding(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """An embedding of the text: fixed dimension, unit length."""
 
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """What this call consumed (tokens, model, the gateway's time). Not part
+        of the answer's content: a caller that stores the answer keeps it apart.
+        """
+
     def __init__(
         self,
         *,
@@ -102,10 +109,11 @@ class AnalyzeContentResponse(_message.Message):
         tags: _abc.Iterable[_builtins.str] | None = ...,
         embedding: _abc.Iterable[_builtins.float] | None = ...,
         model: _builtins.str = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding", b"embedding", "model", b"model", "summary", b"summary", "tags", b"tags"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding", b"embedding", "model", b"model", "summary", b"summary", "tags", b"tags", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -148,22 +156,30 @@ class GenerateTilResponse(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     BODY_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     title: _builtins.str
     """The note's title."""
     body: _builtins.str
     """The note's body, in Markdown."""
     model: _builtins.str
     """The model that produced this answer."""
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """What this call consumed (tokens, model, the gateway's time). Not part
+        of the answer's content: a caller that stores the answer keeps it apart.
+        """
+
     def __init__(
         self,
         *,
         title: _builtins.str = ...,
         body: _builtins.str = ...,
         model: _builtins.str = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "model", b"model", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "model", b"model", "title", b"title", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -261,21 +277,29 @@ class GenerateRecallResponse(_message.Message):
 
     QUESTIONS_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model that produced this answer."""
     @_builtins.property
     def questions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Question]:
         """The questions, in order."""
 
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """What this call consumed (tokens, model, the gateway's time). Not part
+        of the answer's content: a caller that stores the answer keeps it apart.
+        """
+
     def __init__(
         self,
         *,
         questions: _abc.Iterable[Global___Question] | None = ...,
         model: _builtins.str = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "questions", b"questions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "questions", b"questions", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -313,6 +337,7 @@ class EmbedResponse(_message.Message):
 
     VECTOR_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model that produced this answer."""
     @_builtins.property
@@ -322,19 +347,71 @@ class EmbedResponse(_message.Message):
         with openai).
         """
 
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """What this call consumed (tokens, model, the gateway's time). Not part
+        of the answer's content: a caller that stores the answer keeps it apart.
+        """
+
     def __init__(
         self,
         *,
         vector: _abc.Iterable[_builtins.float] | None = ...,
         model: _builtins.str = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "usage", b"usage", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EmbedResponse: _TypeAlias = EmbedResponse  # noqa: Y015
+
+@_typing.final
+class Usage(_message.Message):
+    """Usage is what one call consumed. With the openai backend the token counts
+    are the provider's own (its `usage` numbers); with local and instant they
+    are the gateway's estimate (the same count as the token limit). A call
+    answered from the result cache, or by joining an identical call in flight,
+    has cached set and 0 tokens.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
+    CACHED_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model that answered (the fallback's, when the fallback served it)."""
+    input_tokens: _builtins.int
+    """Tokens sent to the model (prompt tokens)."""
+    output_tokens: _builtins.int
+    """Tokens the model wrote (completion tokens); 0 for an embedding."""
+    cached: _builtins.bool
+    """Answered without calling the model: no tokens spent."""
+    @_builtins.property
+    def duration(self) -> _duration_pb2.Duration:
+        """How long the gateway spent on the call, from reading it to answering."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        input_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        duration: _duration_pb2.Duration | None = ...,
+        cached: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached", b"cached", "duration", b"duration", "input_tokens", b"input_tokens", "model", b"model", "output_tokens", b"output_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Usage: _TypeAlias = Usage  # noqa: Y015
 
 @_typing.final
 class StreamCallsRequest(_message.Message):

@@ -38,6 +38,7 @@ too. A whole message, either way, is at most the server's --max-message-bytes
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -167,6 +168,40 @@ ON_DUPLICATE_RETURN_EXISTING: OnDuplicate.ValueType  # 2
 """Return the existing active job with deduplicated = true."""
 Global___OnDuplicate: _TypeAlias = OnDuplicate  # noqa: Y015
 
+class _PauseReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PauseReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PauseReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PAUSE_REASON_UNSPECIFIED: _PauseReason.ValueType  # 0
+    """Not set."""
+    PAUSE_REASON_CIRCUIT_OPEN: _PauseReason.ValueType  # 1
+    """Calls for this type failed transiently (UNAVAILABLE, DEADLINE_EXCEEDED)
+    --breaker-failures times in a row: the circuit is open and only a probe
+    job is sent, one every --breaker-probe-interval, until one succeeds.
+    """
+    PAUSE_REASON_RATE_LIMITED: _PauseReason.ValueType  # 2
+    """The gateway answered RESOURCE_EXHAUSTED with ErrorInfo RATE_LIMITED and a
+    RetryInfo: nothing of this type starts before that delay ends.
+    """
+
+class PauseReason(_PauseReason, metaclass=_PauseReasonEnumTypeWrapper):
+    """PauseReason says why a job type is not being dispatched."""
+
+PAUSE_REASON_UNSPECIFIED: PauseReason.ValueType  # 0
+"""Not set."""
+PAUSE_REASON_CIRCUIT_OPEN: PauseReason.ValueType  # 1
+"""Calls for this type failed transiently (UNAVAILABLE, DEADLINE_EXCEEDED)
+--breaker-failures times in a row: the circuit is open and only a probe
+job is sent, one every --breaker-probe-interval, until one succeeds.
+"""
+PAUSE_REASON_RATE_LIMITED: PauseReason.ValueType  # 2
+"""The gateway answered RESOURCE_EXHAUSTED with ErrorInfo RATE_LIMITED and a
+RetryInfo: nothing of this type starts before that delay ends.
+"""
+Global___PauseReason: _TypeAlias = PauseReason  # noqa: Y015
+
 @_typing.final
 class Job(_message.Message):
     """Job is one unit of background AI work and everything known about it."""
@@ -201,6 +236,7 @@ class Job(_message.Message):
     CANCEL_TIME_FIELD_NUMBER: _builtins.int
     CANCEL_REASON_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
+    WAITING_FOR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned UUID; the common name of the job in logs, clients and SQL."""
     job_type: Global___JobType.ValueType
@@ -302,6 +338,13 @@ class Job(_message.Message):
     def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAttempt]:
         """Every attempt so far, oldest first. Kept across RetryFailed."""
 
+    @_builtins.property
+    def waiting_for(self) -> Global___DispatchPause:
+        """Set only on a PENDING job whose job type is paused (its provider is
+        failing or throttling): the job waits, and is charged no attempt, until
+        the pause closes. Read from a cache at most about a second old.
+        """
+
     def __init__(
         self,
         *,
@@ -333,10 +376,11 @@ class Job(_message.Message):
         cancel_time: _timestamp_pb2.Timestamp | None = ...,
         cancel_reason: _builtins.str = ...,
         attempts: _abc.Iterable[Global___JobAttempt] | None = ...,
+        waiting_for: Global___DispatchPause | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "fail_time", b"fail_time", "input", b"input", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "result", b"result", "start_time", b"start_time", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "fail_time", b"fail_time", "input", b"input", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "result", b"result", "start_time", b"start_time", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
@@ -350,6 +394,56 @@ class Job(_message.Message):
 Global___Job: _TypeAlias = Job  # noqa: Y015
 
 @_typing.final
+class DispatchPause(_message.Message):
+    """DispatchPause is a job type no instance claims for now; its PENDING jobs
+    wait without being charged attempts.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    UNTIL_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    job_type: Global___JobType.ValueType
+    """The paused job type."""
+    reason: Global___PauseReason.ValueType
+    """Why it is paused."""
+    last_error: _builtins.str
+    """The failure that opened (or last renewed) the pause, human-readable and
+    truncated like Job.error_message.
+    """
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp:
+        """When the type was first paused in this outage (kept while the pause is
+        renewed). Past --breaker-max-pause from it, jobs fail as without a pause.
+        """
+
+    @_builtins.property
+    def until(self) -> _timestamp_pb2.Timestamp:
+        """CIRCUIT_OPEN: when the next probe may be sent; RATE_LIMITED: when the
+        RetryInfo delay ends and claiming resumes.
+        """
+
+    def __init__(
+        self,
+        *,
+        job_type: Global___JobType.ValueType = ...,
+        reason: Global___PauseReason.ValueType = ...,
+        since: _timestamp_pb2.Timestamp | None = ...,
+        until: _timestamp_pb2.Timestamp | None = ...,
+        last_error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["since", b"since", "until", b"until"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_type", b"job_type", "last_error", b"last_error", "reason", b"reason", "since", b"since", "until", b"until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DispatchPause: _TypeAlias = DispatchPause  # noqa: Y015
+
+@_typing.final
 class JobAttempt(_message.Message):
     """JobAttempt records one attempt at running a job."""
 
@@ -361,6 +455,7 @@ class JobAttempt(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_REASON_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    USAGE_FIELD_NUMBER: _builtins.int
     attempt: _builtins.int
     """Attempt number, starting at 1."""
     error_code: _builtins.str
@@ -379,6 +474,13 @@ class JobAttempt(_message.Message):
     def end_time(self) -> _timestamp_pb2.Timestamp:
         """When the attempt ended; unset while it runs."""
 
+    @_builtins.property
+    def usage(self) -> Global___Usage:
+        """What the attempt's gateway call consumed, as the gateway reported it;
+        unset while the attempt runs, and for an attempt that ended without an
+        answer from the gateway (a failure, a lost lease, a cancellation).
+        """
+
     def __init__(
         self,
         *,
@@ -388,14 +490,57 @@ class JobAttempt(_message.Message):
         error_code: _builtins.str = ...,
         error_reason: _builtins.str = ...,
         error_message: _builtins.str = ...,
+        usage: Global___Usage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "start_time", b"start_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "end_time", b"end_time", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "start_time", b"start_time", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobAttempt: _TypeAlias = JobAttempt  # noqa: Y015
+
+@_typing.final
+class Usage(_message.Message):
+    """Usage is what one gateway call consumed, as AiGateway reported it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
+    CACHED_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model that answered."""
+    input_tokens: _builtins.int
+    """Tokens sent to the model (the provider's count with the openai backend,
+    the gateway's estimate otherwise).
+    """
+    output_tokens: _builtins.int
+    """Tokens the model wrote; 0 for an embedding."""
+    cached: _builtins.bool
+    """Answered from the gateway's result cache: no tokens spent."""
+    @_builtins.property
+    def duration(self) -> _duration_pb2.Duration:
+        """How long the gateway spent on the call."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        input_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        duration: _duration_pb2.Duration | None = ...,
+        cached: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached", b"cached", "duration", b"duration", "input_tokens", b"input_tokens", "model", b"model", "output_tokens", b"output_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Usage: _TypeAlias = Usage  # noqa: Y015
 
 @_typing.final
 class CardAnalysisInput(_message.Message):
@@ -1265,6 +1410,7 @@ class GetJobStatsResponse(_message.Message):
 
     COUNTS_FIELD_NUMBER: _builtins.int
     OLDEST_PENDING_CREATE_TIME_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobCount]:
         """Job counts by type and status; combinations with no job are left out."""
@@ -1273,16 +1419,159 @@ class GetJobStatsResponse(_message.Message):
     def oldest_pending_create_time(self) -> _timestamp_pb2.Timestamp:
         """Creation time of the oldest PENDING job; unset when none is pending."""
 
+    @_builtins.property
+    def paused(self) -> _containers.RepeatedCompositeFieldContainer[Global___DispatchPause]:
+        """The job types paused now, one entry each; empty when every type is
+        dispatched.
+        """
+
     def __init__(
         self,
         *,
         counts: _abc.Iterable[Global___JobCount] | None = ...,
         oldest_pending_create_time: _timestamp_pb2.Timestamp | None = ...,
+        paused: _abc.Iterable[Global___DispatchPause] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_pending_create_time", b"oldest_pending_create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "oldest_pending_create_time", b"oldest_pending_create_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "oldest_pending_create_time", b"oldest_pending_create_time", "paused", b"paused"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetJobStatsResponse: _TypeAlias = GetJobStatsResponse  # noqa: Y015
+
+@_typing.final
+class GetUsageRequest(_message.Message):
+    """GetUsageRequest selects the attempts to sum: those that ended in
+    [start_time, end_time).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """Start of the range (inclusive); unset means 24 hours before end_time."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """End of the range (exclusive); unset means now. At most 366 days after
+        start_time.
+        """
+
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedScalarFieldContainer[Global___JobType.ValueType]:
+        """Only these job types; empty means every type. At most 100 entries
+        (repeats are harmless).
+        """
+
+    def __init__(
+        self,
+        *,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        job_types: _abc.Iterable[Global___JobType.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "job_types", b"job_types", "start_time", b"start_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetUsageRequest: _TypeAlias = GetUsageRequest  # noqa: Y015
+
+@_typing.final
+class UsageTotal(_message.Message):
+    """UsageTotal is the usage of one (job type, model, caller) group."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    CACHED_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
+    job_type: Global___JobType.ValueType
+    """The job type."""
+    model: _builtins.str
+    """The model that answered."""
+    requested_by: _builtins.str
+    """Who enqueued the jobs (Job.requested_by)."""
+    attempts: _builtins.int
+    """Attempts with usage in the group."""
+    cached_attempts: _builtins.int
+    """Of those, attempts answered from the gateway's cache."""
+    input_tokens: _builtins.int
+    """Sum of input tokens."""
+    output_tokens: _builtins.int
+    """Sum of output tokens."""
+    @_builtins.property
+    def duration(self) -> _duration_pb2.Duration:
+        """Sum of the gateway's call durations."""
+
+    def __init__(
+        self,
+        *,
+        job_type: Global___JobType.ValueType = ...,
+        model: _builtins.str = ...,
+        requested_by: _builtins.str = ...,
+        attempts: _builtins.int = ...,
+        cached_attempts: _builtins.int = ...,
+        input_tokens: _builtins.int = ...,
+        output_tokens: _builtins.int = ...,
+        duration: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "cached_attempts", b"cached_attempts", "duration", b"duration", "input_tokens", b"input_tokens", "job_type", b"job_type", "model", b"model", "output_tokens", b"output_tokens", "requested_by", b"requested_by"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UsageTotal: _TypeAlias = UsageTotal  # noqa: Y015
+
+@_typing.final
+class GetUsageResponse(_message.Message):
+    """GetUsageResponse holds the sums."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTALS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """True when groups were left out (more than 1,000)."""
+    @_builtins.property
+    def totals(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageTotal]:
+        """One entry per group with usage, ordered by job type, model and caller;
+        at most 1,000 (the groups after the first 1,000 are left out).
+        """
+
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """The range summed, as resolved (defaults filled in)."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """End of the range summed."""
+
+    def __init__(
+        self,
+        *,
+        totals: _abc.Iterable[Global___UsageTotal] | None = ...,
+        truncated: _builtins.bool = ...,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time", "totals", b"totals", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetUsageResponse: _TypeAlias = GetUsageResponse  # noqa: Y015

@@ -71,6 +71,11 @@ class JobServiceStub:
                 request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetJobStatsRequest.SerializeToString,
                 response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetJobStatsResponse.FromString,
                 _registered_method=True)
+        self.GetUsage = channel.unary_unary(
+                '/san.jobs.v1.JobService/GetUsage',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -161,6 +166,19 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetUsage(self, request, context):
+        """GetUsage sums what the attempts' gateway calls consumed (tokens, time,
+        calls answered from the gateway's cache), by job type, model and caller
+        (requested_by), over the attempts that ended in a time range. Under
+        --auth token a submitter sees only its own jobs' usage.
+
+        Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
+        reversed or longer than 366 days, a bad timestamp, or an unknown job type.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -198,6 +216,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetJobStats,
                     request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetJobStatsRequest.FromString,
                     response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetJobStatsResponse.SerializeToString,
+            ),
+            'GetUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetUsage,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -391,6 +414,33 @@ class JobService:
             '/san.jobs.v1.JobService/GetJobStats',
             san_dot_jobs_dot_v1_dot_job__service__pb2.GetJobStatsRequest.SerializeToString,
             san_dot_jobs_dot_v1_dot_job__service__pb2.GetJobStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/GetUsage',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

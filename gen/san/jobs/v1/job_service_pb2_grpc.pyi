@@ -123,6 +123,15 @@ class JobServiceStub:
     """GetJobStats returns job counts by type and status and the age of the
     oldest pending job, for operators.
     """
+    GetUsage: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.GetUsageRequest, _job_service_pb2.GetUsageResponse]
+    """GetUsage sums what the attempts' gateway calls consumed (tokens, time,
+    calls answered from the gateway's cache), by job type, model and caller
+    (requested_by), over the attempts that ended in a time range. Under
+    --auth token a submitter sees only its own jobs' usage.
+
+    Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
+    reversed or longer than 366 days, a bad timestamp, or an unknown job type.
+    """
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -185,6 +194,15 @@ class JobServiceAsyncStub(JobServiceStub):
     GetJobStats: _aio.UnaryUnaryMultiCallable[_job_service_pb2.GetJobStatsRequest, _job_service_pb2.GetJobStatsResponse]  # type: ignore[assignment]
     """GetJobStats returns job counts by type and status and the age of the
     oldest pending job, for operators.
+    """
+    GetUsage: _aio.UnaryUnaryMultiCallable[_job_service_pb2.GetUsageRequest, _job_service_pb2.GetUsageResponse]  # type: ignore[assignment]
+    """GetUsage sums what the attempts' gateway calls consumed (tokens, time,
+    calls answered from the gateway's cache), by job type, model and caller
+    (requested_by), over the attempts that ended in a time range. Under
+    --auth token a submitter sees only its own jobs' usage.
+
+    Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
+    reversed or longer than 366 days, a bad timestamp, or an unknown job type.
     """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -287,6 +305,21 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_job_service_pb2.GetJobStatsResponse, _abc.Awaitable[_job_service_pb2.GetJobStatsResponse]]:
         """GetJobStats returns job counts by type and status and the age of the
         oldest pending job, for operators.
+        """
+
+    @_abc_1.abstractmethod
+    def GetUsage(
+        self,
+        request: _job_service_pb2.GetUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.GetUsageResponse, _abc.Awaitable[_job_service_pb2.GetUsageResponse]]:
+        """GetUsage sums what the attempts' gateway calls consumed (tokens, time,
+        calls answered from the gateway's cache), by job type, model and caller
+        (requested_by), over the attempts that ended in a time range. Under
+        --auth token a submitter sees only its own jobs' usage.
+
+        Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
+        reversed or longer than 366 days, a bad timestamp, or an unknown job type.
         """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
