@@ -24,3 +24,18 @@ def format_time(stamp: Timestamp) -> str:
     if stamp.seconds == 0 and stamp.nanos == 0:
         return "-"
     return stamp.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pause_reason_name(value: pb.PauseReason.ValueType) -> str:
+    """``CIRCUIT_OPEN`` for ``PAUSE_REASON_CIRCUIT_OPEN``."""
+    return pb.PauseReason.Name(value).removeprefix("PAUSE_REASON_")
+
+
+def waiting_text(pause: pb.DispatchPause) -> str:
+    """Why a PENDING job waits behind a pause of its type, in one sentence:
+    ``the AI provider has been unavailable since 2026-12-01T15:04:00Z; next try at
+    ...``. Times are UTC, as everywhere in the clients."""
+    since, until = format_time(pause.since), format_time(pause.until)
+    if pause.reason == pb.PAUSE_REASON_RATE_LIMITED:
+        return f"the AI provider has been rate limiting since {since}; resuming at {until}"
+    return f"the AI provider has been unavailable since {since}; retrying (next try at {until})"

@@ -18,6 +18,7 @@ from san.jobs.v1 import job_service_pb2
 from job_service.app import JobApplication
 from job_service.auth.interceptor import AuthInterceptor
 from job_service.auth.tokens import TokenVerifier
+from job_service.dispatch_breaker import BreakerConfig
 from job_service.domain.backoff import BackoffPolicy
 from job_service.domain.errors import StorageError
 from job_service.domain.validation import EnqueueLimits
@@ -215,6 +216,15 @@ class JobServiceRuntime:
                 batch_interval=settings.batch_interval,
                 deadlines=settings.deadlines(),
                 backoff=BackoffPolicy(settings.retry_base_delay, settings.retry_max_delay),
+                breaker=BreakerConfig(
+                    failures=settings.breaker_failures,
+                    probe_interval=settings.breaker_probe_interval,
+                    max_pause=settings.breaker_max_pause,
+                    instance_id=settings.instance_id,
+                    longest_rate_limit_pause=settings.retry_max_delay,
+                ),
+                limits=settings.claim_limits(),
+                max_per_caller=settings.max_running_per_caller,
             ),
         )
         self.app = JobApplication(

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from job_service.domain.claim_limits import TypeLimit, parse_rate
 from job_service.domain.job_types import JobType, default_deadlines, job_type_named
 from job_service.domain.limits import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -62,6 +63,41 @@ class JobServiceSettings(BaseSettings):
         json_schema_extra={"metavar": "TYPE=SECONDS"},
     )
     poll_interval: float = Field(1.0, gt=0, description="fallback poll for due jobs, seconds")
+    # Claim limits (domain/claim_limits.py), shared by every instance on the database.
+    # Keys are job type names; on the command line TYPE=N/s and TYPE=N, repeatable.
+    rate_limit: dict[str, float] = Field(
+        default_factory=dict,
+        description="job starts per second of one job type, all instances together "
+        "(repeatable); jobs over it wait PENDING",
+        json_schema_extra={"metavar": "TYPE=N/s"},
+    )
+    concurrency_limit: dict[str, int] = Field(
+        default_factory=dict,
+        description="jobs of one job type running at once, all instances together "
+        "(repeatable); jobs over it wait PENDING",
+        json_schema_extra={"metavar": "TYPE=N"},
+    )
+    max_running_per_caller: int | None = Field(
+        None,
+        ge=1,
+        description="fair share: jobs of one caller (requested_by) running at once, all "
+        "instances together, so one caller's backlog does not starve the others",
+    )
+    breaker_failures: int = Field(
+        5,
+        ge=1,
+        description="transient gateway failures in a row (UNAVAILABLE, DEADLINE_EXCEEDED) "
+        "that pause a job type for every instance",
+    )
+    breaker_probe_interval: float = Field(
+        5.0, gt=0, description="while a job type is paused, seconds between probe jobs"
+    )
+    breaker_max_pause: float = Field(
+        1800.0,
+        gt=0,
+        description="seconds after which a paused job type is claimed again and its jobs "
+        "fail as without the breaker",
+    )
     batch_interval: float = Field(
         0.002,
         ge=0,
@@ -191,6 +227,24 @@ class JobServiceSettings(BaseSettings):
     def _deadline_for(cls, value: object) -> object:
         return parse_deadline_for(value)
 
+    @field_validator("rate_limit", mode="before")
+    @classmethod
+    def _rate_limit(cls, value: object) -> object:
+        return parse_rate_limits(value)
+
+    @field_validator("concurrency_limit", mode="before")
+    @classmethod
+    def _concurrency_limit(cls, value: object) -> object:
+        return parse_concurrency_limits(value)
+
+    def claim_limits(self) -> dict[JobType, TypeLimit]:
+        """Each limited job type's limits (--rate-limit, --concurrency-limit)."""
+        names = self.rate_limit.keys() | self.concurrency_limit.keys()
+        return {
+            JobType(name): TypeLimit(self.rate_limit.get(name), self.concurrency_limit.get(name))
+            for name in sorted(names)
+        }
+
     @model_validator(mode="after")
     def _legacy_deadlines(self) -> JobServiceSettings:
         # SAN_JOBS_DEADLINE_<TYPE>, one variable per type, as the README documented
@@ -237,6 +291,43 @@ def parse_deadline_for(value: object) -> dict[str, float]:
     for key, seconds in value.items():
         name = _job_type_name(str(key))
         parsed[name] = _seconds(seconds, name)
+    return parsed
+
+
+def _limits_by_type(value: object, example: str) -> Mapping[object, object]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected limits by job type, e.g. {example}")
+    return value
+
+
+def parse_rate_limits(value: object) -> dict[str, float]:
+    """--rate-limit as given (TYPE=N/s pairs, or a JSON object): jobs per second by
+    registered type name."""
+    pairs = _limits_by_type(value, '{"CARD_ANALYSIS": "20/s"}')
+    parsed: dict[str, float] = {}
+    for key, rate in pairs.items():
+        name = _job_type_name(str(key))
+        try:
+            parsed[name] = parse_rate(rate)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+    return parsed
+
+
+def parse_concurrency_limits(value: object) -> dict[str, int]:
+    """--concurrency-limit as given (TYPE=N pairs, or a JSON object): jobs running at
+    once by registered type name."""
+    pairs = _limits_by_type(value, '{"CARD_ANALYSIS": 5}')
+    parsed: dict[str, int] = {}
+    for key, count in pairs.items():
+        name = _job_type_name(str(key))
+        try:
+            jobs = int(str(count).strip())
+        except ValueError:
+            raise ValueError(f"{name}: expected a whole number of jobs, got {count!r}") from None
+        if jobs < 1:
+            raise ValueError(f"{name}: at least 1 job must run at once, got {count!r}")
+        parsed[name] = jobs
     return parsed
 
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from job_service.dispatch_breaker import BreakerConfig, DispatchBreaker, Verdict
 from job_service.domain.backoff import BackoffPolicy
+from job_service.domain.claim_limits import TypeLimit
 from job_service.domain.errors import LeaseLostError, StorageError, StorageUnavailableError
 from job_service.domain.failures import (
     GatewayCallError,
@@ -30,7 +32,7 @@ from job_service.domain.failures import (
     unexpected_failure,
 )
 from job_service.domain.job_types import default_deadlines
-from job_service.domain.model import Claim, Failure, Job, JobType
+from job_service.domain.model import Claim, Failure, GatewayAnswer, Job, JobType
 from job_service.domain.ports import AiGateway, JobStore
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,14 @@ class WorkerConfig:
     batch_interval: float = 0.002
     deadlines: dict[JobType, float] = field(default_factory=lambda: dict(DEFAULT_DEADLINES))
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    # Dispatch pauses: circuit breaking and rate-limit pauses (dispatch_breaker.py).
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    # Claim limits by job type (--rate-limit, --concurrency-limit; domain/claim_limits.py):
+    # each limited type is claimed on its own, as its limits allow; the rest as before.
+    limits: dict[JobType, TypeLimit] = field(default_factory=dict)
+    # Fair share (--max-running-per-caller): jobs of one caller (requested_by)
+    # PROCESSING at most; None: claims take the oldest due jobs whoever asked.
+    max_per_caller: int | None = None
 
 
 class Worker:
@@ -96,6 +106,13 @@ class Worker:
         self._retries_due: list[datetime] = []
         self._last_check = float("-inf")
         self._recheck = False
+        self._breaker = DispatchBreaker(
+            store, config.breaker, self._clock, lambda: asyncio.get_running_loop().time()
+        )
+        # Jobs in flight that are the probe of an open circuit.
+        self._probes: set[str] = set()
+        # After a claim a limit held back: seconds until the limits may allow more.
+        self._limits_wait: float | None = None
 
     # -- control ---------------------------------------------------------------
 
@@ -163,11 +180,7 @@ class Worker:
             claimed = 0
             claimed_at = self._clock()
             if free > 0:
-                try:
-                    claims = await self._store.claim(free, self._config.lease_seconds)
-                except StorageError as error:  # any: the loop must go on
-                    log.warning("claim failed: %s", error)
-                    claims = []
+                claims = await self._claim(free)
                 claimed = len(claims)
                 for claim in claims:
                     self._start_job(claim)
@@ -176,6 +189,56 @@ class Worker:
                 if claimed == free:
                     continue  # more may be due: claim again at once
             await self._idle(free - claimed > 0, claimed_at)
+
+    async def _claim(self, free: int) -> list[Claim]:
+        """Up to `free` due jobs: first one probe of each open circuit whose probe
+        this instance won, then jobs of the types not paused."""
+        lease = self._config.lease_seconds
+        claims: list[Claim] = []
+        try:
+            await self._breaker.refresh()
+            for job_type in await self._breaker.take_probes():
+                if len(claims) >= free:
+                    break
+                probe = await self._store.claim(1, lease, only_type=job_type)
+                for claim in probe:
+                    self._probes.add(claim.job.id)
+                    log.info("job_id=%s: probe of %s", claim.job.id, job_type.value)
+                claims += probe
+            skip = self._breaker.skip_types()
+            if self._config.limits:
+                claims += await self._claim_limited(free - len(claims), skip)
+                skip = skip | frozenset(self._config.limits)
+            claims += await self._store.claim(
+                free - len(claims),
+                lease,
+                skip_types=skip,
+                max_per_caller=self._config.max_per_caller,
+            )
+        except StorageError as error:  # any: the loop must go on
+            log.warning("claim failed: %s", error)
+        return claims
+
+    async def _claim_limited(self, free: int, paused: frozenset[JobType]) -> list[Claim]:
+        """Up to `free` jobs of the limited types not paused, as their limits allow;
+        notes how long until a limit that held a claim back may allow more."""
+        claims: list[Claim] = []
+        waits: list[float] = []
+        for job_type, limit in self._config.limits.items():
+            if job_type in paused or len(claims) >= free:
+                continue
+            taken = await self._store.claim_limited(
+                job_type,
+                free - len(claims),
+                self._config.lease_seconds,
+                limit,
+                self._config.max_per_caller,
+            )
+            claims += taken.claims
+            if taken.wait_seconds is not None:
+                waits.append(taken.wait_seconds)
+        self._limits_wait = min(waits, default=None)
+        return claims
 
     async def _idle(self, has_free_slots: bool, claimed_at: datetime) -> None:
         """Wait for a wake-up, a poll interval, or the next known due time."""
@@ -203,6 +266,15 @@ class Worker:
             if due is not None:
                 until_due = (due - self._clock()).total_seconds()
                 timeout = min(timeout, max(until_due, 0.0))
+            paused_wait = self._breaker.wait_hint()
+            if paused_wait is not None:
+                # Jobs of paused types are due but not claimed: no busy loop; look
+                # at the pauses again when they may have changed.
+                timeout = min(self._config.poll_interval, max(timeout, paused_wait))
+            if self._limits_wait is not None:
+                # Jobs of a limited type are due but over its limit (their due time
+                # says "now"): look again when the limit allows more, not at once.
+                timeout = min(self._config.poll_interval, self._limits_wait)
         if timeout > 0 and not self._wake.is_set():
             # asyncio.timeout, not wait_for: no extra task per wait (this runs after
             # nearly every claim under load).
@@ -241,6 +313,7 @@ class Worker:
 
     def _job_done(self, job_id: str, _task: asyncio.Task[None]) -> None:
         self._tasks.pop(job_id, None)
+        self._probes.discard(job_id)
         self._leases.pop(job_id, None)
         self._cancel_requested.pop(job_id, None)
         self._wake.set()  # a slot is free
@@ -254,15 +327,20 @@ class Worker:
         record: Coroutine[Any, Any, None]
         try:
             try:
-                result = await self._gateway.run(job, timeout)
+                answer = await self._gateway.run(job, timeout)
             except GatewayCallError as error:
-                record = self._record_failure(job, token, describe_gateway_error(error))
+                verdict, failure = await self._breaker_verdict(job, error)
+                if verdict is Verdict.GIVE_BACK:
+                    record = self._give_back(job, token, failure)
+                else:
+                    record = self._record_failure(job, token, failure)
             except Exception:  # a bug of ours must not leave the job PROCESSING
                 error_id = uuid.uuid4().hex[:12]
                 log.exception("job_id=%s: unexpected error (error id %s)", job.id, error_id)
                 record = self._record_failure(job, token, unexpected_failure(error_id))
             else:
-                record = self._record_success(job, token, result, time.monotonic() - started)
+                await self._breaker_success(job)
+                record = self._record_success(job, token, answer, time.monotonic() - started)
             await self._settle(job, token, record)
         except asyncio.CancelledError:
             # Also when cancelled while the outcome was being written: if that write
@@ -327,9 +405,11 @@ class Worker:
             self._publish([released])
 
     async def _record_success(
-        self, job: Job, token: str, result: dict[str, object], seconds: float
+        self, job: Job, token: str, answer: GatewayAnswer, seconds: float
     ) -> None:
-        done = await self._write_outcome(job, lambda: self._store.complete(job.id, token, result))
+        done = await self._write_outcome(
+            job, lambda: self._store.complete(job.id, token, answer.result, answer.usage)
+        )
         if done is not None:
             log.info(
                 "job_id=%s completed: %s attempt %d/%d, gateway call %.0f ms",
@@ -340,6 +420,34 @@ class Worker:
                 seconds * 1000,
             )
             self._publish([done])
+
+    async def _breaker_verdict(self, job: Job, error: GatewayCallError) -> tuple[Verdict, Failure]:
+        """The breaker's word on a failed call; charged as before if it fails itself
+        (a bug there must not leave the job PROCESSING)."""
+        failure = describe_gateway_error(error)
+        try:
+            return await self._breaker.on_failure(job.job_type, job.id, error, failure)
+        except Exception:
+            log.exception("job_id=%s: the dispatch breaker failed; charging the attempt", job.id)
+            return Verdict.CHARGE, failure
+
+    async def _breaker_success(self, job: Job) -> None:
+        try:
+            await self._breaker.on_success(job.job_type, job.id, job.id in self._probes)
+        except Exception:
+            log.exception("job_id=%s: the dispatch breaker failed on a success", job.id)
+
+    async def _give_back(self, job: Job, token: str, failure: Failure) -> None:
+        """The job's type is paused: PENDING again, the attempt not charged."""
+        released = await self._write_outcome(job, lambda: self._store.release(job.id, token))
+        if released is not None:
+            log.info(
+                "job_id=%s given back uncharged, %s is paused: %s",
+                job.id,
+                job.job_type.value,
+                failure.message,
+            )
+            self._publish([released])
 
     async def _record_failure(self, job: Job, token: str, failure: Failure) -> None:
         retry_at: datetime | None = None

@@ -23,7 +23,13 @@ from rich.markup import escape
 from rich.table import Table
 from san.jobs.v1 import job_service_pb2 as pb
 
-from clients._display import format_time, job_type_name, status_name
+from clients._display import (
+    format_time,
+    job_type_name,
+    pause_reason_name,
+    status_name,
+    waiting_text,
+)
 from clients.jobsctl._values import format_age
 from san_jobs.client import JobsError
 from san_jobs.client._job_types import job_result
@@ -96,7 +102,8 @@ def error_dict(error: JobsError) -> dict[str, Any]:
 
 def _status(job: pb.Job) -> str:
     name = status_name(job.status)
-    return f"[{STATUS_STYLE.get(name, '')}]{name}[/]"
+    waiting = " [dim](waiting: type paused)[/]" if job.HasField("waiting_for") else ""
+    return f"[{STATUS_STYLE.get(name, '')}]{name}[/]{waiting}"
 
 
 def result_lines(job: pb.Job) -> list[tuple[str, str]]:
@@ -150,6 +157,11 @@ def job_detail(console: Console, job: pb.Job) -> None:
         rows.append(("requested by", markup_text(job.requested_by)))
     if job.HasField("next_attempt_time"):
         rows.append(("next attempt", format_time(job.next_attempt_time)))
+    if job.HasField("waiting_for"):
+        pause = job.waiting_for
+        rows.append(("waiting", f"[yellow]{escape(waiting_text(pause))}[/]"))
+        if pause.last_error:
+            rows.append(("provider error", markup_text(pause.last_error)))
     if job.HasField("complete_time"):
         rows.append(("completed", format_time(job.complete_time)))
     if job.HasField("fail_time"):
@@ -224,6 +236,8 @@ def watch_line(job: pb.Job) -> str:
     # that announces success must not read like an error.
     if job.error_message and job.status != pb.JOB_STATUS_COMPLETED:
         parts.append(plain(job.error_message.replace("\n", " ")))
+    if job.HasField("waiting_for"):
+        parts.append(f"waiting: {waiting_text(job.waiting_for)}")
     return "  ".join(parts)
 
 
@@ -264,6 +278,24 @@ def stats_table(console: Console, stats: pb.GetJobStatsResponse, now: datetime) 
     table.add_row("[bold]all[/]", *(f"[bold]{n}[/]" for n in totals), f"[bold]{sum(totals)}[/]")
     console.print(table)
     console.print(f"oldest pending job: {oldest_pending(stats, now)}")
+    if stats.paused:
+        paused_table(console, stats.paused)
+
+
+def paused_table(console: Console, paused: Iterable[pb.DispatchPause]) -> None:
+    """The job types no instance claims now: their PENDING jobs wait, uncharged."""
+    table = Table(
+        "type", "reason", "since", "until", "last error", title="Paused", title_justify="left"
+    )
+    for pause in paused:
+        table.add_row(
+            job_type_name(pause.job_type),
+            pause_reason_name(pause.reason),
+            format_time(pause.since),
+            format_time(pause.until),
+            markup_text(pause.last_error),
+        )
+    console.print(table)
 
 
 def oldest_pending(stats: pb.GetJobStatsResponse, now: datetime) -> str:
@@ -286,6 +318,16 @@ def stats_dict(stats: pb.GetJobStatsResponse, now: datetime) -> dict[str, Any]:
         ],
         "oldestPendingCreateTime": None,
         "oldestPendingAgeSeconds": None,
+        "paused": [
+            {
+                "jobType": job_type_name(p.job_type),
+                "reason": pause_reason_name(p.reason),
+                "since": format_time(p.since),
+                "until": format_time(p.until),
+                "lastError": p.last_error,
+            }
+            for p in stats.paused
+        ],
     }
     if stats.HasField("oldest_pending_create_time"):
         created = stats.oldest_pending_create_time.ToDatetime(tzinfo=UTC)
@@ -300,3 +342,59 @@ def skipped_table(console: Console, skipped: Iterable[pb.SkippedJob]) -> None:
         table.add_row(markup_text(item.job_id), markup_text(item.reason))
     if table.row_count:
         console.print(table)
+
+
+def _seconds(value: Any) -> float:
+    """A Duration as seconds."""
+    return float(value.seconds + value.nanos / 1e9)
+
+
+def usage_table(console: Console, usage: pb.GetUsageResponse) -> None:
+    """GetUsage's sums, one row per (type, model, caller), and their total."""
+    table = Table(
+        "type", "model", "caller", "attempts", "cached", "input tokens", "output tokens",
+        "gateway s",
+        title=f"Usage {format_time(usage.start_time)} .. {format_time(usage.end_time)}",
+        title_justify="left",
+    )  # fmt: skip
+    for column in table.columns[3:]:
+        column.justify = "right"
+    for t in usage.totals:
+        table.add_row(
+            job_type_name(t.job_type), markup_text(t.model), markup_text(t.requested_by),
+            f"{t.attempts:,}", f"{t.cached_attempts:,}", f"{t.input_tokens:,}",
+            f"{t.output_tokens:,}", f"{_seconds(t.duration):,.3f}",
+        )  # fmt: skip
+    totals = usage.totals
+    table.add_row(
+        "[bold]all[/]", "", "",
+        f"[bold]{sum(t.attempts for t in totals):,}[/]",
+        f"[bold]{sum(t.cached_attempts for t in totals):,}[/]",
+        f"[bold]{sum(t.input_tokens for t in totals):,}[/]",
+        f"[bold]{sum(t.output_tokens for t in totals):,}[/]",
+        f"[bold]{sum(_seconds(t.duration) for t in totals):,.3f}[/]",
+    )  # fmt: skip
+    console.print(table)
+    if usage.truncated:
+        console.print("[yellow]more groups than one answer holds: narrow the range or --type[/]")
+
+
+def usage_dict(usage: pb.GetUsageResponse) -> dict[str, Any]:
+    return {
+        "startTime": format_time(usage.start_time),
+        "endTime": format_time(usage.end_time),
+        "truncated": usage.truncated,
+        "totals": [
+            {
+                "jobType": job_type_name(t.job_type),
+                "model": t.model,
+                "requestedBy": t.requested_by,
+                "attempts": t.attempts,
+                "cachedAttempts": t.cached_attempts,
+                "inputTokens": t.input_tokens,
+                "outputTokens": t.output_tokens,
+                "durationSeconds": round(_seconds(t.duration), 6),
+            }
+            for t in usage.totals
+        ],
+    }

@@ -34,7 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from clients._display import format_time, job_type_name, status_name
+from clients._display import format_time, job_type_name, pause_reason_name, status_name
 from clients.web._auth import AuthSettings, SessionGuard, current_user
 from clients.web._body_guard import BodyGuard
 from clients.web._errors import invalid
@@ -128,6 +128,20 @@ def job_view(job: Job) -> dict[str, Any]:
         "maxAttempts": job.max_attempts,
         "updateTime": format_time(job.update_time),
         "history": job_history(job),
+        "waiting": waiting_view(job),
+    }
+
+
+def waiting_view(job: Job) -> dict[str, Any] | None:
+    """Why a PENDING job waits behind a pause of its type (its provider is failing or
+    throttling), or None when it does not: reason, since, until (UTC, as every time)."""
+    if not job.HasField("waiting_for"):
+        return None
+    pause = job.waiting_for
+    return {
+        "reason": pause_reason_name(pause.reason),
+        "since": format_time(pause.since),
+        "until": format_time(pause.until),
     }
 
 

@@ -39,6 +39,13 @@ class BackoffPolicy:
         return min(max(draw, _floor(retry_after)), longest)
 
 
+def bounded_retry_after(retry_after: float | None, longest: float) -> float:
+    """A gateway's RetryInfo delay made safe to wait for: NaN, negative or absent
+    count as none, and nothing waits longer than `longest` (a hostile or broken
+    answer of 30 days must not stop a job type for 30 days)."""
+    return min(_floor(retry_after), min(max(longest, 0.0), LONGEST_DELAY_SECONDS))
+
+
 def _floor(retry_after: float | None) -> float:
     """A RetryInfo delay as a usable floor: NaN, negative or absent mean none."""
     if retry_after is None or math.isnan(retry_after):

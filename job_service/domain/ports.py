@@ -7,17 +7,23 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from job_service.domain.claim_limits import LimitedClaim, TypeLimit
+from job_service.domain.dispatch import DispatchPause, PauseReason
 from job_service.domain.model import (
+    AttemptUsage,
     Claim,
     Failure,
+    GatewayAnswer,
     Job,
     JobFilter,
     JobStats,
+    JobType,
     JsonDict,
     NewJob,
     OnDuplicate,
     RetryOutcome,
 )
+from job_service.domain.usage import UsageQuery, UsageTotal
 
 
 class JobStore(Protocol):
@@ -50,14 +56,43 @@ class JobStore(Protocol):
         token raises InvalidRequestError on field `page_token`."""
         ...
 
-    async def claim(self, limit: int, lease_seconds: float) -> list[Claim]:
-        """Atomically take up to `limit` due jobs: PENDING with next_attempt_at unset
-        or past, and PROCESSING whose lease expired (re-claim: that lost attempt is
-        closed with LEASE_EXPIRED). Each becomes PROCESSING with a fresh claim token,
-        lease_expires_at = now + lease, attempt_count + 1, started_at = now and a
-        new open attempt record. Expired jobs that already used max_attempts become
-        FAILED (error_code LEASE_EXPIRED) instead and are not returned; call
-        `fail_exhausted_leases` for that. Oldest due first. SKIP LOCKED on PostgreSQL."""
+    async def claim(
+        self,
+        limit: int,
+        lease_seconds: float,
+        *,
+        skip_types: frozenset[JobType] = frozenset(),
+        only_type: JobType | None = None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
+        """Atomically take up to `limit` due jobs, none of a type in `skip_types` (paused
+        types, domain/dispatch.py) and, with `only_type`, only of that type (a probe).
+        With `max_per_caller` (fair share), no caller (requested_by) gets more than that
+        many PROCESSING: each caller's oldest due jobs, up to what it may still start:
+        PENDING with next_attempt_at unset or past, and PROCESSING whose lease expired
+        (re-claim: that lost attempt is closed with LEASE_EXPIRED). Each becomes
+        PROCESSING with a fresh claim token, lease_expires_at = now + lease,
+        attempt_count + 1, started_at = now and a new open attempt record. Expired
+        jobs that already used max_attempts become FAILED (error_code LEASE_EXPIRED)
+        instead and are not returned; call `fail_exhausted_leases` for that. Oldest
+        due first. SKIP LOCKED on PostgreSQL."""
+        ...
+
+    async def claim_limited(
+        self,
+        job_type: JobType,
+        limit: int,
+        lease_seconds: float,
+        type_limit: TypeLimit,
+        max_per_caller: int | None = None,
+    ) -> LimitedClaim:
+        """Claim (as `claim` with only_type) up to `limit` due jobs of `job_type`, no
+        more than its limits allow across every instance on the database
+        (domain/claim_limits.py): a whole token each from the type's shared bucket (with
+        `type_limit.per_second`; tokens not used stay), and no more than
+        `type_limit.max_running` PROCESSING at once. Instances claiming the same type
+        take turns. Says how long until a limit that held the claim back may allow more.
+        `max_per_caller`: fair share, as in `claim`."""
         ...
 
     async def fail_exhausted_leases(self) -> list[Job]:
@@ -73,9 +108,11 @@ class JobStore(Protocol):
         now + lease. Returns the ids of those jobs; the others are no longer ours."""
         ...
 
-    async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
+    async def complete(
+        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+    ) -> Job:
         """PROCESSING -> COMPLETED with the result, if `token` still owns the job;
-        else LeaseLostError. Closes the open attempt record."""
+        else LeaseLostError. Closes the open attempt record, with `usage` in it."""
         ...
 
     async def fail(
@@ -84,7 +121,7 @@ class JobStore(Protocol):
         """Record a failed attempt if `token` still owns the job (else LeaseLostError).
         With `retry_at`: back to PENDING with next_attempt_at = retry_at. Without:
         FAILED with failed_at = now. error_message/code/reason are stored as given
-        (already truncated by the caller)."""
+        (already truncated by the caller); `failure.usage` goes into the attempt."""
         ...
 
     async def release(self, job_id: str, token: str) -> Job | None:
@@ -115,9 +152,46 @@ class JobStore(Protocol):
         """Counts by (job_type, status) and the created_at of the oldest PENDING job."""
         ...
 
+    async def usage_totals(
+        self, query: UsageQuery, max_groups: int
+    ) -> tuple[list[UsageTotal], bool]:
+        """Usage summed per (job type, model, caller) over the attempts `query`
+        selects, ordered by those three (domain.usage.group_key): at most `max_groups`
+        groups, and whether more were left out."""
+        ...
+
     async def next_due_at(self) -> datetime | None:
         """The earliest time a PENDING job becomes due or a lease expires (for the
         worker's sleep); None if nothing waits."""
+        ...
+
+    # -- dispatch pauses (domain/dispatch.py): one row per paused job type ------------
+
+    async def dispatch_pauses(self) -> list[DispatchPause]:
+        """Every paused job type (cheap: every instance reads it about once a second)."""
+        ...
+
+    async def open_pause(
+        self,
+        job_type: JobType,
+        reason: PauseReason,
+        until: datetime,
+        last_error: str,
+        instance_id: str,
+    ) -> DispatchPause:
+        """Pause `job_type` (upsert): reason, until, last_error and opened_by are
+        replaced; `since` is kept when the type is already paused, else it is now.
+        Returns the row as it now is."""
+        ...
+
+    async def close_pause(self, job_type: JobType) -> bool:
+        """Resume `job_type`; True if a pause was removed."""
+        ...
+
+    async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
+        """Compare-and-set: if the pause's `until` is past (<= now), move it to
+        `next_probe_at` and return True (this caller sends the probe); else False.
+        Of several instances racing, exactly one wins."""
         ...
 
     async def close(self) -> None:
@@ -128,8 +202,9 @@ class JobStore(Protocol):
 class AiGateway(Protocol):
     """The model-side port: run one job's AI work."""
 
-    async def run(self, job: Job, deadline: float) -> JsonDict:
+    async def run(self, job: Job, deadline: float) -> GatewayAnswer:
         """Do the job's work within `deadline` seconds and return its result as a JSON
-        object keyed by the job type's result message field names. Failures raise
+        object keyed by the job type's result message field names, with the call's
+        usage as the gateway reported it. Failures raise
         `job_service.domain.failures.GatewayCallError`."""
         ...

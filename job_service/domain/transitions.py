@@ -25,7 +25,7 @@ the call: in a batched statement, each row's own call time.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -158,8 +158,12 @@ class BySource(Expr):
 
 # The JSON shape of one element of `async_jobs.attempts` (JobAttempt's fields, in
 # order): ("attempt", "start_time", "end_time", "error_code", "error_reason",
-# "error_message"). The SQL builds its objects with these keys.
+# "error_message", "usage"). The SQL builds its objects with these keys.
 ATTEMPT_FIELDS = _ATTEMPT_FIELDS
+# The attempt fields that hold an error, the columns of the same names mirror them.
+ATTEMPT_ERROR_FIELDS = ("error_code", "error_reason", "error_message")
+# The attempt field that holds a JSON object (AttemptUsage.to_json()) or null.
+ATTEMPT_USAGE_FIELD = "usage"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +174,11 @@ class OpenAttempt:
 
 @dataclass(frozen=True, slots=True)
 class CloseAttempt:
-    """End the last (open) attempt now; with `error`, record (code, reason, message)."""
+    """End the last (open) attempt now; with `error`, record (code, reason, message);
+    with `usage`, record what the gateway call consumed (a JSON object, or null)."""
 
     error: tuple[Expr, Expr, Expr] | None = None
+    usage: Expr | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +201,9 @@ class Requires(enum.Enum):
     ATTEMPTS_LEFT = "attempt_count < max_attempts"
     ATTEMPTS_USED = "attempt_count >= max_attempts"
     OWNER_IF_GIVEN = "requested_by = Arg('owner'), when the caller names an owner"
+    # Dispatch pauses (domain/dispatch.py): a paused type is not claimed, and a probe
+    # claims one job of its type alone. Both arguments are text (see claim_type_args).
+    TYPE_WANTED = "job_type not among Arg('skip_types'), and = Arg('only_type') unless that is ''"
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,14 +309,32 @@ ENQUEUE = Transition(
     ),
 )
 
+# The separator of claim_type_args' list (job type names are words: no comma).
+TYPE_LIST_SEPARATOR = ","
+
+
+def claim_type_args(skip_types: Iterable[str], only_type: str | None) -> dict[str, str]:
+    """CLAIM's arguments for Requires.TYPE_WANTED: the types not to claim as one text,
+    ",A,B," (a type is skipped when ",type," occurs in it; "" skips none), and the one
+    type to claim ("" for any). One text each keeps the claim a single prepared
+    statement on both databases, whatever the number of paused types."""
+    words = sorted(str(job_type) for job_type in skip_types)
+    if any(TYPE_LIST_SEPARATOR in word for word in words):
+        raise ValueError(f"a job type name holds {TYPE_LIST_SEPARATOR!r}: {words}")
+    skip = f"{TYPE_LIST_SEPARATOR}{TYPE_LIST_SEPARATOR.join(words)}{TYPE_LIST_SEPARATOR}"
+    return {"skip_types": skip if words else "", "only_type": only_type or ""}
+
+
 # Oldest due first; a PROCESSING job is due when its lease expired (its worker was
 # lost): that attempt is closed as LEASE_EXPIRED and a new one opens.
 CLAIM = Transition(
     name="claim",
     sources={
-        JobStatus.PENDING: Source(requires=frozenset({Requires.DUE}), attempts=(OpenAttempt(),)),
+        JobStatus.PENDING: Source(
+            requires=frozenset({Requires.DUE, Requires.TYPE_WANTED}), attempts=(OpenAttempt(),)
+        ),
         JobStatus.PROCESSING: Source(
-            requires=frozenset({Requires.DUE, Requires.ATTEMPTS_LEFT}),
+            requires=frozenset({Requires.DUE, Requires.TYPE_WANTED, Requires.ATTEMPTS_LEFT}),
             attempts=(CloseAttempt(_LEASE_EXPIRED_ERROR), OpenAttempt()),
         ),
     },
@@ -331,6 +358,7 @@ CLAIM = Transition(
             ),
         }
     ),
+    args=("skip_types", "only_type"),
 )
 
 # Not a change of status: the owner pushes its lease (and so due_at) forward.
@@ -345,20 +373,22 @@ RENEW_LEASE = Transition(
 
 COMPLETE = Transition(
     name="complete",
-    sources={JobStatus.PROCESSING: Source(requires=_OWNED, attempts=(CloseAttempt(),))},
+    sources={
+        JobStatus.PROCESSING: Source(requires=_OWNED, attempts=(CloseAttempt(usage=Arg("usage")),))
+    },
     target=JobStatus.COMPLETED,
     sets=_frozen({"result": Arg("result"), "completed_at": Now(), "updated_at": Now()}),
-    args=("job_id", "token", "result"),
+    args=("job_id", "token", "result", "usage"),
 )
 
-_FAILED_ATTEMPT = Source(requires=_OWNED, attempts=(CloseAttempt(_ARG_ERROR),))
+_FAILED_ATTEMPT = Source(requires=_OWNED, attempts=(CloseAttempt(_ARG_ERROR, usage=Arg("usage")),))
 _ERROR_COLUMNS = {
     "error_code": Arg("code"),
     "error_reason": Arg("reason"),
     "error_message": Arg("message"),
     "updated_at": Now(),
 }
-_FAIL_ARGS = ("job_id", "token", "code", "reason", "message", "retry_at")
+_FAIL_ARGS = ("job_id", "token", "code", "reason", "message", "retry_at", "usage")
 
 FAIL_AND_RETRY = Transition(
     name="fail_and_retry",

@@ -20,9 +20,10 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, assert_never
 
-from job_service.domain.model import Job, JobAttempt, JobStatus, can_transition
+from job_service.domain.model import AttemptUsage, Job, JobAttempt, JobStatus, can_transition
 from job_service.domain.transitions import (
     NO_ROW,
+    TYPE_LIST_SEPARATOR,
     Arg,
     AtMost,
     AttemptEdit,
@@ -134,6 +135,10 @@ def _holds(requirement: Requires, row: Row, call: Call) -> bool:
         case Requires.OWNER_IF_GIVEN:
             owner = call.args.get("owner")
             return owner is None or row["requested_by"] == owner
+        case Requires.TYPE_WANTED:
+            word = f"{TYPE_LIST_SEPARATOR}{row['job_type']}{TYPE_LIST_SEPARATOR}"
+            only = call.args["only_type"]
+            return word not in call.args["skip_types"] and only in ("", row["job_type"])
     assert_never(requirement)
 
 
@@ -209,7 +214,7 @@ def _edit_attempts(
             case OpenAttempt():
                 number = evaluation.old["attempt_count"] + 1
                 attempts = (*attempts, JobAttempt(attempt=number, start_time=now))
-            case CloseAttempt(error):
+            case CloseAttempt(error, usage):
                 if not attempts:
                     raise ValueError("no open attempt to close")
                 closed = replace(attempts[-1], end_time=now)
@@ -218,6 +223,9 @@ def _edit_attempts(
                     closed = replace(
                         closed, error_code=code, error_reason=reason, error_message=message
                     )
+                if usage is not None:
+                    # The argument is the attempt record's JSON object, as the SQL gets it.
+                    closed = replace(closed, usage=AttemptUsage.from_json(evaluation.value(usage)))
                 attempts = (*attempts[:-1], closed)
             case DropAttempt():
                 attempts = attempts[:-1]

@@ -22,9 +22,12 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from job_service.domain.claim_limits import LimitedClaim, TypeLimit, allowance, refilled, wait_after
+from job_service.domain.dispatch import DispatchPause, PauseReason
 from job_service.domain.errors import (
     DuplicateJobError,
     InvalidJobStateError,
@@ -34,6 +37,7 @@ from job_service.domain.errors import (
 )
 from job_service.domain.model import (
     ACTIVE_STATUSES,
+    AttemptUsage,
     Claim,
     Failure,
     Job,
@@ -41,6 +45,7 @@ from job_service.domain.model import (
     JobFilter,
     JobStats,
     JobStatus,
+    JobType,
     JsonDict,
     NewJob,
     OnDuplicate,
@@ -63,7 +68,9 @@ from job_service.domain.transitions import (
     Transition,
     active_holder_reason,
     cancel_message,
+    claim_type_args,
 )
+from job_service.domain.usage import UsageQuery, UsageTotal, group_key
 from job_service.storage.apply_transition import (
     JOB_FIELDS,
     Call,
@@ -82,6 +89,11 @@ def _aware(value: datetime) -> datetime:
     if value.tzinfo is None:
         raise ValueError(f"naive datetime: {value!r}")
     return value.astimezone(UTC)
+
+
+def _usage(usage: AttemptUsage | None) -> Any:
+    """An attempt's usage as the transitions' `usage` argument: its JSON object."""
+    return None if usage is None else _json(usage.to_json())
 
 
 def _json(value: Any) -> Any:
@@ -130,10 +142,13 @@ def _matches(row: Row, f: JobFilter) -> bool:
 
 
 class MemoryTable:
-    """The jobs of one in-memory database, by id."""
+    """The jobs of one in-memory database, by id, and its dispatch pauses by type."""
 
     def __init__(self) -> None:
         self.rows: dict[str, Row] = {}
+        self.pauses: dict[JobType, DispatchPause] = {}
+        # Claim limits' token buckets (domain/claim_limits.py): (tokens, refilled at).
+        self.buckets: dict[JobType, tuple[float, datetime]] = {}
 
 
 class MemoryJobStore:
@@ -246,20 +261,88 @@ class MemoryJobStore:
 
     # -- the worker's writes --------------------------------------------------------
 
-    async def claim(self, limit: int, lease_seconds: float) -> list[Claim]:
+    async def claim(
+        self,
+        limit: int,
+        lease_seconds: float,
+        *,
+        skip_types: frozenset[JobType] = frozenset(),
+        only_type: JobType | None = None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
         await asyncio.sleep(0)
+        return self._claim_now(limit, lease_seconds, skip_types, only_type, max_per_caller)
+
+    def _claim_now(
+        self,
+        limit: int,
+        lease_seconds: float,
+        skip_types: frozenset[JobType],
+        only_type: JobType | None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
         if limit <= 0:
             return []
-        call = self._call(lease_seconds=lease_seconds)
+        call = self._call(claim_type_args(skip_types, only_type), lease_seconds=lease_seconds)
         # Oldest due first (ties: oldest job first); returned oldest job first.
         due = sorted(
             (row for row in self._rows.values() if applies(CLAIM, row, call)),
             key=lambda row: (row["due_at"], row["created_at"], row["id"]),
-        )[:limit]
+        )
+        if max_per_caller is not None:
+            due = self._fair(due, max_per_caller)
+        due = due[:limit]
         jobs = sorted(
             (self._write(CLAIM, row, call) for row in due), key=lambda j: (j.created_at, j.id)
         )
         return [Claim(job=job, token=job.claim_token or "") for job in jobs]
+
+    async def claim_limited(
+        self,
+        job_type: JobType,
+        limit: int,
+        lease_seconds: float,
+        type_limit: TypeLimit,
+        max_per_caller: int | None = None,
+    ) -> LimitedClaim:
+        # One event loop: nothing runs between the reads and the writes below (no
+        # await), as the SQL store's row lock ensures across instances.
+        if limit <= 0:
+            return LimitedClaim()
+        now = _aware(self._clock())
+        tokens = None
+        if type_limit.per_second is not None:
+            held, at = self.table.buckets.get(job_type, (type_limit.burst, now))
+            tokens = refilled(held, at, now, type_limit)
+        running = sum(
+            1
+            for row in self._rows.values()
+            if row["job_type"] == job_type and status_of(row) is JobStatus.PROCESSING
+        )
+        allowed = allowance(limit, type_limit, tokens, running)
+        claims = self._claim_now(allowed.jobs, lease_seconds, frozenset(), job_type, max_per_caller)
+        tokens_left = None
+        if tokens is not None:
+            tokens_left = tokens - len(claims)
+            self.table.buckets[job_type] = (tokens_left, now)
+        await asyncio.sleep(0)
+        return LimitedClaim(claims, wait_after(len(claims), allowed, tokens_left, type_limit))
+
+    def _fair(self, due: list[Row], max_per_caller: int) -> list[Row]:
+        """Of `due` (oldest due first), what each caller may still start: fair share,
+        as the SQL stores' ranking (the limit minus the caller's PROCESSING jobs)."""
+        room = Counter(
+            row["requested_by"]
+            for row in self._rows.values()
+            if status_of(row) is JobStatus.PROCESSING
+        )
+        taken: list[Row] = []
+        for row in due:
+            caller = row["requested_by"]
+            room[caller] += 1
+            if room[caller] <= max_per_caller:
+                taken.append(row)
+        return taken
 
     async def fail_exhausted_leases(self) -> list[Job]:
         await asyncio.sleep(0)
@@ -280,9 +363,13 @@ class MemoryJobStore:
                 owned.add(job_id)
         return owned
 
-    async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
+    async def complete(
+        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+    ) -> Job:
         await asyncio.sleep(0)
-        call = self._call({"job_id": job_id, "token": token, "result": _json(result)})
+        call = self._call(
+            {"job_id": job_id, "token": token, "result": _json(result), "usage": _usage(usage)}
+        )
         row = self._moving(COMPLETE, call)
         if row is None:
             raise LeaseLostError(job_id)
@@ -300,6 +387,7 @@ class MemoryJobStore:
                 "reason": failure.reason,
                 "message": failure.message,
                 "retry_at": None if retry_at is None else _aware(retry_at),
+                "usage": _usage(failure.usage),
             }
         )
         # Each declaration's `when` says which of the two this call is.
@@ -367,6 +455,36 @@ class MemoryJobStore:
         retried = tuple(row["id"] for row in to_move)
         return RetryOutcome(len(candidates), retried, tuple(skipped))
 
+    async def usage_totals(
+        self, query: UsageQuery, max_groups: int
+    ) -> tuple[list[UsageTotal], bool]:
+        await asyncio.sleep(0)
+        groups: dict[tuple[JobType, str, str], list[AttemptUsage]] = {}
+        for row in self._rows.values():
+            for attempt in row["attempts"]:
+                if attempt.usage is not None and query.counts(
+                    row["job_type"], row["requested_by"], attempt
+                ):
+                    key = (row["job_type"], attempt.usage.model, row["requested_by"])
+                    groups.setdefault(key, []).append(attempt.usage)
+        totals = sorted(
+            (
+                UsageTotal(
+                    job_type=job_type,
+                    model=model,
+                    requested_by=requested_by,
+                    attempts=len(used),
+                    cached_attempts=sum(u.cached for u in used),
+                    input_tokens=sum(u.input_tokens for u in used),
+                    output_tokens=sum(u.output_tokens for u in used),
+                    duration_seconds=sum(u.duration_seconds for u in used),
+                )
+                for (job_type, model, requested_by), used in groups.items()
+            ),
+            key=group_key,
+        )
+        return totals[:max_groups], len(totals) > max_groups
+
     async def stats(self) -> JobStats:
         await asyncio.sleep(0)
         counts = Counter((row["job_type"], status_of(row)) for row in self._rows.values())
@@ -391,6 +509,39 @@ class MemoryJobStore:
     async def next_due_at(self) -> datetime | None:
         await asyncio.sleep(0)
         return min(_due_times(self._rows.values()), default=None)
+
+    # -- dispatch pauses (one dict entry per paused type, as one row in SQL) -----------
+
+    async def dispatch_pauses(self) -> list[DispatchPause]:
+        await asyncio.sleep(0)
+        return sorted(self.table.pauses.values(), key=lambda p: str(p.job_type))
+
+    async def open_pause(
+        self,
+        job_type: JobType,
+        reason: PauseReason,
+        until: datetime,
+        last_error: str,
+        instance_id: str,
+    ) -> DispatchPause:
+        await asyncio.sleep(0)
+        current = self.table.pauses.get(job_type)
+        since = current.since if current is not None else _aware(self._clock())
+        pause = DispatchPause(job_type, reason, since, _aware(until), last_error, instance_id)
+        self.table.pauses[job_type] = pause
+        return pause
+
+    async def close_pause(self, job_type: JobType) -> bool:
+        await asyncio.sleep(0)
+        return self.table.pauses.pop(job_type, None) is not None
+
+    async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
+        await asyncio.sleep(0)
+        current = self.table.pauses.get(job_type)
+        if current is None or current.until > _aware(self._clock()):
+            return False
+        self.table.pauses[job_type] = replace(current, until=_aware(next_probe_at))
+        return True
 
 
 def _due_times(rows: Iterable[Row]) -> Iterable[datetime]:

@@ -19,20 +19,27 @@ from datetime import datetime
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from job_service.domain.claim_limits import LimitedClaim, TypeLimit
+from job_service.domain.dispatch import DispatchPause, PauseReason
 from job_service.domain.model import (
+    AttemptUsage,
     Claim,
     Failure,
     Job,
     JobFilter,
     JobStats,
+    JobType,
     JsonDict,
     NewJob,
     OnDuplicate,
     RetryOutcome,
 )
 from job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EXPIRED_MESSAGE
+from job_service.domain.usage import UsageQuery, UsageTotal
+from job_service.storage.claim_limits import LimitedClaims
 from job_service.storage.connections import Connections, HotStatements
 from job_service.storage.operations import OperatorQueries
+from job_service.storage.pauses import PauseQueries
 from job_service.storage.reads import JobReads
 from job_service.storage.rows import aware, utc_now
 from job_service.storage.statements import Statements
@@ -81,6 +88,8 @@ class SqlJobStore:
             enqueue_interval=enqueue_interval,
         )
         self._operations = OperatorQueries(self._db, sql, self._now)
+        self._pauses = PauseQueries(self._db, sql, self._now)
+        self._limited = LimitedClaims(self._db, sql, self._now)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -103,8 +112,34 @@ class SqlJobStore:
     async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         return await self._writes.enqueue(new, on_duplicate)
 
-    async def claim(self, limit: int, lease_seconds: float) -> list[Claim]:
-        return await self._writes.claim(limit, lease_seconds)
+    async def claim(
+        self,
+        limit: int,
+        lease_seconds: float,
+        *,
+        skip_types: frozenset[JobType] = frozenset(),
+        only_type: JobType | None = None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
+        return await self._writes.claim(
+            limit,
+            lease_seconds,
+            skip_types=skip_types,
+            only_type=only_type,
+            max_per_caller=max_per_caller,
+        )
+
+    async def claim_limited(
+        self,
+        job_type: JobType,
+        limit: int,
+        lease_seconds: float,
+        type_limit: TypeLimit,
+        max_per_caller: int | None = None,
+    ) -> LimitedClaim:
+        return await self._limited.claim_limited(
+            job_type, limit, lease_seconds, type_limit, max_per_caller
+        )
 
     async def fail_exhausted_leases(self) -> list[Job]:
         return await self._writes.fail_exhausted_leases()
@@ -114,8 +149,10 @@ class SqlJobStore:
     ) -> set[str]:
         return await self._writes.renew_leases(leases, lease_seconds)
 
-    async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
-        return await self._writes.complete(job_id, token, result)
+    async def complete(
+        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+    ) -> Job:
+        return await self._writes.complete(job_id, token, result, usage)
 
     async def fail(
         self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
@@ -153,3 +190,29 @@ class SqlJobStore:
 
     async def next_due_at(self) -> datetime | None:
         return await self._operations.next_due_at()
+
+    async def usage_totals(
+        self, query: UsageQuery, max_groups: int
+    ) -> tuple[list[UsageTotal], bool]:
+        return await self._operations.usage_totals(query, max_groups)
+
+    # -- JobStore: dispatch pauses ------------------------------------------------------
+
+    async def dispatch_pauses(self) -> list[DispatchPause]:
+        return await self._pauses.dispatch_pauses()
+
+    async def open_pause(
+        self,
+        job_type: JobType,
+        reason: PauseReason,
+        until: datetime,
+        last_error: str,
+        instance_id: str,
+    ) -> DispatchPause:
+        return await self._pauses.open_pause(job_type, reason, until, last_error, instance_id)
+
+    async def close_pause(self, job_type: JobType) -> bool:
+        return await self._pauses.close_pause(job_type)
+
+    async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
+        return await self._pauses.take_probe(job_type, next_probe_at)

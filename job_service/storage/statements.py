@@ -14,9 +14,12 @@ queries.py.
 
 from __future__ import annotations
 
-from sqlalchemy import Integer, any_, bindparam, select, text, true
+from typing import Any
+
+from sqlalchemy import Float, Integer, any_, bindparam, delete, func, select, text, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from job_service.domain.model import JobStatus
 from job_service.domain.transitions import (
     CANCEL,
     CLAIM,
@@ -29,8 +32,8 @@ from job_service.domain.transitions import (
     RENEW_LEASE,
     RETRY_FAILED,
 )
-from job_service.storage.json_sql import array_of, p_str
-from job_service.storage.tables import ACTIVE_SQL, async_jobs
+from job_service.storage.json_sql import array_of, p_str, p_time
+from job_service.storage.tables import ACTIVE_SQL, async_jobs, dispatch_limits, dispatch_pauses
 from job_service.storage.transition_sql import Params, Rows, TransitionSql
 
 t = async_jobs
@@ -53,6 +56,8 @@ HOT_SESSION_RESET = ("RESET enable_bitmapscan", "RESET enable_seqscan")
 
 # Rows a claim takes at most.
 P_LIMIT = "p_limit"
+# Fair share (--max-running-per-caller): jobs of one caller (requested_by) running at most.
+P_MAX_PER_CALLER = "p_max_per_caller"
 
 
 class Statements:
@@ -114,6 +119,7 @@ class Statements:
         # few ids taken; `id IN (SELECT ...)` may become a hash join over the table.
         due_ids = t.c.id == any_(array_of(due.scalar_subquery())) if postgres else t.c.id.in_(due)
         self.claim = sql.update([CLAIM], claim_params, where=[due_ids])
+        self.claim_fair = self._fair_claim(claim_params)
 
         self.lease_exhausted_params: Params = sql.params(LEASE_EXHAUSTED)
         self.fail_exhausted_leases = sql.update([LEASE_EXHAUSTED], self.lease_exhausted_params)
@@ -146,3 +152,112 @@ class Statements:
         # FAILED -> PENDING for a list of ids (p_job_ids), those still FAILED.
         self.retry_failed_params: Params = sql.params(RETRY_FAILED, ids=True)
         self.retry_failed = sql.update([RETRY_FAILED], self.retry_failed_params)
+
+        # -- dispatch pauses (domain/dispatch.py) -------------------------------------
+        pauses = dispatch_pauses
+        self.dispatch_pauses = select(pauses).order_by(pauses.c.job_type)
+        # Upsert: a type already paused keeps its `since` (the outage's start).
+        opened = (postgresql.insert(pauses) if postgres else sqlite.insert(pauses)).values(
+            job_type=p_str("p_job_type"),
+            reason=p_str("p_reason"),
+            since=p_time("p_now"),
+            until=p_time("p_until"),
+            last_error=p_str("p_last_error"),
+            opened_by=p_str("p_opened_by"),
+        )
+        self.open_pause = opened.on_conflict_do_update(
+            index_elements=[pauses.c.job_type],
+            set_={
+                "reason": opened.excluded.reason,
+                "until": opened.excluded.until,
+                "last_error": opened.excluded.last_error,
+                "opened_by": opened.excluded.opened_by,
+            },
+        ).returning(*pauses.c)
+        self.close_pause = (
+            delete(pauses)
+            .where(pauses.c.job_type == p_str("p_job_type"))
+            .returning(pauses.c.job_type)
+        )
+        # -- claim limits (domain/claim_limits.py) -----------------------------------
+        # A limited type's bucket row, locked (PostgreSQL) for the claim's transaction:
+        # instances claiming the type take turns. Created full on first use.
+        buckets = dispatch_limits
+        self.bucket = select(buckets.c.tokens, buckets.c.refilled_at).where(
+            buckets.c.job_type == p_str("p_job_type")
+        )
+        if postgres:
+            self.bucket = self.bucket.with_for_update()
+        self.new_bucket = (
+            (postgresql.insert(buckets) if postgres else sqlite.insert(buckets))
+            .values(
+                job_type=p_str("p_job_type"),
+                tokens=bindparam("p_tokens", type_=Float),
+                refilled_at=p_time("p_now"),
+            )
+            .on_conflict_do_nothing()
+        )
+        self.spend_tokens = (
+            update(buckets)
+            .where(buckets.c.job_type == p_str("p_job_type"))
+            .values(tokens=bindparam("p_tokens", type_=Float), refilled_at=p_time("p_now"))
+        )
+        # A type's jobs running now: a range of uq_async_jobs_active_target (job_type
+        # leads it; only active rows are in it).
+        self.running_of_type = select(func.count()).where(
+            t.c.job_type == p_str("p_job_type"),
+            t.c.status == JobStatus.PROCESSING.value,
+            ACTIVE,
+        )
+
+        # Compare-and-set: only the call that finds the probe time passed moves it on.
+        self.take_probe = (
+            update(pauses)
+            .where(pauses.c.job_type == p_str("p_job_type"), pauses.c.until <= p_time("p_now"))
+            .values(until=p_time("p_next_probe_at"))
+            .returning(pauses.c.job_type)
+        )
+
+    def _fair_claim(self, claim_params: Params) -> Any:
+        """The claim under fair share (--max-running-per-caller; used only when set): of
+        the due rows, each caller's oldest, no more than it may still start (the
+        limit minus its running jobs), oldest due first across callers:
+
+            UPDATE ... WHERE id IN (
+              SELECT id FROM (SELECT id, due_at, requested_by, row_number() OVER
+                                (PARTITION BY requested_by ORDER BY due_at, id) AS rank
+                              FROM async_jobs WHERE <due, as CLAIM>) AS ranked
+              LEFT JOIN (SELECT requested_by, count(*) AS n FROM async_jobs
+                         WHERE status = 'PROCESSING' GROUP BY requested_by) AS running
+              WHERE rank + coalesce(n, 0) <= :p_max_per_caller
+              ORDER BY due_at LIMIT :p_limit) AND <due, as CLAIM>
+
+        It reads every due row (a window cannot take SKIP LOCKED), so the UPDATE checks
+        CLAIM's condition again: a row another instance claimed meanwhile is skipped
+        once its lock is released, never claimed twice."""
+        sql = self.transitions
+        due_terms = sql.condition(CLAIM, claim_params)
+        rank = func.row_number().over(partition_by=t.c.requested_by, order_by=(t.c.due_at, t.c.id))
+        ranked = (
+            select(t.c.id, t.c.due_at, t.c.requested_by, rank.label("rank"))
+            .where(*due_terms)
+            .subquery("ranked")
+        )
+        running = (
+            select(t.c.requested_by, func.count().label("n"))
+            .where(t.c.status == JobStatus.PROCESSING.value, ACTIVE)
+            .group_by(t.c.requested_by)
+            .subquery("running")
+        )
+        fair = (
+            select(ranked.c.id)
+            .select_from(ranked.outerjoin(running, running.c.requested_by == ranked.c.requested_by))
+            .where(
+                ranked.c.rank + func.coalesce(running.c.n, 0)
+                <= bindparam(P_MAX_PER_CALLER, type_=Integer)
+            )
+            .order_by(ranked.c.due_at)
+            .limit(bindparam(P_LIMIT, type_=Integer))
+        )
+        ids = t.c.id == any_(array_of(fair.scalar_subquery())) if self.pg else t.c.id.in_(fair)
+        return sql.update([CLAIM], claim_params, where=[ids, *due_terms])

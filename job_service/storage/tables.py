@@ -23,6 +23,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -191,4 +192,33 @@ api_tokens = Table(
         sqlite_where=text(LIVE_TOKEN_SQL),
         postgresql_where=text(LIVE_TOKEN_SQL),
     ),
+)
+
+
+# Job types whose dispatch is paused (circuit open, rate-limited): one row per type,
+# shared by every instance on the database (domain/dispatch.py, migration 0006).
+PAUSE_REASONS = ("CIRCUIT_OPEN", "RATE_LIMITED")
+
+dispatch_pauses = Table(
+    "dispatch_pauses",
+    metadata,
+    Column("job_type", String(32), primary_key=True),
+    Column("reason", String(32), nullable=False),
+    Column("since", UtcDateTime, nullable=False),
+    Column("until", UtcDateTime, nullable=False),
+    Column("last_error", Text, nullable=False),
+    Column("opened_by", String(200), nullable=False),
+    CheckConstraint(f"reason IN ({_words(list(PAUSE_REASONS))})", name="reason"),
+)
+
+
+# The shared token bucket of each rate-limited job type (domain/claim_limits.py,
+# migration 0007): `tokens` at `refilled_at`; the row is locked while a claim of its
+# type runs, so instances claiming one limited type take turns.
+dispatch_limits = Table(
+    "dispatch_limits",
+    metadata,
+    Column("job_type", String(32), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("refilled_at", UtcDateTime, nullable=False),
 )

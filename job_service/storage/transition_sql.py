@@ -52,8 +52,11 @@ from sqlalchemy.types import JSON, TypeEngine
 
 from job_service.domain.model import ACTIVE_STATUSES, JobStatus
 from job_service.domain.transitions import (
+    ATTEMPT_ERROR_FIELDS,
     ATTEMPT_FIELDS,
+    ATTEMPT_USAGE_FIELD,
     NO_ROW,
+    TYPE_LIST_SEPARATOR,
     Arg,
     AtMost,
     AttemptEdit,
@@ -99,12 +102,14 @@ ROW_AT, ROW_AT_ISO = "at", "at_iso"
 Term = ColumnElement[bool] | TextClause
 
 # The columns an attempt record's error fields mirror (same names).
-_ERROR_FIELDS = ATTEMPT_FIELDS[3:]
+_ERROR_FIELDS = ATTEMPT_ERROR_FIELDS
 # The columns the requirements compare with the caller's arguments.
 _REQUIREMENT_ARGS = {
-    Requires.BY_ID: ("job_id", t.c.id),
-    Requires.CLAIM_TOKEN: ("token", t.c.claim_token),
-    Requires.OWNER_IF_GIVEN: ("owner", t.c.requested_by),
+    Requires.BY_ID: (("job_id", t.c.id),),
+    Requires.CLAIM_TOKEN: (("token", t.c.claim_token),),
+    Requires.OWNER_IF_GIVEN: (("owner", t.c.requested_by),),
+    # Text, as job_type (claim_type_args: a list in one text, and one name or "").
+    Requires.TYPE_WANTED: (("skip_types", t.c.job_type), ("only_type", t.c.job_type)),
 }
 
 
@@ -282,9 +287,23 @@ class TransitionSql:
             elif need is Requires.OWNER_IF_GIVEN:
                 if owner:
                     terms.append(t.c.requested_by == inputs.arg("owner"))
+            elif need is Requires.TYPE_WANTED:
+                terms += self._type_wanted(inputs)
             else:  # pragma: no cover - a new requirement must be compiled here
                 raise TypeError(f"cannot compile requirement {need}")
         return terms
+
+    def _type_wanted(self, inputs: Inputs) -> list[ColumnElement[bool]]:
+        """Requires.TYPE_WANTED (claim_type_args' encoding). Filters on the rows the
+        due index yields, so the claim stays one ordered range scan."""
+        skip, only = inputs.arg("skip_types"), inputs.arg("only_type")
+        needle = (
+            literal(TYPE_LIST_SEPARATOR, String)
+            + t.c.job_type
+            + literal(TYPE_LIST_SEPARATOR, String)
+        )
+        found = func.strpos(skip, needle) if self.pg else func.instr(skip, needle)
+        return [found == 0, or_(only == literal("", String), t.c.job_type == only)]
 
     # -- SET -----------------------------------------------------------------------
 
@@ -430,6 +449,8 @@ class TransitionSql:
                     values[name] = word
                 case Now():
                     values[name] = inputs.now_iso
+                case Arg() if name == ATTEMPT_USAGE_FIELD:
+                    values[name] = self.json.nested(self.value(expr, inputs))
                 case _:
                     values[name] = self.value(expr, inputs)
         return values
@@ -543,13 +564,15 @@ def argument_columns(transitions: Sequence[Transition]) -> dict[str, Column[Any]
     for transition in transitions:
         for source in transition.sources.values():
             for need in source.requires:
-                if need in _REQUIREMENT_ARGS:
-                    name, column = _REQUIREMENT_ARGS[need]
+                for name, column in _REQUIREMENT_ARGS.get(need, ()):
                     found.setdefault(name, column)
             for edit in source.attempts:
                 if isinstance(edit, CloseAttempt) and edit.error is not None:
                     for field, value in zip(_ERROR_FIELDS, edit.error, strict=True):
                         _type_args(value, t.c[field], found)
+                if isinstance(edit, CloseAttempt) and edit.usage is not None:
+                    # A JSON value, typed as the JSON column `result` is.
+                    _type_args(edit.usage, t.c.result, found)
         for name, expr in transition.sets.items():
             _type_args(expr, t.c[name], found)
     args = [name for transition in transitions for name in transition.args]
@@ -585,6 +608,7 @@ def opened_attempt() -> dict[str, Expr]:
         "start_time": Now(),
         "end_time": Lit(None),
         **{name: Lit("") for name in _ERROR_FIELDS},
+        ATTEMPT_USAGE_FIELD: Lit(None),
     }
     if tuple(fields) != ATTEMPT_FIELDS:  # pragma: no cover - JobAttempt changed shape
         raise TypeError(f"an opened attempt has {tuple(fields)}, not {ATTEMPT_FIELDS}")
@@ -596,6 +620,8 @@ def closed_attempt(edit: CloseAttempt) -> dict[str, Expr]:
     fields: dict[str, Expr] = {"end_time": Now()}
     if edit.error is not None:
         fields |= dict(zip(_ERROR_FIELDS, edit.error, strict=True))
+    if edit.usage is not None:
+        fields[ATTEMPT_USAGE_FIELD] = edit.usage
     return fields
 
 

@@ -20,14 +20,24 @@ from job_service.domain.errors import (
     StorageError,
     StorageUnavailableError,
 )
-from job_service.domain.model import Claim, Failure, Job, JsonDict, NewJob, OnDuplicate
+from job_service.domain.model import (
+    AttemptUsage,
+    Claim,
+    Failure,
+    Job,
+    JobType,
+    JsonDict,
+    NewJob,
+    OnDuplicate,
+)
+from job_service.domain.transitions import claim_type_args
 from job_service.storage.batching import Coalescer
 from job_service.storage.connections import Connections, HotStatement, HotStatements
 from job_service.storage.direct import StatementInDoubtError
 from job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
 from job_service.storage.rows import aware, pending_job
-from job_service.storage.statements import P_LIMIT, Statements
-from job_service.storage.transition_sql import Rows, time_params
+from job_service.storage.statements import P_LIMIT, P_MAX_PER_CALLER, Statements
+from job_service.storage.transition_sql import Params, Rows, time_params
 
 # Rows per group-commit statement (enqueue, complete, fail, renew).
 MAX_BATCH = 500
@@ -35,7 +45,7 @@ MAX_BATCH = 500
 # fail(): job id, claim token, time of the call, failure, retry_at.
 _FailItem = tuple[str, str, datetime, Failure, datetime | None]
 # complete(): job id, claim token, time of the call, result.
-_CompleteItem = tuple[str, str, datetime, JsonDict]
+_CompleteItem = tuple[str, str, datetime, JsonDict, AttemptUsage | None]
 
 
 def _refused_for_its_data(error: StorageError) -> bool:
@@ -154,11 +164,24 @@ class JobWrites:
 
     # -- the worker's writes ----------------------------------------------------------
 
-    async def claim(self, limit: int, lease_seconds: float) -> list[Claim]:
+    async def claim(
+        self,
+        limit: int,
+        lease_seconds: float,
+        *,
+        skip_types: frozenset[JobType] = frozenset(),
+        only_type: JobType | None = None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
         if limit <= 0:
             return []
-        params = time_params(self._now(), lease_seconds) | {P_LIMIT: limit}
-        jobs = await self._hot.claim.jobs(params)
+        types = Params.bind(**claim_type_args(skip_types, only_type))
+        params = time_params(self._now(), lease_seconds) | {P_LIMIT: limit} | types
+        if max_per_caller is None:
+            jobs = await self._hot.claim.jobs(params)
+        else:  # fair share: another statement, run only when it is set
+            fair = params | {P_MAX_PER_CALLER: max_per_caller}
+            jobs = await self._db.write(self._sql.claim_fair, fair)
         jobs.sort(key=lambda j: (j.created_at, j.id))
         return [Claim(job=j, token=j.claim_token or "") for j in jobs]
 
@@ -179,9 +202,11 @@ class JobWrites:
             owned.update(row["id"] for row in await self._hot.renew_leases.rows(params))
         return owned
 
-    async def complete(self, job_id: str, token: str, result: JsonDict) -> Job:
+    async def complete(
+        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+    ) -> Job:
         # Concurrent completions share one UPDATE; each row keeps its token check.
-        job = await self._completes.submit((job_id, token, self._now(), result))
+        job = await self._completes.submit((job_id, token, self._now(), result, usage))
         if job is None:
             raise LeaseLostError(job_id)
         return job
@@ -189,8 +214,8 @@ class JobWrites:
     async def _complete_batch(self, batch: list[_CompleteItem]) -> list[Job | BaseException | None]:
         done = self._sql.complete_rows
         rows = [
-            done.row(at=at, job_id=job_id, token=token, result=result)
-            for job_id, token, at, result in batch
+            done.row(at=at, job_id=job_id, token=token, result=result, usage=_usage(usage))
+            for job_id, token, at, result, usage in batch
         ]
         return await self._outcome_rows(self._hot.complete_many, [b[0] for b in batch], rows)
 
@@ -214,6 +239,7 @@ class JobWrites:
                 code=failure.code,
                 reason=failure.reason,
                 message=failure.message,
+                usage=_usage(failure.usage),
                 retry_at=retry_at,
             )
             for job_id, token, at, failure, retry_at in batch
@@ -245,6 +271,11 @@ class JobWrites:
                     results.append(row_error)
             return results
         return [written.get(job_id) for job_id in ids]
+
+
+def _usage(usage: AttemptUsage | None) -> JsonDict | None:
+    """An attempt's usage as the transitions' `usage` argument: its JSON object."""
+    return None if usage is None else usage.to_json()
 
 
 async def _written(statement: HotStatement, rows: list[dict[str, Any]]) -> dict[str, Job]:

@@ -8,7 +8,9 @@ message_dicts.py (hot path: field by field, not json_format).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from google.protobuf import message_factory
@@ -16,8 +18,10 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from san.jobs.v1 import job_service_pb2 as pb
 
+from job_service.domain.dispatch import DispatchPause, PauseReason
 from job_service.domain.job_types import JOB_TYPES
-from job_service.domain.model import Job, JobAttempt, JobStats, JobStatus, JobType
+from job_service.domain.model import AttemptUsage, Job, JobAttempt, JobStats, JobStatus, JobType
+from job_service.domain.usage import UsageQuery, UsageTotal
 from job_service.message_dicts import message_from_dict as message_from_dict
 from job_service.message_dicts import message_to_dict as message_to_dict
 
@@ -64,6 +68,14 @@ _RESULT_TYPES: dict[JobType, type[Message]] = {
 }
 
 
+PAUSE_REASON_TO_PB: dict[PauseReason, pb.PauseReason.ValueType] = {
+    PauseReason.CIRCUIT_OPEN: pb.PAUSE_REASON_CIRCUIT_OPEN,
+    PauseReason.RATE_LIMITED: pb.PAUSE_REASON_RATE_LIMITED,
+}
+
+# No job type paused: what a conversion without pauses sees.
+_NO_PAUSES: Mapping[JobType, DispatchPause] = MappingProxyType({})
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -102,9 +114,15 @@ def from_timestamp(message: Timestamp) -> datetime:
     return message.ToDatetime(tzinfo=UTC)
 
 
-def job_to_pb(job: Job, *, with_input: bool = True) -> pb.Job:
+def job_to_pb(
+    job: Job,
+    *,
+    with_input: bool = True,
+    pauses: Mapping[JobType, DispatchPause] = _NO_PAUSES,
+) -> pb.Job:
     """The Job message. Without `with_input` the input oneof is left unset (Enqueue's
-    answer: the caller has the input, and it may be megabytes)."""
+    answer: the caller has the input, and it may be megabytes). A PENDING job whose
+    type is in `pauses` (the paused types) gets `waiting_for`."""
     created = timestamp_of(job.created_at)
     fields: dict[str, Any] = {
         "id": job.id,
@@ -140,7 +158,21 @@ def job_to_pb(job: Job, *, with_input: bool = True) -> pb.Job:
     ):
         if value is not None:
             fields[name] = timestamp_of(value)
+    if job.status is JobStatus.PENDING:
+        pause = pauses.get(job.job_type)
+        if pause is not None:
+            fields["waiting_for"] = pause_to_pb(pause)
     return pb.Job(**fields)
+
+
+def pause_to_pb(pause: DispatchPause) -> pb.DispatchPause:
+    return pb.DispatchPause(
+        job_type=JOB_TYPE_TO_PB[pause.job_type],
+        reason=PAUSE_REASON_TO_PB[pause.reason],
+        since=timestamp_of(pause.since),
+        until=timestamp_of(pause.until),
+        last_error=pause.last_error,
+    )
 
 
 def attempt_to_pb(attempt: JobAttempt) -> pb.JobAttempt:
@@ -153,17 +185,55 @@ def attempt_to_pb(attempt: JobAttempt) -> pb.JobAttempt:
     )
     if attempt.end_time is not None:
         message.end_time.CopyFrom(timestamp_of(attempt.end_time))
+    if attempt.usage is not None:
+        message.usage.CopyFrom(usage_to_pb(attempt.usage))
     return message
 
 
-def stats_to_pb(stats: JobStats) -> pb.GetJobStatsResponse:
+def usage_to_pb(usage: AttemptUsage) -> pb.Usage:
+    message = pb.Usage(
+        model=usage.model,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached=usage.cached,
+    )
+    message.duration.FromNanoseconds(round(usage.duration_seconds * 1e9))
+    return message
+
+
+def usage_totals_to_pb(
+    totals: Iterable[UsageTotal], truncated: bool, query: UsageQuery
+) -> pb.GetUsageResponse:
+    response = pb.GetUsageResponse(
+        truncated=truncated,
+        start_time=timestamp_of(query.start),
+        end_time=timestamp_of(query.end),
+    )
+    for total in totals:
+        row = response.totals.add(
+            job_type=JOB_TYPE_TO_PB[total.job_type],
+            model=total.model,
+            requested_by=total.requested_by,
+            attempts=total.attempts,
+            cached_attempts=total.cached_attempts,
+            input_tokens=total.input_tokens,
+            output_tokens=total.output_tokens,
+        )
+        row.duration.FromNanoseconds(round(total.duration_seconds * 1e9))
+    return response
+
+
+def stats_to_pb(stats: JobStats, paused: Iterable[DispatchPause] = ()) -> pb.GetJobStatsResponse:
+    """The stats, with `paused` (the paused job types) in registry order."""
+    order = list(JOB_TYPES)
     response = pb.GetJobStatsResponse(
         counts=[
             pb.JobCount(
                 job_type=JOB_TYPE_TO_PB[c.job_type], status=STATUS_TO_PB[c.status], count=c.count
             )
             for c in stats.counts
-        ]
+        ],
+        paused=[pause_to_pb(p) for p in sorted(paused, key=lambda p: order.index(p.job_type))],
     )
     ts = timestamp(stats.oldest_pending_created_at)
     if ts is not None:

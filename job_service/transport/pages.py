@@ -7,11 +7,12 @@ sent. A page always holds at least one job, so paging makes progress.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.model import Job
+from job_service.domain.dispatch import DispatchPause
+from job_service.domain.model import Job, JobType
 from job_service.domain.page_token import encode_page_token
 from job_service.transport.convert import job_to_pb
 
@@ -33,13 +34,19 @@ def encoded_entry_bytes(message: pb.Job) -> int:
     return _JOBS_TAG_BYTES + _varint_bytes(size) + size
 
 
-def fit_page(jobs: Sequence[Job], next_token: str | None, budget_bytes: int) -> pb.ListJobsResponse:
+def fit_page(
+    jobs: Sequence[Job],
+    next_token: str | None,
+    budget_bytes: int,
+    pauses: Mapping[JobType, DispatchPause] | None = None,
+) -> pb.ListJobsResponse:
     """The ListJobsResponse of `jobs` (one page from the store, and the token after
-    it), cut before the first job that would take the jobs past `budget_bytes`."""
+    it), cut before the first job that would take the jobs past `budget_bytes`.
+    `pauses`: the paused job types, for the PENDING jobs' `waiting_for`."""
     messages: list[pb.Job] = []
     used = 0
     for index, job in enumerate(jobs):
-        message = job_to_pb(job)
+        message = job_to_pb(job) if pauses is None else job_to_pb(job, pauses=pauses)
         used += encoded_entry_bytes(message)
         if messages and used > budget_bytes:
             last = jobs[index - 1]

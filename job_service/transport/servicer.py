@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -13,16 +15,22 @@ from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from job_service.app import JobApplication
 from job_service.auth.roles import current_caller
+from job_service.domain.dispatch import DispatchPause
 from job_service.domain.errors import JobNotFoundError
 from job_service.domain.freshness import supersedes
-from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, LIST_PAGE_HEADROOM_BYTES
-from job_service.domain.model import Job
+from job_service.domain.limits import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    LIST_PAGE_HEADROOM_BYTES,
+    MAX_USAGE_GROUPS,
+)
+from job_service.domain.model import Job, JobStatus
 from job_service.domain.validation import EnqueueLimits
 from job_service.transport import requests
-from job_service.transport.convert import job_to_pb, stats_to_pb
+from job_service.transport.convert import job_to_pb, stats_to_pb, usage_totals_to_pb
 from job_service.transport.decoding import add_lenient_service
 from job_service.transport.errors import stream_errors, unary_errors
 from job_service.transport.pages import fit_page
+from job_service.transport.pause_cache import PauseCache
 from job_service.transport.stream_limits import (
     StreamGate,
     StreamRefusedError,
@@ -44,8 +52,12 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         *,
         stream_gate: StreamGate,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        pauses: PauseCache | None = None,
     ) -> None:
         self._app = app
+        # The paused job types, for GetJobStats and each PENDING job's waiting_for:
+        # one store read a second at most, however many jobs are converted.
+        self._pauses = pauses or PauseCache(lambda: app.store.dispatch_pauses())
         # What a ListJobs page's jobs may take of the send limit (--max-message-bytes).
         self._page_budget_bytes = max_message_bytes - LIST_PAGE_HEADROOM_BYTES
         self._limits = limits
@@ -62,12 +74,13 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         job, deduplicated = await self._app.enqueue(new, on_duplicate)
         # No input in the answer: the caller has it, and it may be megabytes (GetJob
         # returns it).
-        return pb.EnqueueResponse(job=job_to_pb(job, with_input=False), deduplicated=deduplicated)
+        message = job_to_pb(job, with_input=False, pauses=await self._pauses.current())
+        return pb.EnqueueResponse(job=message, deduplicated=deduplicated)
 
     @unary_errors
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
         job = await self._app.get(requests.job_id("job_id", request.job_id), _owner())
-        return pb.GetJobResponse(job=job_to_pb(job))
+        return pb.GetJobResponse(job=job_to_pb(job, pauses=await self._pauses.current()))
 
     @unary_errors
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
@@ -76,7 +89,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         if owner is not None:
             job_filter = dataclasses.replace(job_filter, requested_by=owner)
         jobs, next_token = await self._app.list_jobs(job_filter, page_size, token)
-        return fit_page(jobs, next_token, self._page_budget_bytes)
+        return fit_page(jobs, next_token, self._page_budget_bytes, await self._pauses.current())
 
     @unary_errors
     async def CancelJob(
@@ -105,7 +118,16 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     async def GetJobStats(
         self, request: pb.GetJobStatsRequest, context: Context
     ) -> pb.GetJobStatsResponse:
-        return stats_to_pb(await self._app.stats())
+        stats = await self._app.stats()
+        # Read now, not from the cache: this is where an operator looks first.
+        paused = await self._pauses.fresh()
+        return stats_to_pb(stats, paused.values())
+
+    @unary_errors
+    async def GetUsage(self, request: pb.GetUsageRequest, context: Context) -> pb.GetUsageResponse:
+        query = requests.usage(request, datetime.now(UTC), _owner())
+        totals, truncated = await self._app.store.usage_totals(query, MAX_USAGE_GROUPS)
+        return usage_totals_to_pb(totals, truncated, query)
 
     @stream_errors
     async def StreamJobUpdates(
@@ -133,38 +155,96 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         try:
             if wanted.job_ids:
                 async for job in self._watch_jobs(wanted.job_ids, subscription, _owner()):
-                    yield pb.StreamJobUpdatesResponse(job=job_to_pb(job))
+                    # The pauses _watch_jobs read for this job, so what it remembers
+                    # having shown is what is sent (no await in between).
+                    message = job_to_pb(job, pauses=self._pauses.last)
+                    yield pb.StreamJobUpdatesResponse(job=message)
             else:
                 while True:
                     for job in await subscription.get():
-                        yield pb.StreamJobUpdatesResponse(job=job_to_pb(job))
+                        pauses = await self._pauses.current()
+                        yield pb.StreamJobUpdatesResponse(job=job_to_pb(job, pauses=pauses))
         finally:
             end(None)
 
     async def _watch_jobs(
         self, job_ids: tuple[str, ...], subscription: Any, owner: str | None
     ) -> AsyncIterator[Job]:
+        """The named jobs' states to send: the snapshot, then each change in order,
+        and a PENDING job's state again when the pause of its type opens, closes or
+        moves (the caller converts each with `self._pauses.last`)."""
         snapshot = await self._app.load(job_ids, owner)
         for job_id in job_ids:
             if job_id not in snapshot:
                 raise JobNotFoundError(job_id)
         last_sent: dict[str, Job] = {}
+        # The pause each sent PENDING job was shown waiting for (None: not waiting).
+        shown: dict[str, DispatchPause | None] = {}
         open_ids = set(job_ids)
+
+        async def showing(job: Job) -> Job:
+            pauses = await self._pauses.current()
+            last_sent[job.id] = job
+            shown[job.id] = pauses.get(job.job_type) if job.status is JobStatus.PENDING else None
+            return job
+
         for job_id in job_ids:
             job = snapshot[job_id]
-            last_sent[job_id] = job
             if job.status.is_terminal:
                 open_ids.discard(job_id)
-            yield job
+            yield await showing(job)
         while open_ids:
-            for job in await subscription.get():
+            changes, pause_moved = await self._next_changes(
+                subscription, last_sent, shown, open_ids
+            )
+            for job in changes:
                 previous = last_sent.get(job.id)
                 if previous is not None and not supersedes(job, previous):
                     continue
-                last_sent[job.id] = job
                 if job.status.is_terminal:
                     open_ids.discard(job.id)
-                yield job
+                yield await showing(job)
+            for job_id in pause_moved:
+                job = last_sent[job_id]
+                if job.status is JobStatus.PENDING and job_id in open_ids:
+                    yield await showing(job)
+
+    async def _next_changes(
+        self,
+        subscription: Any,
+        last_sent: dict[str, Job],
+        shown: dict[str, DispatchPause | None],
+        open_ids: set[str],
+    ) -> tuple[list[Job], list[str]]:
+        """The next batch of changes of the watched jobs, and the open PENDING jobs
+        whose type's pause differs from the one they were shown with. The pause set
+        is waited on (polled) only while such a job is open: nothing else shows it."""
+        waiting = [i for i in open_ids if last_sent[i].status is JobStatus.PENDING]
+        if not waiting:
+            return await subscription.get(), []
+
+        def moved() -> list[str]:
+            pauses = self._pauses.last
+            return [i for i in waiting if pauses.get(last_sent[i].job_type) != shown[i]]
+
+        version = self._pauses.version
+        if moved():  # the pauses changed while the last states were being sent
+            return [], moved()
+        changes_task = asyncio.ensure_future(subscription.get())
+        pause_task = asyncio.ensure_future(self._pauses.wait_for_change(version))
+        try:
+            await asyncio.wait((changes_task, pause_task), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (changes_task, pause_task):
+                if not task.done():
+                    task.cancel()
+        # Cancelling get() loses nothing: it takes its buffer only when it returns.
+        changes = changes_task.result() if _finished(changes_task) else []
+        return changes, moved()
+
+
+def _finished(task: asyncio.Future[Any]) -> bool:
+    return task.done() and not task.cancelled()
 
 
 def _owner() -> str | None:

@@ -92,6 +92,21 @@ def list_jobs_request(
     return request
 
 
+def usage_request(
+    start_time: datetime | None,
+    end_time: datetime | None,
+    job_types: Iterable[pb.JobType.ValueType],
+) -> pb.GetUsageRequest:
+    """GetUsage's request; an unset end is the server's now, an unset start a day
+    before the end."""
+    request = pb.GetUsageRequest(job_types=list(job_types))
+    if start_time is not None:
+        request.start_time.CopyFrom(timestamp(start_time))
+    if end_time is not None:
+        request.end_time.CopyFrom(timestamp(end_time))
+    return request
+
+
 def retry_failed_request(
     *,
     job_ids: Iterable[str],
@@ -126,7 +141,8 @@ class ChangeFilter:
     """Lets through only observations of a job that differ from the last one let through.
 
     The stream and the polling fallback may both report the same state; a watcher
-    should see each state once.
+    should see each state once. A PENDING job's `waiting_for` is part of its state:
+    the server sends the job again when the pause of its type opens or closes.
     """
 
     def __init__(self) -> None:
@@ -139,6 +155,8 @@ class ChangeFilter:
             job.update_time.seconds,
             job.update_time.nanos,
             job.error_message,
+            # A PENDING job's pause opening or closing changes no other field.
+            job.waiting_for.SerializeToString(deterministic=True),
         )
         if key == self._last:
             return False

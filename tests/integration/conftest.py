@@ -73,7 +73,7 @@ def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
 async def _truncate(url: str) -> None:
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
-        await conn.execute("TRUNCATE async_jobs")
+        await conn.execute("TRUNCATE async_jobs, dispatch_limits")
     finally:
         await conn.close()
 

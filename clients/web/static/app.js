@@ -45,8 +45,19 @@ function problemText(body, fallback) {
   return fields.length ? `${error.message}: ${fields.join("; ")}` : error.message;
 }
 
+// A PENDING job whose type is paused (its AI provider fails or throttles) says so
+// rather than just "PENDING". Times are UTC, as in the timeline.
+function waitingText(waiting) {
+  const since = waiting.since.slice(11, 16);
+  const until = waiting.until.slice(11, 19);
+  if (waiting.reason === "RATE_LIMITED") {
+    return `Waiting: the AI provider has been limiting requests since ${since}; resuming at ${until}`;
+  }
+  return `Waiting: the AI provider has been unavailable since ${since}; retrying (next try at ${until})`;
+}
+
 function show(job) {
-  $("status").textContent = job.status;
+  $("status").textContent = job.waiting ? waitingText(job.waiting) : job.status;
   $("status").className = `status ${job.status}`;
   $("attempt").textContent = job.maxAttempts ? `(attempt ${job.attemptCount} of ${job.maxAttempts})` : "";
   if ($("timeline").children.length === 0) {
@@ -62,7 +73,8 @@ function show(job) {
   }
   const item = document.createElement("li");
   const when = job.updateTime && job.updateTime !== "-" ? job.updateTime.slice(11, 19) : "";
-  item.textContent = `${when} ${job.status}` + (job.errorMessage ? ` — ${job.errorMessage}` : "");
+  const note = job.waiting ? waitingText(job.waiting) : job.errorMessage;
+  item.textContent = `${when} ${job.status}` + (note ? ` — ${note}` : "");
   $("timeline").appendChild(item);
   if (!TERMINAL.has(job.status)) return;
   finish();
@@ -109,14 +121,17 @@ function fail(message) {
   $("failure").hidden = false;
 }
 
+// What show() tells apart: the status, and for a waiting job what it waits for.
+const shownState = (job) => job && `${job.status} ${JSON.stringify(job.waiting || null)}`;
+
 // If the live stream is lost for good, ask for the job once a second instead.
 async function poll(jobId, lastStatus) {
   try {
     const response = await fetch(`/api/async-jobs/${jobId}`);
     const body = await response.json();
     if (!response.ok) return fail(problemText(body, `HTTP ${response.status}`));
-    if (body.status !== lastStatus) show(body);
-    if (!TERMINAL.has(body.status)) pollTimer = setTimeout(() => poll(jobId, body.status), 1000);
+    if (shownState(body) !== lastStatus) show(body);
+    if (!TERMINAL.has(body.status)) pollTimer = setTimeout(() => poll(jobId, shownState(body)), 1000);
   } catch (error) {
     pollTimer = setTimeout(() => poll(jobId, lastStatus), 2000);
   }
@@ -134,7 +149,7 @@ function follow(jobId) {
   source.addEventListener("error", () => {
     if (source && source.readyState === EventSource.CLOSED) {
       source = null;
-      poll(jobId, last && last.status);
+      poll(jobId, shownState(last));
     }
   });
 }

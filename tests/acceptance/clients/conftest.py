@@ -75,7 +75,9 @@ def failing_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     yield from _stack(
         tmp_path_factory.mktemp("failing-stack"),
         ["--fault-unavailable-rate", "1.0"],
-        ["--max-attempts", "1"],
+        # This stack shows how failed jobs look: its breaker never pauses the type
+        # (a pause would keep the jobs PENDING, as it should in production).
+        ["--max-attempts", "1", "--breaker-failures", "1000000"],
     )
 
 

@@ -199,6 +199,10 @@ async def test_gateway_outage_then_one_retry_failed_heals_all(tmp_path: Path) ->
                 "5",  # well above the 1 s model latency, even on a loaded machine
                 "--workers",
                 "40",
+                # The operator's path without the breaker: jobs fail during the outage
+                # and one RetryFailed heals them (test_breaker_outage.py: with it).
+                "--breaker-failures",
+                "1000000",
                 gateway=f"127.0.0.1:{port}",
                 database_url=f"sqlite+aiosqlite:///{database}",
             )

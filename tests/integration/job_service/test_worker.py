@@ -215,10 +215,12 @@ async def test_shutdown_during_the_outcome_write_leaves_nothing_processing(
     original = store.complete
     writing = asyncio.Event()
 
-    async def slow_complete(job_id: str, token: str, result: dict[str, object]) -> object:
+    async def slow_complete(
+        job_id: str, token: str, result: dict[str, object], usage: object = None
+    ) -> object:
         writing.set()
         await asyncio.sleep(0.5)
-        return await original(job_id, token, result)
+        return await original(job_id, token, result, usage)  # type: ignore[arg-type]
 
     store.complete = slow_complete  # type: ignore[method-assign]
     job = (await service.stub.Enqueue(card_request("cut", "Text."))).job

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from job_service.domain.backoff import BackoffPolicy
+from job_service.domain.backoff import BackoffPolicy, bounded_retry_after
 
 
 def test_delay_doubles_within_jitter_band() -> None:
@@ -51,3 +51,16 @@ def test_jitter_spreads_retries() -> None:
     rng = random.Random(7)
     delays = {round(policy.delay(3, rng=rng), 3) for _ in range(100)}
     assert len(delays) > 50
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "expected"),
+    [(None, 0.0), (float("nan"), 0.0), (-5.0, 0.0), (2.5, 2.5), (30 * 86400.0, 300.0)],
+)
+def test_a_rate_limit_pause_is_bounded_like_a_retry(
+    retry_after: float | None, expected: float
+) -> None:
+    # The breaker pauses a job type for the RetryInfo delay: a hostile or broken
+    # answer of 30 days must not stop the type for longer than --retry-max-delay.
+    assert bounded_retry_after(retry_after, 300.0) == expected
+    assert bounded_retry_after(float("inf"), 300.0) == 300.0

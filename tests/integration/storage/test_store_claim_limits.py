@@ -1,0 +1,116 @@
+"""Claim limits (domain/claim_limits.py): JobStore.claim_limited on every store
+(conftest.py): SQLite, PostgreSQL and the memory store; several instances share one
+type's token bucket and running count."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from _storage_support import OpenStore, enqueue
+
+from job_service.domain.claim_limits import CONCURRENCY_RECHECK_SECONDS, TypeLimit
+from job_service.domain.model import JobStatus, JobType
+from job_service.domain.ports import JobStore
+from tests.support.clock import FakeClock
+
+CARD, TIL = JobType.CARD_ANALYSIS, JobType.TIL_GENERATION
+
+
+async def _enqueue_many(store: JobStore, count: int, job_type: JobType = CARD) -> None:
+    for n in range(count):
+        await enqueue(store, f"{job_type.value}-{n}", job_type=job_type)
+
+
+async def test_rate_limit_grants_the_burst_then_the_rate(store: JobStore, clock: FakeClock) -> None:
+    await _enqueue_many(store, 30)
+    await _enqueue_many(store, 2, TIL)
+    limit = TypeLimit(per_second=20)  # burst 2
+    first = await store.claim_limited(CARD, 10, 60, limit)
+    assert len(first.claims) == 2
+    assert {c.job.job_type for c in first.claims} == {CARD}  # only the type asked for
+    assert all(c.job.status is JobStatus.PROCESSING and c.token for c in first.claims)
+    # The bucket is empty: a whole token is 1/20 s away.
+    assert first.wait_seconds == pytest.approx(0.05)
+    assert (await store.claim_limited(CARD, 10, 60, limit)).claims == []
+
+    clock.advance(0.1)  # two tokens more
+    assert len((await store.claim_limited(CARD, 10, 60, limit)).claims) == 2
+    clock.advance(10)  # the bucket holds the burst at most
+    assert len((await store.claim_limited(CARD, 10, 60, limit)).claims) == 2
+    # Another type's jobs were left alone.
+    assert len(await store.claim(10, 60, only_type=TIL)) == 2
+
+
+async def test_tokens_not_used_stay_in_the_bucket(store: JobStore, clock: FakeClock) -> None:
+    limit = TypeLimit(per_second=10)  # burst 1
+    nothing = await store.claim_limited(CARD, 5, 60, limit)
+    assert nothing.claims == [] and nothing.wait_seconds is None  # no limit held it back
+    await _enqueue_many(store, 3)
+    assert len((await store.claim_limited(CARD, 5, 60, limit)).claims) == 1
+    assert (await store.claim_limited(CARD, 5, 60, limit)).claims == []
+    clock.advance(0.05)  # half a token: not yet
+    held = await store.claim_limited(CARD, 5, 60, limit)
+    assert held.claims == [] and held.wait_seconds == pytest.approx(0.05)
+    clock.advance(0.05)
+    assert len((await store.claim_limited(CARD, 5, 60, limit)).claims) == 1
+
+
+async def test_instances_share_the_bucket(open_store: OpenStore, clock: FakeClock) -> None:
+    first, second, third = open_store("a"), open_store("b"), open_store("c")
+    await _enqueue_many(first, 50)
+    limit = TypeLimit(per_second=20)
+    taken = 0
+    for _ in range(10):  # one second in tenths: 2 at first, then 2 a tenth
+        results = await asyncio.gather(
+            *(s.claim_limited(CARD, 10, 60, limit) for s in (first, second, third))
+        )
+        taken += sum(len(r.claims) for r in results)
+        clock.advance(0.1)
+    # The burst, plus 20/s for the nine tenths after it, across all three.
+    assert taken == 2 + 9 * 2
+
+
+async def test_concurrency_limit_counts_every_instance(
+    open_store: OpenStore, clock: FakeClock
+) -> None:
+    first, second = open_store("a"), open_store("b")
+    await _enqueue_many(first, 10)
+    await _enqueue_many(first, 3, TIL)
+    limit = TypeLimit(max_running=3)
+    mine = await first.claim_limited(CARD, 2, 60, limit)
+    assert len(mine.claims) == 2 and mine.wait_seconds is None  # asked for 2, got 2
+    theirs = await second.claim_limited(CARD, 10, 60, limit)
+    assert len(theirs.claims) == 1
+    assert theirs.wait_seconds == CONCURRENCY_RECHECK_SECONDS
+    assert (await first.claim_limited(CARD, 10, 60, limit)).claims == []
+    # Other types' running jobs do not count.
+    assert len(await second.claim(10, 60, only_type=TIL)) == 3
+    # A job that ends frees its slot.
+    done = mine.claims[0]
+    await first.complete(done.job.id, done.token, {"summary": "ok"})
+    assert len((await second.claim_limited(CARD, 10, 60, limit)).claims) == 1
+
+
+async def test_rate_and_concurrency_together(store: JobStore, clock: FakeClock) -> None:
+    await _enqueue_many(store, 10)
+    limit = TypeLimit(per_second=30, max_running=4)  # burst 3
+    assert len((await store.claim_limited(CARD, 10, 60, limit)).claims) == 3
+    clock.advance(1)
+    held = await store.claim_limited(CARD, 10, 60, limit)
+    assert len(held.claims) == 1  # the running limit, not the rate, held it
+    assert held.wait_seconds == CONCURRENCY_RECHECK_SECONDS
+
+
+async def test_instances_racing_never_pass_the_concurrency_limit(
+    open_store: OpenStore, clock: FakeClock
+) -> None:
+    stores = [open_store(name) for name in "abcdef"]
+    await _enqueue_many(stores[0], 120)
+    limit = TypeLimit(max_running=3)
+    for _ in range(20):  # each round: all race for the slots, then the jobs end
+        results = await asyncio.gather(*(s.claim_limited(CARD, 10, 60, limit) for s in stores))
+        taken = [(s, c) for s, r in zip(stores, results, strict=True) for c in r.claims]
+        assert len(taken) == 3
+        for owner, claim in taken:
+            await owner.complete(claim.job.id, claim.token, {"summary": "ok"})
