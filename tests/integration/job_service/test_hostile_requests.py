@@ -80,6 +80,7 @@ EXAMPLES = {
     "RetryFailed": 120,
     "GetJobStats": 20,
     "StreamJobUpdates": 60,
+    "GetUsage": 60,
 }
 CALL_TIMEOUT = 30.0
 # A live feed (no job_ids) that has not failed within this long is serving.
@@ -228,7 +229,7 @@ def timestamps() -> st.SearchStrategy[Timestamp | None]:
     )
 
 
-JOB_TYPES = (pb.JOB_TYPE_CARD_ANALYSIS, pb.JOB_TYPE_TIL_GENERATION, pb.JOB_TYPE_RECALL_GENERATION)
+JOB_TYPES = tuple(v for v in pb.JobType.values() if v != pb.JOB_TYPE_UNSPECIFIED)
 STATUSES = tuple(v for v in pb.JobStatus.values() if v != pb.JOB_STATUS_UNSPECIFIED)
 
 
@@ -315,6 +316,17 @@ def _benign_input(job_type: int) -> st.SearchStrategy[dict[str, Any]]:
         value = pb.RecallGenerationInput(sources=[pb.RecallSource(title="t", text="A text.")])
         return st.just({"recall_generation_input": value})
     return st.just({"card_analysis_input": pb.CardAnalysisInput(text="A page about queues.")})
+
+
+def usage_requests() -> st.SearchStrategy[pb.GetUsageRequest]:
+    return st.builds(
+        lambda start, end, types: pb.GetUsageRequest(
+            start_time=start, end_time=end, job_types=types
+        ),
+        start=timestamps(),
+        end=timestamps(),
+        types=many(enums(JOB_TYPES)),
+    )
 
 
 def list_requests(pool: Pool) -> st.SearchStrategy[pb.ListJobsRequest]:
@@ -599,6 +611,7 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
     cancel = unary("CancelJob", pb.CancelJobResponse)
     retry = unary("RetryFailed", pb.RetryFailedResponse)
     stats = unary("GetJobStats", pb.GetJobStatsResponse)
+    usage = unary("GetUsage", pb.GetUsageResponse)
 
     def stream(request: pb.StreamJobUpdatesRequest | bytes) -> None:
         if isinstance(request, bytes):
@@ -624,6 +637,7 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
         ("RetryFailed", retry, st.one_of(retry_requests(pool), raw)),
         ("GetJobStats", stats, st.one_of(st.just(pb.GetJobStatsRequest()), raw)),
         ("StreamJobUpdates", stream, st.one_of(stream_requests(pool), raw)),
+        ("GetUsage", usage, st.one_of(usage_requests(), raw)),
     ]
     try:
         for rpc, check, strategy in runs:
@@ -718,6 +732,8 @@ async def test_every_rpc_answers_hostile_requests_with_a_callers_code(
         f"\nseconds per RPC: {found.seconds}\ncodes:\n{summary}"
     )
     assert set(found.examples) == set(EXAMPLES)
+    # Every RPC of the contract is in the run: a new one cannot be left out.
+    assert set(EXAMPLES) == set(pb.DESCRIPTOR.services_by_name["JobService"].methods_by_name)
     await _still_serving(service, pool.job_ids[0])
     wrong = "\n".join(
         f"  {rpc} -> {code} {what!r}\n      e.g. {example}"
