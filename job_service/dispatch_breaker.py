@@ -110,6 +110,8 @@ class DispatchBreaker:
         self._succeeded_at: dict[JobType, float] = {}
         # Types whose pause this instance is writing (failures meanwhile are given back).
         self._opening: set[JobType] = set()
+        # When this instance last saw a pause of each type end (monotonic seconds).
+        self._ended_at: dict[JobType, float] = {}
 
     # -- the shared pauses --------------------------------------------------------
 
@@ -124,8 +126,11 @@ class DispatchBreaker:
         self._reading = asyncio.get_running_loop().create_future()
         try:
             rows = await self._store.dispatch_pauses()
-            self.pauses = {p.job_type: p for p in rows}
+            pauses = {p.job_type: p for p in rows}
             self._read_at = self._monotonic()
+            for ended in self.pauses.keys() - pauses.keys():
+                self._ended_at[ended] = self._read_at
+            self.pauses = pauses
         except StorageError as error:
             log.warning("reading the dispatch pauses failed: %s", error)
         finally:
@@ -181,6 +186,10 @@ class DispatchBreaker:
 
     # -- outcomes -----------------------------------------------------------------
 
+    def call_started(self) -> float:
+        """When a gateway call starts, on the breaker's clock (on_failure's `started`)."""
+        return self._monotonic()
+
     async def on_success(self, job_type: JobType, job_id: str, probe: bool) -> None:
         self._streak[job_type] = 0
         self._succeeded_at[job_type] = self._monotonic()
@@ -192,7 +201,8 @@ class DispatchBreaker:
         except StorageError as error:
             log.warning("job_id=%s: closing the pause of %s failed: %s", job_id, job_type, error)
             return
-        self.pauses.pop(job_type, None)
+        if self.pauses.pop(job_type, None) is not None:
+            self._ended_at[job_type] = self._monotonic()
         if closed:
             since = iso_utc(pause.since) if pause is not None else "?"
             reason = pause.reason.value if pause is not None else "?"
@@ -206,17 +216,22 @@ class DispatchBreaker:
             )
 
     async def on_failure(
-        self, job_type: JobType, job_id: str, error: GatewayCallError, failure: Failure
+        self,
+        job_type: JobType,
+        job_id: str,
+        error: GatewayCallError,
+        failure: Failure,
+        *,
+        started: float,
     ) -> tuple[Verdict, Failure]:
-        """Count a failed call; say whether it is charged, and with what failure."""
+        """Count a failed call (begun at `started`, call_started()); say whether it is
+        charged, and with what failure."""
         if not failure.transient:
             self._streak[job_type] = 0  # a permanent error says the provider answers
             return Verdict.CHARGE, failure
         rate_limited = is_rate_limit(error)
         if error.code not in CIRCUIT_CODES and not rate_limited:
             return Verdict.CHARGE, failure
-        if error.code in CIRCUIT_CODES:
-            self._streak[job_type] = self._streak.get(job_type, 0) + 1
         await self.refresh()
         now = self._clock()
         pause = self.pauses.get(job_type)
@@ -232,6 +247,14 @@ class DispatchBreaker:
         if rate_limited:
             await self._open(job_type, job_id, PauseReason.RATE_LIMITED, error, failure)
             return Verdict.CHARGE, failure
+        if self._ended_at.get(job_type, float("-inf")) >= started:
+            # The call was in flight while the type was paused (maybe by another
+            # instance, closed since the provider came back): it failed in the outage
+            # the pause stood for, not in a new one. Seen on a second instance whose
+            # own connection was still backing off when the first one's probe closed
+            # the pause.
+            return Verdict.GIVE_BACK, failure
+        self._streak[job_type] = self._streak.get(job_type, 0) + 1
         if job_type in self._opening:
             # The failure that reached the count is opening the circuit right now.
             return Verdict.GIVE_BACK, failure

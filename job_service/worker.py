@@ -324,12 +324,13 @@ class Worker:
         job, token = claim.job, claim.token
         timeout = self._config.deadlines.get(job.job_type, DEFAULT_DEADLINES[job.job_type])
         started = time.monotonic()
+        call_started = self._breaker.call_started()
         record: Coroutine[Any, Any, None]
         try:
             try:
                 answer = await self._gateway.run(job, timeout)
             except GatewayCallError as error:
-                verdict, failure = await self._breaker_verdict(job, error)
+                verdict, failure = await self._breaker_verdict(job, error, call_started)
                 if verdict is Verdict.GIVE_BACK:
                     record = self._give_back(job, token, failure)
                 else:
@@ -421,12 +422,16 @@ class Worker:
             )
             self._publish([done])
 
-    async def _breaker_verdict(self, job: Job, error: GatewayCallError) -> tuple[Verdict, Failure]:
+    async def _breaker_verdict(
+        self, job: Job, error: GatewayCallError, started: float
+    ) -> tuple[Verdict, Failure]:
         """The breaker's word on a failed call; charged as before if it fails itself
         (a bug there must not leave the job PROCESSING)."""
         failure = describe_gateway_error(error)
         try:
-            return await self._breaker.on_failure(job.job_type, job.id, error, failure)
+            return await self._breaker.on_failure(
+                job.job_type, job.id, error, failure, started=started
+            )
         except Exception:
             log.exception("job_id=%s: the dispatch breaker failed; charging the attempt", job.id)
             return Verdict.CHARGE, failure

@@ -284,3 +284,31 @@ async def test_failures_in_a_row_between_quick_successes_do_not_open_it() -> Non
             r.gateway.called.clear()
             await r.gateway.called.wait()
         assert store.opened == []
+
+
+@on_virtual_time
+async def test_a_call_in_flight_across_a_pause_opened_and_closed_elsewhere_is_not_charged() -> None:
+    """The flaky two-instance test's real cause: this instance's call starts, another
+    instance opens the circuit and, after the provider's return, closes it; this
+    instance's call then fails (its own connection still backing off). It failed
+    during the outage the pause stood for: given back, not charged. (A free slot
+    keeps this instance claiming, so it reads the pauses while the call runs; one
+    whose slots are all busy for the whole pause never sees it and charges.)"""
+    clock = running_loop().now
+    store = MemoryJobStore(clock=clock)
+    other = MemoryJobStore(clock=clock, table=store.table)
+    gateway = SwitchedGateway(failure=UNAVAILABLE, latency=5.0)
+    async with rig(concurrency=2, store=store, gateway=gateway, failures=1000) as r:
+        await r.enqueue(1)
+        await r.gateway.called.wait()  # the call is in flight
+        await _wait(1)
+        await other.open_pause(
+            CARD, PauseReason.CIRCUIT_OPEN, clock() + timedelta(seconds=600), "down", "b"
+        )
+        await _wait(1.5)  # this instance has read the pause
+        assert await other.close_pause(CARD)
+        await _wait(1.0)  # and has read that it closed; the call then fails
+        r.gateway.failure = None
+        (job,) = await r.until_terminal()
+        assert job.status is JobStatus.COMPLETED
+        assert await r.charged() == 0
