@@ -246,3 +246,7 @@ class JobCount:
 class JobStats:
     counts: tuple[JobCount, ...]
     oldest_pending_created_at: datetime | None
+    # Per type, the due time of the PENDING job due longest ago (only jobs due by
+    # now: a retry waiting for its time is not late); types with none are left out.
+    # For metrics (the age of the oldest due job, for autoscaling), not GetJobStats.
+    oldest_due_by_type: dict[JobType, datetime] = field(default_factory=dict)

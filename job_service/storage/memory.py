@@ -504,7 +504,18 @@ class MemoryJobStore:
                 )
             ),
             oldest_pending_created_at=oldest,
+            oldest_due_by_type=self._oldest_due_by_type(),
         )
+
+    def _oldest_due_by_type(self) -> dict[JobType, datetime]:
+        now = _aware(self._clock())
+        due: dict[JobType, datetime] = {}
+        for row in self._rows.values():
+            at = row["due_at"]
+            if status_of(row) is JobStatus.PENDING and at is not None and at <= now:
+                job_type = row["job_type"]
+                due[job_type] = min(at, due.get(job_type, at))
+        return due
 
     async def next_due_at(self) -> datetime | None:
         await asyncio.sleep(0)

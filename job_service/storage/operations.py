@@ -145,13 +145,18 @@ class OperatorQueries:
         async with self._db.single() as conn:
             rows = (await conn.execute(queries.counts_by_type_and_status())).all()
             oldest = (await conn.execute(queries.oldest_pending_created_at())).scalar_one_or_none()
+            due = (await conn.execute(queries.oldest_due_by_type(self._now()))).all()
         counts = tuple(
             sorted(
                 (JobCount(JobType(jt), JobStatus(st), int(n)) for jt, st, n in rows),
                 key=lambda c: (c.job_type.value, c.status.value),
             )
         )
-        return JobStats(counts=counts, oldest_pending_created_at=as_utc(oldest))
+        return JobStats(
+            counts=counts,
+            oldest_pending_created_at=as_utc(oldest),
+            oldest_due_by_type={JobType(jt): as_utc(at) for jt, at in due if at is not None},
+        )
 
     async def usage_totals(
         self, query: UsageQuery, max_groups: int

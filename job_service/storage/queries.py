@@ -107,6 +107,15 @@ def oldest_pending_created_at() -> Any:
     return select(func.min(t.c.created_at)).where(*status_test([JobStatus.PENDING]))
 
 
+def oldest_due_by_type(now: datetime) -> Any:
+    """Per type, the earliest due_at of the PENDING jobs due by `now`."""
+    return (
+        select(t.c.job_type, func.min(t.c.due_at))
+        .where(*status_test([JobStatus.PENDING]), t.c.due_at <= now)
+        .group_by(t.c.job_type)
+    )
+
+
 def next_due_at() -> Any:
     """When the next active job is due (a PENDING job's time, a lease's end)."""
     return select(func.min(t.c.due_at)).where(*status_test(ACTIVE_STATUSES))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC
+from datetime import UTC, timedelta
 
 import pytest
-from _storage_support import enqueue, make_failed, new_job
+from _storage_support import enqueue, failure, make_failed, new_job
 from sqlalchemy import text
 
 from job_service.domain.errors import DuplicateJobError, InvalidRequestError, JobNotFoundError
@@ -191,3 +191,28 @@ async def test_stats_and_next_due_at(store: JobStore, clock: FakeClock) -> None:
     }
     assert stats.oldest_pending_created_at == first.created_at
     assert await store.next_due_at() == clock.now  # released jobs are due at once
+
+
+async def test_stats_give_the_oldest_due_job_of_each_type(
+    store: JobStore, clock: FakeClock
+) -> None:
+    """For the metrics' "age of the oldest due job" (issue 14): PENDING jobs due by
+    now, per type; a retry waiting for its time is not due, nor is a running job."""
+    first = await enqueue(store, "c1")
+    clock.advance(5)
+    await enqueue(store, "c2")
+    til = await enqueue(store, "t1", job_type=JobType.TIL_GENERATION)
+    clock.advance(5)
+    await enqueue(store, "r1", job_type=JobType.RECALL_GENERATION)
+    (claim,) = await store.claim(1, 30.0, only_type=JobType.RECALL_GENERATION)
+    stats = await store.stats()
+    assert stats.oldest_due_by_type == {
+        JobType.CARD_ANALYSIS: first.created_at,
+        JobType.TIL_GENERATION: til.created_at,
+    }
+    # A failed attempt retried in a minute: not due yet, so not late.
+    retry_at = clock.now + timedelta(seconds=60)
+    await store.fail(claim.job.id, claim.token, failure(), retry_at)
+    assert JobType.RECALL_GENERATION not in (await store.stats()).oldest_due_by_type
+    clock.advance(61)
+    assert (await store.stats()).oldest_due_by_type[JobType.RECALL_GENERATION] == retry_at
