@@ -38,17 +38,10 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from job_service.domain.errors import StorageUnavailableError
-from job_service.storage.errors import describe, storage_errors
+from job_service.storage.errors import describe, refused_before_sending, storage_errors
 
 # Placeholder for the named parameters when the literal ones are computed at compile time.
 _UNSET = object()
-
-# asyncpg's messages for a statement refused before anything was written to the
-# socket (the connection is closed, or still busy with the aftermath of an error the
-# server sent on its own, e.g. "terminating connection due to administrator command"
-# on an idle connection during a shutdown). An unknown message is taken as "may have
-# run", which is always safe.
-_NOT_SENT_MESSAGES = ("cannot switch to state", "not connected", "cannot perform operation")
 
 # asyncpg's client-side "cannot encode this argument" (asyncpg.exceptions.DataError
 # is the server's SQLSTATE class 22).
@@ -64,6 +57,12 @@ _THAT_BACKEND = (
 _END_BACKEND = text(f"SELECT pg_terminate_backend(pid) {_THAT_BACKEND}")
 _BACKEND_RUNS = text(f"SELECT count(*) {_THAT_BACKEND}")
 END_BACKEND_WAIT = 5.0  # seconds
+
+# A statement refused before it was sent, on a connection the database ended while it
+# sat in the pool (a restart terminates every idle connection: asyncpg may still be
+# consuming the server's goodbye, "cannot switch to state 15; another operation (2)
+# is in progress"), is tried on another connection, at most this many in all.
+DEAD_CONNECTION_TRIES = 4
 
 # Connections being dropped (see _drop).
 _DROPPING: set[asyncio.Future[None]] = set()
@@ -109,15 +108,6 @@ async def end_backend(engine: AsyncEngine, backend: Backend | None) -> None:
                 await asyncio.sleep(0.05)
 
 
-def _not_sent(exc: BaseException) -> bool:
-    """True when asyncpg refused the statement before sending any of it."""
-    if isinstance(exc, asyncpg.exceptions.ConnectionDoesNotExistError):
-        return False  # "closed in the middle of operation": it may have run
-    if isinstance(exc, asyncpg.InterfaceError | asyncpg.exceptions.InternalClientError):
-        return str(exc).startswith(_NOT_SENT_MESSAGES)
-    return False
-
-
 def _session_lives_on(exc: BaseException) -> bool:
     """True when the server answered that the statement failed and the session lives
     on (severity ERROR): its transaction was rolled back, the connection is idle and
@@ -129,7 +119,9 @@ def _session_lives_on(exc: BaseException) -> bool:
 def _failed_for_sure(exc: BaseException) -> bool:
     """True when the statement certainly did not commit: the server said so, or it
     was refused before it was sent (an argument asyncpg could not encode)."""
-    return _session_lives_on(exc) or _not_sent(exc) or isinstance(exc, _ClientDataError)
+    return (
+        _session_lives_on(exc) or refused_before_sending(exc) or isinstance(exc, _ClientDataError)
+    )
 
 
 def _unavailable(exc: BaseException, backend: Backend | None) -> StorageUnavailableError | None:
@@ -204,7 +196,7 @@ class HeldConnection:
             return await self._fetch_held(statement.sql, args)
 
     async def _fetch_held(self, sql: str, args: list[Any]) -> list[Any]:
-        for attempt in (1, 2):
+        for attempt in range(1, DEAD_CONNECTION_TRIES + 1):
             with storage_errors():
                 driver = self._driver
                 if driver is not None and driver.is_closed():
@@ -221,8 +213,8 @@ class HeldConnection:
                     backend = self._backend
                     if not _session_lives_on(exc):
                         await self._give_up()
-                    if attempt == 1 and _not_sent(exc):
-                        continue  # a stale connection, caught before use: once more
+                    if attempt < DEAD_CONNECTION_TRIES and refused_before_sending(exc):
+                        continue  # a dead connection, caught before use: another one
                     error = _unavailable(exc, backend)
                     if error is None:
                         raise
@@ -231,21 +223,38 @@ class HeldConnection:
 
     async def _take(self) -> Any:
         """Check a connection out of the pool and prepare it for its statements."""
-        conn = await self._engine.connect()
-        try:
-            driver = await _asyncpg_connection(conn)
-            for setting in self._session:
-                await driver.execute(setting)
-            row = await driver.fetchrow(_WHO_AM_I)
-        except BaseException:
-            await _drop(conn)
-            raise
-        self._conn, self._driver = conn, driver
-        self._backend = Backend(row["pid"], row["backend_start"]) if row else None
-        return driver
+        for attempt in range(1, DEAD_CONNECTION_TRIES + 1):
+            conn = await self._engine.connect()
+            try:
+                driver = await _asyncpg_connection(conn)
+                for setting in self._session:
+                    await driver.execute(setting)
+                row = await driver.fetchrow(_WHO_AM_I)
+            except BaseException as exc:
+                await _drop(conn)
+                if attempt < DEAD_CONNECTION_TRIES and refused_before_sending(exc):
+                    continue  # a pooled connection the database ended: another one
+                raise
+            self._conn, self._driver = conn, driver
+            self._backend = Backend(row["pid"], row["backend_start"]) if row else None
+            return driver
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _fetch_once(self, sql: str, args: list[Any]) -> list[Any]:
-        """`sql` on a connection of its own, back to the pool only if all went well."""
+        """`sql` on a connection of its own, back to the pool only if all went well;
+        a pooled connection the database ended (refused before sending) is dropped
+        and another one tried."""
+        for attempt in range(1, DEAD_CONNECTION_TRIES + 1):
+            try:
+                return await self._fetch_on_new(sql, args)
+            except StorageUnavailableError as error:
+                if attempt == DEAD_CONNECTION_TRIES or not refused_before_sending(
+                    error.__cause__ or error
+                ):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _fetch_on_new(self, sql: str, args: list[Any]) -> list[Any]:
         with storage_errors():
             conn = await self._engine.connect()
             backend: Backend | None = None

@@ -106,6 +106,23 @@ def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
     return next((e for e in _chain(exc) if isinstance(e, sqlite3.Error)), None)
 
 
+# asyncpg's messages for a statement refused before anything was written to the
+# socket: the connection is closed, busy with another operation, or still busy with
+# the aftermath of an error the server sent on its own (e.g. "terminating connection
+# due to administrator command" on an idle connection during a shutdown). Nothing was
+# stored; the connection is not usable now.
+NOT_SENT_MESSAGES = ("cannot switch to state", "not connected", "cannot perform operation")
+
+
+def refused_before_sending(exc: BaseException) -> bool:
+    """True when asyncpg refused the statement before sending any of it."""
+    if isinstance(exc, asyncpg.exceptions.ConnectionDoesNotExistError):
+        return False  # "closed in the middle of operation": it may have run
+    if isinstance(exc, asyncpg.InterfaceError | asyncpg.exceptions.InternalClientError):
+        return str(exc).startswith(NOT_SENT_MESSAGES)
+    return False
+
+
 def _is_connection_loss(exc: BaseException) -> bool:
     if isinstance(exc, DisconnectionError | PoolTimeoutError | OSError):
         return True
@@ -115,6 +132,8 @@ def _is_connection_loss(exc: BaseException) -> bool:
         if isinstance(error, OSError | asyncpg.PostgresConnectionError):
             return True
         if isinstance(error, asyncpg.InterfaceError) and "connection is closed" in str(error):
+            return True
+        if refused_before_sending(error):
             return True
     return False
 

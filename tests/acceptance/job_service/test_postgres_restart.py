@@ -34,7 +34,7 @@ from tests.support.pg_cluster import (
     private_cluster,
     private_cluster_unavailable_reason,
 )
-from tests.support.processes import running, start_gateway, start_job_service
+from tests.support.processes import RunningService, running, start_gateway, start_job_service
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
 
@@ -179,7 +179,7 @@ async def test_enqueues_across_a_postgres_restart_get_ok_or_unavailable_and_mean
 
         codes = Counter(a.code for a in load.answers)
         odd = [a for a in load.answers if a.code not in {"OK", "UNAVAILABLE"}]
-        assert not odd, f"{codes}; e.g. {odd[:3]}"
+        assert not odd, f"{codes}; e.g. {odd[:3]}\n" + _logged_errors(odd, (first, second))
         assert codes["UNAVAILABLE"] >= 1, f"the outage was never seen: {codes}"
 
         stored = await _wait_all_terminal(cluster.url, 20)
@@ -197,3 +197,16 @@ async def test_enqueues_across_a_postgres_restart_get_ok_or_unavailable_and_mean
         log = instance.log()
         assert "InternalClientError" not in log
         assert "another operation" not in log
+
+
+def _logged_errors(odd: list[Answer], instances: tuple[RunningService, ...]) -> str:
+    """The log lines (with the traceback after them) of the odd answers' error ids."""
+    shown: list[str] = []
+    for answer in odd[:3]:
+        error_id = answer.details.rpartition("error id ")[2].rstrip(")")
+        for instance in instances:
+            lines = instance.log().splitlines()
+            for i, line in enumerate(lines):
+                if error_id and error_id in line:
+                    shown += lines[i : i + 40]
+    return "\n".join(shown)

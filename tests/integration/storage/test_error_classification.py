@@ -5,9 +5,11 @@ StorageUnavailableError, anything else StorageFailureError."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
 
@@ -85,3 +87,30 @@ async def test_sqlite_unexpected_errors_are_failures(tmp_path: Path) -> None:
     assert type(await _raised(url, "SELECT * FROM no_such_table")) is StorageFailureError
     too_large = await _raised(url, "SELECT :v", {"v": 2**70})  # int64 overflow on bind
     assert type(too_large) is StorageDataError
+
+
+@pytest.mark.postgres
+async def test_a_connection_busy_or_in_a_broken_state_is_unavailable(postgres_url: str) -> None:
+    """asyncpg refuses a statement before sending any of it when its connection is
+    busy or left mid-operation (seen while PostgreSQL shuts down: "cannot switch to
+    state 15; another operation (2) is in progress", from a fresh pooled connection):
+    nothing was stored, the database is not there for us: UNAVAILABLE, not INTERNAL."""
+    conn = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        sleeping = asyncio.ensure_future(conn.fetchval("SELECT pg_sleep(0.5)"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(StorageError) as busy, storage_errors():
+            await conn.fetchval("SELECT 1")
+        await sleeping
+    finally:
+        await conn.close()
+    assert type(busy.value) is StorageUnavailableError, busy.value
+    with pytest.raises(StorageError) as broken, storage_errors():
+        raise asyncpg.exceptions.InternalClientError(
+            "cannot switch to state 15; another operation (2) is in progress"
+        )
+    assert type(broken.value) is StorageUnavailableError, broken.value
+    # Any other client-side error stays ours.
+    with pytest.raises(StorageError) as other, storage_errors():
+        raise asyncpg.exceptions.InternalClientError("unexpected protocol state")
+    assert type(other.value) is StorageFailureError
