@@ -21,8 +21,10 @@ def build_parser() -> SettingsParser:
         prog="job-service",
         description="JobService: durable background AI jobs over gRPC.",
         epilog="Run `job-service migrate --database-url URL` to apply database migrations only "
-        "(serving applies them at start too). Bearer tokens: `job-service tokens create NAME "
-        "--role ROLE`, `job-service tokens list`, `job-service tokens revoke NAME`.",
+        "(before a rolling deploy; a start applies only those that running instances of "
+        "the older version can run beside, unless --no-migrate-on-start). Bearer tokens: "
+        "`job-service tokens create NAME --role ROLE`, `job-service tokens list`, "
+        "`job-service tokens revoke NAME`.",
         settings=JobServiceSettings,
     )
     parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")

@@ -12,6 +12,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from job_service.storage.engine import create_engine
+from job_service.storage.schema_version import on_version_apply
 from job_service.storage.tables import metadata
 
 config = context.config
@@ -25,6 +26,10 @@ def _configure(connection: Connection) -> None:
         compare_type=True,
         # SQLite cannot ALTER most things: future migrations copy the table instead.
         render_as_batch=connection.dialect.name == "sqlite",
+        # One transaction per revision, so a revision can use autocommit_block() and
+        # holds no lock of the ones before it (job_service.storage.migrate).
+        transaction_per_migration=True,
+        on_version_apply=on_version_apply,
     )
 
 

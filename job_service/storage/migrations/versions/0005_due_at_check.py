@@ -8,9 +8,9 @@ breaks it fail instead of hiding a job from the claim query or waking the worker
 nothing.
 
 Rows that break the rule are repaired first (due_at set to the derived value), so the
-CHECK can be added. On PostgreSQL the CHECK is added NOT VALID and then validated
-(a full scan that takes a SHARE UPDATE EXCLUSIVE lock, not ACCESS EXCLUSIVE, when
-run in its own transaction); SQLite rebuilds the table (batch mode).
+CHECK can be added. On PostgreSQL the CHECK is added NOT VALID and then validated in
+a transaction of its own (a full scan that takes a SHARE UPDATE EXCLUSIVE lock, not
+ACCESS EXCLUSIVE); SQLite rebuilds the table (batch mode).
 
 The SQL is written out here, not imported: a migration must not change when the code
 does (a test checks it equals DUE_AT_CHECK_SQL today).
@@ -56,8 +56,18 @@ REPAIR = f"UPDATE async_jobs SET due_at = {DERIVED_DUE_AT} WHERE NOT ({DUE_AT_RU
 def upgrade() -> None:
     op.execute(REPAIR)
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(f"ALTER TABLE async_jobs ADD CONSTRAINT {NAME} CHECK ({DUE_AT_RULE}) NOT VALID")
-        op.execute(f"ALTER TABLE async_jobs VALIDATE CONSTRAINT {NAME}")
+        # Dropped first so that a run stopped after this commit (lock_timeout) can be
+        # run again; the brief ACCESS EXCLUSIVE lock of the ALTER ends with the commit.
+        op.execute(
+            f"ALTER TABLE async_jobs DROP CONSTRAINT IF EXISTS {NAME},"
+            f" ADD CONSTRAINT {NAME} CHECK ({DUE_AT_RULE}) NOT VALID"
+        )
+        # Its own transaction: the scan holds SHARE UPDATE EXCLUSIVE only, which lets
+        # running instances read and write the table meanwhile. (Before the runner
+        # committed each revision apart, this ran in the ADD's transaction, holding
+        # ACCESS EXCLUSIVE through the scan; the schema it leaves is the same.)
+        with op.get_context().autocommit_block():
+            op.execute(f"ALTER TABLE async_jobs VALIDATE CONSTRAINT {NAME}")
         return
     with op.batch_alter_table("async_jobs") as batch:  # SQLite rebuilds the table for it
         batch.create_check_constraint(op.f(NAME), DUE_AT_RULE)

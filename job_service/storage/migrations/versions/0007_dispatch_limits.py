@@ -17,6 +17,9 @@ revision: str = "0007"
 down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# A new table only: code of the revision before runs unchanged beside it
+# (job_service.storage.schema_version).
+expand_only = True
 
 
 def upgrade() -> None:
