@@ -25,7 +25,7 @@ from job_service.domain.transitions import (
     cancel_message,
 )
 from job_service.domain.usage import UsageQuery, UsageTotal, group_key
-from job_service.storage import queries
+from job_service.storage import counts, queries
 from job_service.storage.connections import Connections
 from job_service.storage.rows import as_utc, chunks
 from job_service.storage.statements import Statements
@@ -142,21 +142,30 @@ class OperatorQueries:
         return holders[0].id if holders else None
 
     async def stats(self) -> JobStats:
+        """One statement, whatever the table's size (storage/counts.py)."""
         async with self._db.single() as conn:
-            rows = (await conn.execute(queries.counts_by_type_and_status())).all()
-            oldest = (await conn.execute(queries.oldest_pending_created_at())).scalar_one_or_none()
-            due = (await conn.execute(queries.oldest_due_by_type(self._now()))).all()
-        counts = tuple(
+            rows = (await conn.execute(counts.stats_statement(), {"now": self._now()})).all()
+        found = tuple(
             sorted(
-                (JobCount(JobType(jt), JobStatus(st), int(n)) for jt, st, n in rows),
+                (JobCount(JobType(r.job_type), JobStatus(r.status), int(r.n)) for r in rows),
                 key=lambda c: (c.job_type.value, c.status.value),
             )
         )
         return JobStats(
-            counts=counts,
-            oldest_pending_created_at=as_utc(oldest),
-            oldest_due_by_type={JobType(jt): as_utc(at) for jt, at in due if at is not None},
+            counts=found,
+            oldest_pending_created_at=as_utc(rows[0].oldest_pending) if rows else None,
+            oldest_due_by_type={
+                JobType(r.job_type): at for r in rows if (at := as_utc(r.oldest_due)) is not None
+            },
         )
+
+    async def fold_counts(self) -> int:
+        """Move the count deltas into the totals (PostgreSQL; SQLite keeps none).
+        Returns how many delta rows were folded."""
+        if not self._db.pg:
+            return 0
+        async with self._db.tx() as conn:
+            return int((await conn.execute(counts.fold_statement())).scalar_one())
 
     async def usage_totals(
         self, query: UsageQuery, max_groups: int

@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import TIMESTAMP
 
-from job_service.domain.model import ACTIVE_STATUSES, JobFilter, JobStatus
+from job_service.domain.model import ACTIVE_STATUSES, JobFilter
 from job_service.domain.transitions import ATTEMPT_USAGE_FIELD, RETRY_FAILED
 from job_service.domain.usage import UsageQuery
 from job_service.storage.rows import aware
@@ -96,23 +96,6 @@ def active_for_targets(target_ids: Sequence[str]) -> Any:
     """The active jobs of these targets: (id, job_type, target_id)."""
     return select(t.c.id, t.c.job_type, t.c.target_id).where(
         *status_test(ACTIVE_STATUSES), t.c.target_id.in_(target_ids)
-    )
-
-
-def counts_by_type_and_status() -> Any:
-    return select(t.c.job_type, t.c.status, func.count()).group_by(t.c.job_type, t.c.status)
-
-
-def oldest_pending_created_at() -> Any:
-    return select(func.min(t.c.created_at)).where(*status_test([JobStatus.PENDING]))
-
-
-def oldest_due_by_type(now: datetime) -> Any:
-    """Per type, the earliest due_at of the PENDING jobs due by `now`."""
-    return (
-        select(t.c.job_type, func.min(t.c.due_at))
-        .where(*status_test([JobStatus.PENDING]), t.c.due_at <= now)
-        .group_by(t.c.job_type)
     )
 
 

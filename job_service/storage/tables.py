@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     CheckConstraint,
     Column,
     DateTime,
@@ -84,6 +85,8 @@ JsonType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postg
 ACTIVE_SQL = "status IN ('PENDING', 'PROCESSING')"
 HAS_REQUEST_ID_SQL = "request_id IS NOT NULL"
 IS_FAILED_SQL = "status = 'FAILED'"
+TERMINAL_SQL = "status IN ('COMPLETED', 'FAILED', 'CANCELLED')"
+IS_PENDING_SQL = "status = 'PENDING'"
 
 
 def _words(values: list[str]) -> str:
@@ -119,6 +122,9 @@ async_jobs = Table(
     Column("lease_expires_at", UtcDateTime, nullable=True),
     Column("claim_token", String(64), nullable=True),
     Column("due_at", UtcDateTime, nullable=True),
+    # The W3C traceparent of the Enqueue call (NULL: untraced), the parent of each
+    # attempt's span (migration 0008; 55 characters is version 00's exact length).
+    Column("traceparent", String(55), nullable=True),
     CheckConstraint(f"status IN ({_words([s.value for s in JobStatus])})", name="status"),
     # No CHECK on job_type: the types live in the registry (domain/job_types.py), the
     # API accepts only registered names, and a new type needs no migration (0004).
@@ -164,6 +170,41 @@ async_jobs = Table(
     ),
     Index("ix_async_jobs_created_at_id", "created_at", "id"),
     Index("ix_async_jobs_target_id", "target_id"),
+    # The pruner (storage/prune.py, migration 0010): terminal jobs of one status by
+    # end time (updated_at), so a batch or a count is a range scan that stops at its
+    # LIMIT; active rows are not in it.
+    Index(
+        "ix_async_jobs_terminal_end",
+        "status",
+        "updated_at",
+        sqlite_where=text(TERMINAL_SQL),
+        postgresql_where=text(TERMINAL_SQL),
+    ),
+    # Big tables (migration 0009): each serves one operator query by an index range
+    # instead of a scan of every finished job. RetryFailed and ListJobs "FAILED of
+    # these types in this time range"; stats' oldest PENDING job, and the oldest due
+    # PENDING job of each type (one index probe per type). The PENDING ones hold only
+    # the queue, so they stay small however many jobs have finished.
+    Index(
+        "ix_async_jobs_failed_type_at",
+        "job_type",
+        "failed_at",
+        sqlite_where=text(IS_FAILED_SQL),
+        postgresql_where=text(IS_FAILED_SQL),
+    ),
+    Index(
+        "ix_async_jobs_pending_created_at",
+        "created_at",
+        sqlite_where=text(IS_PENDING_SQL),
+        postgresql_where=text(IS_PENDING_SQL),
+    ),
+    Index(
+        "ix_async_jobs_pending_type_due",
+        "job_type",
+        "due_at",
+        sqlite_where=text(IS_PENDING_SQL),
+        postgresql_where=text(IS_PENDING_SQL),
+    ),
 )
 
 
@@ -221,4 +262,44 @@ dispatch_limits = Table(
     Column("job_type", String(32), primary_key=True),
     Column("tokens", Float, nullable=False),
     Column("refilled_at", UtcDateTime, nullable=False),
+)
+
+
+# Jobs by (job_type, status), kept by the database itself (migration 0009, storage/
+# counts.py): triggers on async_jobs count every insert, status change and delete,
+# whichever code path makes it (transitions, RetryFailed, cancel, the pruner, an
+# operator's SQL), so GetJobStats reads a few rows instead of counting the table.
+# PostgreSQL: the triggers append +1/-1 rows to async_job_count_deltas (no row that
+# concurrent writers would queue on) and fold_counts() moves them into
+# async_job_counts now and then; SQLite (one writer at a time) updates
+# async_job_counts directly. The counts are the sum of both tables.
+async_job_counts = Table(
+    "async_job_counts",
+    metadata,
+    Column("job_type", String(32), primary_key=True),
+    Column("status", String(16), primary_key=True),
+    Column("n", BigInteger, nullable=False),
+)
+
+# Append-only, no index: an insert is one heap tuple; fold_counts() deletes them all.
+async_job_count_deltas = Table(
+    "async_job_count_deltas",
+    metadata,
+    Column("job_type", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("delta", Integer, nullable=False),
+)
+
+
+# One row, kept by the migration runner (storage/schema_version.py), not by a
+# migration: the database's revision and the oldest revision whose code may run on it,
+# so that code older than the schema (which does not know the revision) can read from
+# the database itself whether it may start.
+schema_compatibility = Table(
+    "schema_compatibility",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("revision", String(32), nullable=False),
+    Column("compatible_from", String(32), nullable=False),
+    CheckConstraint("id = 1", name="one_row"),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, timedelta
 
 import pytest
@@ -216,3 +217,12 @@ async def test_stats_give_the_oldest_due_job_of_each_type(
     assert JobType.RECALL_GENERATION not in (await store.stats()).oldest_due_by_type
     clock.advance(61)
     assert (await store.stats()).oldest_due_by_type[JobType.RECALL_GENERATION] == retry_at
+
+
+async def test_job_ids_are_time_ordered_uuid7(store: JobStore, clock: FakeClock) -> None:
+    """New ids land on the id index's right edge (job_service/domain/job_ids.py)."""
+    first = await enqueue(store, "u1")
+    clock.advance(0.01)
+    second = await enqueue(store, "u2")
+    assert uuid.UUID(first.id).version == 7 and uuid.UUID(second.id).version == 7
+    assert first.id < second.id
