@@ -49,6 +49,9 @@ class CallInfo:
     job_id: str | None = None
     attempt: int | None = None
     client_label: str | None = None
+    # The W3C traceparent the call came with on a StreamCalls stream ("": none, so
+    # its span is a new root); None for a unary call, whose RPC's span is current.
+    traceparent: str | None = None
 
 
 class Gateway:

@@ -244,7 +244,12 @@ class CallStream:
         method = STREAM_METHOD if which is None else _KINDS[which].method
         attempt = call.attempt if call.attempt > 0 else None  # 0: unknown, as x-attempt
         return CallInfo(
-            method, self._caller, call.job_id or None, attempt, client_label=self._client_label
+            method,
+            self._caller,
+            call.job_id or None,
+            attempt,
+            client_label=self._client_label,
+            traceparent=call.traceparent,
         )
 
     def _start(self, call: pb.StreamedCall, now: float) -> None:

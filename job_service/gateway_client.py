@@ -24,6 +24,7 @@ from job_service.domain.job_types import JOB_TYPES
 from job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_RESULT_BYTES
 from job_service.domain.model import AttemptUsage, GatewayAnswer, Job, JobType
 from job_service.message_dicts import message_from_dict, message_to_dict
+from san_shared.trace_context import outgoing_metadata
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,8 @@ class GrpcAiGateway:
             *self._caller,
             ("x-job-id", job.id),
             ("x-attempt", str(job.attempt_count)),
+            # The attempt's span (if traced): the gateway's spans join its trace.
+            *outgoing_metadata(),
         )
         try:
             response = await method(request, timeout=timeout, metadata=metadata)

@@ -40,6 +40,7 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import status_pb2
+from opentelemetry import context as otel_context
 from san.aigateway.v1 import ai_gateway_pb2 as gw
 from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
@@ -58,6 +59,7 @@ from job_service.gateway_client import (
     stream_field,
     wait_connected,
 )
+from san_shared.trace_context import current_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +133,14 @@ class _Session:
         self._wake = asyncio.Event()
         self._broken: str | None = None  # why the writer gave up, if it did
         self.closed = False
-        self._writer = asyncio.create_task(self._write_loop(), name="gateway-stream-writer")
-        self._reader = asyncio.create_task(self._read_loop(), name="gateway-stream-reader")
+        # The session outlives the job whose call opened it: its tasks must not run
+        # in (and log with the trace id of) that job's attempt span.
+        untraced = otel_context.attach(otel_context.Context())
+        try:
+            self._writer = asyncio.create_task(self._write_loop(), name="gateway-stream-writer")
+            self._reader = asyncio.create_task(self._read_loop(), name="gateway-stream-reader")
+        finally:
+            otel_context.detach(untraced)
 
     def submit(self, call: gw.StreamedCall) -> asyncio.Future[gw.StreamedCallResult]:
         assert len(call.call_id) <= MAX_CALL_ID_CHARS  # a counter: never near the cap
@@ -298,6 +306,11 @@ class StreamingAiGateway:
             job_id=job.id,
             attempt=job.attempt_count,
         )
+        traceparent = current_traceparent()
+        if traceparent is not None:
+            # Each call its own trace context (the stream is shared by every job): the
+            # attempt's span. Set only when traced: even an empty field costs a µs.
+            call.traceparent = traceparent
         getattr(call, field).CopyFrom(gateway_request(job))
         # Checked before waiting for a connection: a call too big to send fails
         # for good, even while the gateway is away.

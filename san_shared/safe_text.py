@@ -94,6 +94,11 @@ class SafeFormatter(logging.Formatter):
         if self.usesTime():
             record.asctime = self.formatTime(record, self.datefmt)
         line = safe_text(self.formatMessage(record))
+        # Set by san_shared.trace_logging while a span is current: a line without a
+        # trace stays exactly as it was.
+        trace_id = getattr(record, "trace_id", "")
+        if trace_id:
+            line += " trace_id=" + safe_text(str(trace_id))
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:

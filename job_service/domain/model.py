@@ -175,6 +175,9 @@ class Job:
     lease_expires_at: datetime | None
     claim_token: str | None
     attempts: tuple[JobAttempt, ...] = field(default_factory=tuple)
+    # The W3C traceparent of the Enqueue call (None: not traced): the parent of each
+    # attempt's span. Internal, never in the API.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,8 @@ class NewJob:
     requested_by: str
     request_id: str | None
     max_attempts: int
+    # The W3C traceparent of the Enqueue call's span, stored with the job.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

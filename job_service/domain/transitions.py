@@ -292,6 +292,7 @@ ENQUEUE = Transition(
             "request_params": Arg("request_params"),
             "requested_by": Arg("requested_by"),
             "request_id": Arg("request_id"),
+            "traceparent": Arg("traceparent"),
             "attempt_count": Lit(0),
             "max_attempts": Arg("max_attempts"),
             "created_at": Now(),
@@ -306,6 +307,7 @@ ENQUEUE = Transition(
         "requested_by",
         "request_id",
         "max_attempts",
+        "traceparent",
     ),
 )
 

@@ -65,6 +65,7 @@ def row_to_job(row: RowMapping) -> Job:
         lease_expires_at=row["lease_expires_at"],
         claim_token=row["claim_token"],
         attempts=tuple(JobAttempt.from_json(a) for a in attempts),
+        traceparent=row.get("traceparent"),
     )
 
 
@@ -95,4 +96,5 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
         lease_expires_at=None,
         claim_token=None,
         attempts=(),
+        traceparent=new.traceparent,
     )

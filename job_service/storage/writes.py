@@ -9,7 +9,6 @@ committed, with its own row's outcome.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -20,6 +19,7 @@ from job_service.domain.errors import (
     StorageError,
     StorageUnavailableError,
 )
+from job_service.domain.job_ids import new_job_id
 from job_service.domain.model import (
     AttemptUsage,
     Claim,
@@ -110,7 +110,7 @@ class JobWrites:
         inserted; an EnqueueInDoubtError each when the answer was lost. An inserted
         row holds exactly what was sent, so its Job is built here rather than decoded
         from the database."""
-        ids = [str(uuid.uuid4()) for _ in batch]
+        ids = [new_job_id() for _ in batch]
         new_rows = self._sql.enqueue_rows
         rows = [
             new_rows.row(**_enqueue_args(job_id, new))
@@ -135,7 +135,7 @@ class JobWrites:
     async def _enqueue_one(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         sql = self._sql
         params = time_params(self._now()) | sql.enqueue_params.bind(
-            **_enqueue_args(str(uuid.uuid4()), new)
+            **_enqueue_args(new_job_id(), new)
         )
         # ON CONFLICT DO NOTHING: the unique indexes stop duplicates without an error;
         # the winner is then read. If it left the active states in between, nothing
@@ -294,4 +294,5 @@ def _enqueue_args(job_id: str, new: NewJob) -> dict[str, Any]:
         "requested_by": new.requested_by,
         "request_id": new.request_id,
         "max_attempts": new.max_attempts,
+        "traceparent": new.traceparent,
     }

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.trace import TracerProvider
+
 from ai_gateway.backends.base import Backend
 from ai_gateway.backends.instant import InstantBackend
 from ai_gateway.models import AnalyzeInput, AnalyzeResult
@@ -64,14 +66,20 @@ class InProcessGateway:
 
 @asynccontextmanager
 async def gateway_in_process(
-    log_dir: Path, backend: Backend | None = None, **settings: Any
+    log_dir: Path,
+    backend: Backend | None = None,
+    tracer_provider: TracerProvider | None = None,
+    **settings: Any,
 ) -> AsyncIterator[InProcessGateway]:
     """A started GatewayServer with `settings` (GatewaySettings fields) and a call log
-    in `log_dir`; the local backend unless `backend` is given. Stopped at the end."""
+    in `log_dir`; the local backend unless `backend` is given; traced with
+    `tracer_provider` if given. Stopped at the end."""
     # The file is made by the gateway's CallLog (with its folder).
     call_log = log_dir / f"gateway-calls-{time.monotonic_ns()}.jsonl"
     server = GatewayServer(
-        GatewaySettings(listen="127.0.0.1:0", call_log=call_log, **settings), backend
+        GatewaySettings(listen="127.0.0.1:0", call_log=call_log, **settings),
+        backend,
+        tracer_provider,
     )
     await server.start()
     try:

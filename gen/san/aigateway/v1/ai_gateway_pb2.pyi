@@ -460,6 +460,7 @@ class StreamedCall(_message.Message):
     GENERATE_TIL_FIELD_NUMBER: _builtins.int
     GENERATE_RECALL_FIELD_NUMBER: _builtins.int
     EMBED_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Chosen by the caller, unique among the calls in flight on the stream;
     the call's result carries it back. Required; 1 to 128 characters.
@@ -470,6 +471,12 @@ class StreamedCall(_message.Message):
     """
     attempt: _builtins.int
     """The job's attempt number, for the same records (`x-attempt`)."""
+    traceparent: _builtins.str
+    """The W3C trace context of the call (its `traceparent` header value, e.g.
+    `00-<32 hex trace id>-<16 hex span id>-01`), so that each call on a shared
+    stream continues its own caller's trace (the unary RPCs read it from the
+    `traceparent` metadata key). Optional; a malformed value is ignored.
+    """
     @_builtins.property
     def timeout(self) -> _duration_pb2.Duration:
         """How long the call may take, counted from when the gateway reads it: what
@@ -503,10 +510,11 @@ class StreamedCall(_message.Message):
         generate_til: Global___GenerateTilRequest | None = ...,
         generate_recall: Global___GenerateRecallRequest | None = ...,
         embed: Global___EmbedRequest | None = ...,
+        traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "embed", b"embed", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "request", b"request", "timeout", b"timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "attempt", b"attempt", "call_id", b"call_id", "embed", b"embed", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "job_id", b"job_id", "request", b"request", "timeout", b"timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyze_content", b"analyze_content", "attempt", b"attempt", "call_id", b"call_id", "embed", b"embed", "generate_recall", b"generate_recall", "generate_til", b"generate_til", "job_id", b"job_id", "request", b"request", "timeout", b"timeout", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["analyze_content", "generate_til", "generate_recall", "embed"]  # noqa: Y015
     _WhichOneofArgType_request: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015

@@ -1,0 +1,50 @@
+"""The traceparent of the Enqueue call is stored with the job and read back by every
+read and by the claim (the worker's attempt span is its child), on every store."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from _storage_support import new_job
+
+from job_service.domain.model import OnDuplicate
+from job_service.domain.ports import JobStore
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+async def test_traceparent_is_stored_and_read_back_by_get_list_and_claim(store: JobStore) -> None:
+    traced = dataclasses.replace(new_job("traced"), traceparent=TRACEPARENT)
+    job, _ = await store.enqueue(traced, OnDuplicate.REJECT)
+    assert job.traceparent == TRACEPARENT
+    untraced, _ = await store.enqueue(new_job("untraced"), OnDuplicate.REJECT)
+    assert untraced.traceparent is None
+
+    assert (await store.get(job.id)).traceparent == TRACEPARENT
+    assert (await store.get(untraced.id)).traceparent is None
+
+    claims = {claim.job.id: claim for claim in await store.claim(10, 60)}
+    assert claims[job.id].job.traceparent == TRACEPARENT
+    assert claims[untraced.id].job.traceparent is None
+
+    # A retry keeps it: every attempt of the job belongs to the same trace.
+    claim = claims[job.id]
+    released = await store.release(job.id, claim.token)
+    assert released is not None and released.traceparent == TRACEPARENT
+
+
+async def test_enqueues_batched_together_keep_each_its_own_traceparent(store: JobStore) -> None:
+    parents = [f"00-{index:032x}-{index:016x}-01" for index in range(1, 6)]
+    jobs = await asyncio.gather(
+        *(
+            store.enqueue(
+                dataclasses.replace(new_job(f"t{index}"), traceparent=parent),
+                OnDuplicate.REJECT,
+            )
+            for index, parent in enumerate(parents)
+        )
+    )
+    for (job, _), parent in zip(jobs, parents, strict=True):
+        assert job.traceparent == parent
+        assert (await store.get(job.id)).traceparent == parent
