@@ -138,7 +138,8 @@ class WebSettings(BaseSettings):
     )
     job_service_tls_key: Path | None = _path("that certificate's key (PEM)")
     job_service_token_file: Path | None = _path(
-        "file holding the bearer token san-web calls JobService with (role submitter)"
+        "file holding the bearer token san-web calls JobService with (role submitter; "
+        "operator for /ops' actions, viewer for looking only)"
     )
 
     @field_validator("log_level", mode="before")

@@ -44,12 +44,18 @@ scrap_jobs = sa.Table(
     sa.Column("owner", sa.String(64), nullable=True),
 )
 
+# What a user may do: "user" (their own scraps: every user made before roles existed),
+# "viewer" (also /ops, read only), "operator" (also /ops' actions).
+WEB_ROLES = ("user", "viewer", "operator")
+DEFAULT_ROLE = "user"
+
 users = sa.Table(
     "users",
     metadata,
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("password_hash", sa.Text, nullable=False),  # argon2id, PHC string
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False, server_default=DEFAULT_ROLE),
 )
 
 # A session is found by the SHA-256 of its cookie value: the table never holds a value
@@ -215,15 +221,19 @@ class ScrapStore:
             result = await connection.execute(scraps.delete().where(scraps.c.id == scrap_id))
         return bool(result.rowcount)
 
-    async def add_user(self, name: str, password_hash: str) -> None:
-        """A new user; :class:`UserExistsError` if the name is taken."""
+    async def add_user(self, name: str, password_hash: str, role: str = DEFAULT_ROLE) -> None:
+        """A new user with ``role`` (one of :data:`WEB_ROLES`); :class:`UserExistsError`
+        if the name is taken."""
         async with self._engine.begin() as connection:
             taken = await connection.execute(sa.select(users.c.name).where(users.c.name == name))
             if taken.first() is not None:
                 raise UserExistsError(name)
             await connection.execute(
                 users.insert().values(
-                    name=name, password_hash=password_hash, created_at=datetime.now(UTC)
+                    name=name,
+                    password_hash=password_hash,
+                    created_at=datetime.now(UTC),
+                    role=role,
                 )
             )
 
@@ -235,6 +245,23 @@ class ScrapStore:
                 )
             ).first()
         return None if row is None else str(row.password_hash)
+
+    async def role(self, name: str) -> str | None:
+        """The user's role (None: no such user). Read for each /ops request, so that
+        `san-web users set-role` takes effect at once, on live sessions too."""
+        async with self._engine.connect() as connection:
+            row = (
+                await connection.execute(sa.select(users.c.role).where(users.c.name == name))
+            ).first()
+        return None if row is None else str(row.role)
+
+    async def set_role(self, name: str, role: str) -> bool:
+        """Give the user ``role``; False if there is no such user."""
+        async with self._engine.begin() as connection:
+            result = await connection.execute(
+                users.update().where(users.c.name == name).values(role=role)
+            )
+        return bool(result.rowcount)
 
     async def set_password_hash(self, name: str, password_hash: str) -> None:
         """Store a re-hash (argon2 parameters raised since the user was made)."""
@@ -286,9 +313,17 @@ def _aware(moment: datetime) -> datetime:
 def _add_missing_columns(connection: sa.Connection) -> None:
     """A scraps table made by an older san-web gets the columns added since: owner
     (NULL: those scraps belong to no user, so no user sees them under --auth password)
-    and outbox_id (NULL: they were handed off before the outbox)."""
-    columns = {column["name"] for column in sa.inspect(connection).get_columns("scraps")}
+    and outbox_id (NULL: they were handed off before the outbox). A users table gets
+    role, every existing user a plain "user" (no one gains /ops by an upgrade)."""
+    inspector = sa.inspect(connection)
+    columns = {column["name"] for column in inspector.get_columns("scraps")}
     for name in ("owner", "outbox_id"):
         if name not in columns:
             length = 64 if name == "owner" else 36
             connection.execute(sa.text(f"ALTER TABLE scraps ADD COLUMN {name} VARCHAR({length})"))
+    if "role" not in {column["name"] for column in inspector.get_columns("users")}:
+        connection.execute(
+            sa.text(
+                f"ALTER TABLE users ADD COLUMN role VARCHAR(16) NOT NULL DEFAULT '{DEFAULT_ROLE}'"
+            )
+        )

@@ -1,8 +1,11 @@
-"""``san-web users create NAME --database-url URL``: a login for the page, its password
-read from standard input (typed without echo on a terminal), stored as an argon2 hash.
+"""``san-web users create NAME [--role ROLE] --database-url URL``: a login for the
+page, its password read from standard input (typed without echo on a terminal), stored
+as an argon2 hash. ``san-web users set-role NAME ROLE``: what an existing user may do.
+Roles: ``user`` (the default: the scraps page), ``viewer`` (also /ops, read only),
+``operator`` (also /ops' RetryFailed and cancel).
 
-Exit codes: 0 made; 1 the name is taken or the database cannot be reached; 2 a bad
-name or an empty password.
+Exit codes: 0 done; 1 the name is taken (create) or unknown (set-role), or the
+database cannot be reached; 2 a bad name, role or an empty password.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Sequence
 import sqlalchemy.exc as sa_exc
 
 from clients.web._passwords import hash_password, password_problem, username_problem
-from clients.web._store import ScrapStore, UserExistsError
+from clients.web._store import DEFAULT_ROLE, WEB_ROLES, ScrapStore, UserExistsError
 
 
 def build_users_parser(default_database_url: str) -> argparse.ArgumentParser:
@@ -30,11 +33,22 @@ def build_users_parser(default_database_url: str) -> argparse.ArgumentParser:
     )
     create.add_argument("name", metavar="NAME")
     create.add_argument(
-        "--database-url",
-        default=os.environ.get("SAN_WEB_DATABASE_URL") or default_database_url,
-        metavar="URL",
-        help="san-web's database (as `san-web --database-url`) [env SAN_WEB_DATABASE_URL]",
+        "--role",
+        choices=WEB_ROLES,
+        default=DEFAULT_ROLE,
+        help="user: the scraps page; viewer: also /ops, read only; operator: also /ops' "
+        "actions (default: user)",
     )
+    set_role = commands.add_parser("set-role", help="change what an existing user may do")
+    set_role.add_argument("name", metavar="NAME")
+    set_role.add_argument("role", metavar="ROLE", choices=WEB_ROLES, help=" | ".join(WEB_ROLES))
+    for command in (create, set_role):
+        command.add_argument(
+            "--database-url",
+            default=os.environ.get("SAN_WEB_DATABASE_URL") or default_database_url,
+            metavar="URL",
+            help="san-web's database (as `san-web --database-url`) [env SAN_WEB_DATABASE_URL]",
+        )
     return parser
 
 
@@ -47,17 +61,47 @@ def read_password() -> str:
     return text.removesuffix("\n").removesuffix("\r")
 
 
-async def _create(database_url: str, name: str, password_hash: str) -> None:
+async def _create(database_url: str, name: str, password_hash: str, role: str) -> None:
     store = await ScrapStore.open(database_url)
     try:
-        await store.add_user(name, password_hash)
+        await store.add_user(name, password_hash, role)
     finally:
         await store.close()
+
+
+async def _set_role(database_url: str, name: str, role: str) -> bool:
+    store = await ScrapStore.open(database_url)
+    try:
+        return await store.set_role(name, role)
+    finally:
+        await store.close()
+
+
+def _database_error(command: str, error: BaseException) -> int:
+    sys.stderr.write(
+        f"san-web users {command}: error: cannot use the database: {type(error).__name__}\n"
+    )
+    return 1
+
+
+def set_role_main(args: argparse.Namespace) -> int:
+    """``san-web users set-role NAME ROLE``; the exit code."""
+    try:
+        found = asyncio.run(_set_role(args.database_url, args.name, args.role))
+    except (OSError, sa_exc.SQLAlchemyError) as error:
+        return _database_error("set-role", error)
+    if not found:
+        sys.stderr.write(f"san-web users set-role: error: no user {args.name!r}\n")
+        return 1
+    print(f"user {args.name} now has role {args.role}")
+    return 0
 
 
 def users_main(argv: Sequence[str], *, default_database_url: str) -> int:
     """Run ``san-web users ...``; the exit code."""
     args = build_users_parser(default_database_url).parse_args(argv)
+    if args.command == "set-role":
+        return set_role_main(args)
     password = ""
     problem = username_problem(args.name)
     if problem is None:
@@ -67,14 +111,11 @@ def users_main(argv: Sequence[str], *, default_database_url: str) -> int:
         sys.stderr.write(f"san-web users create: error: {problem}\n")
         return 2
     try:
-        asyncio.run(_create(args.database_url, args.name, hash_password(password)))
+        asyncio.run(_create(args.database_url, args.name, hash_password(password), args.role))
     except UserExistsError:
         sys.stderr.write(f"san-web users create: error: user {args.name!r} already exists\n")
         return 1
     except (OSError, sa_exc.SQLAlchemyError) as error:
-        sys.stderr.write(
-            f"san-web users create: error: cannot use the database: {type(error).__name__}\n"
-        )
-        return 1
-    print(f"created user {args.name}")
+        return _database_error("create", error)
+    print(f"created user {args.name}" + (f" ({args.role})" if args.role != DEFAULT_ROLE else ""))
     return 0

@@ -40,6 +40,7 @@ from clients.web._body_guard import BodyGuard
 from clients.web._errors import invalid
 from clients.web._failures import on_http_error, on_store_error, on_unexpected_error
 from clients.web._login_throttle import LoginThrottle
+from clients.web._ops_routes import ops_routes
 from clients.web._passwords import PasswordChecker
 from clients.web._security_headers import AllowedHosts, SecurityHeaders
 from clients.web._session_routes import create_session, delete_session, login_page, read_session
@@ -534,6 +535,7 @@ def create_app(
         Route("/api/scraps/{scrap_id}/analyze", analyze_scrap, methods=["POST"]),
         Route("/api/async-jobs/{job_id}", get_async_job),
         Route("/api/async-jobs/{job_id}/events", async_job_events),
+        *ops_routes(),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     auth_settings = auth or AuthSettings()
