@@ -17,16 +17,19 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
+from opentelemetry.trace import StatusCode, Tracer
 from san.aigateway.v1 import ai_gateway_pb2 as pb
 
 from ai_gateway.bounds import MAX_ANSWER_BYTES
 from ai_gateway.calllog import CallLog, CallRecord
 from ai_gateway.errors import GatewayError, InternalError, MalformedResponse
 from ai_gateway.gateway import CallInfo, Gateway
+from ai_gateway.metrics import CallMetrics
 from ai_gateway.tokens import estimate_tokens_all
 from ai_gateway.transport_errors import status_code_name
 from ai_gateway.usage import Usage
 from ai_gateway.validation import analyze_input, embed_input, recall_input, til_input
+from san_shared.trace_context import context_of
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +123,16 @@ def _counted(reported: Usage | None, model: str, input_tokens: int, written: lis
     )
 
 
+def _answered(metrics: CallMetrics, method: str, response: Message) -> str:
+    """Count the answer's tokens (its usage, as the caller gets it); the model that
+    answered, as the backend's configuration names it."""
+    model = str(getattr(response, "model", ""))
+    usage = getattr(response, "usage", None)
+    if isinstance(usage, pb.Usage):
+        metrics.answered(method, model, usage.input_tokens, usage.output_tokens, usage.cached)
+    return model
+
+
 def _stamp_duration(response: Message, seconds: float) -> None:
     """Set the gateway's own time on the answer's usage (every answer has one)."""
     usage = getattr(response, "usage", None)
@@ -142,13 +155,60 @@ class CallRunner:
     """Runs calls over a :class:`~ai_gateway.gateway.Gateway`, one record per call."""
 
     def __init__(
-        self, gateway: Gateway, call_log: CallLog, max_answer_bytes: int = MAX_ANSWER_BYTES
+        self,
+        gateway: Gateway,
+        call_log: CallLog,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        tracer: Tracer | None = None,
+        metrics: CallMetrics | None = None,
     ) -> None:
+        """``tracer`` (None: tracing off): an ``ai_gateway.backend`` span for each call.
+        ``metrics`` (None: none counted): every call counted (ai_gateway.metrics)."""
         self._gateway = gateway
         self._call_log = call_log
         self._max_answer_bytes = max_answer_bytes
+        self._tracer = tracer
+        self._metrics = metrics or CallMetrics()
 
     async def run(
+        self, kind: CallKind[Req, Resp], request: Req, call: CallInfo, remaining: float | None
+    ) -> Resp:
+        """The call's response, or a :class:`GatewayError` saying why there is none
+        (see :meth:`_run`); in a span when tracing is on.
+
+        The span's parent: a streamed call's own traceparent (the caller's trace; a new
+        root without one), else the current span (a unary RPC's server span)."""
+        if self._tracer is None:
+            return await self._run(kind, request, call, remaining)
+        parent = None if call.traceparent is None else context_of(call.traceparent)
+        attributes: dict[str, str | int] = {"ai_gateway.method": call.method}
+        if call.job_id is not None:
+            attributes["job.id"] = call.job_id
+        if call.attempt is not None:
+            attributes["job.attempt"] = call.attempt
+        with self._tracer.start_as_current_span(
+            "ai_gateway.backend",
+            context=parent,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                response = await self._run(kind, request, call, remaining)
+            except GatewayError as err:
+                span.set_status(StatusCode.ERROR, status_code_name(err))
+                raise
+            except asyncio.CancelledError:
+                span.set_status(StatusCode.ERROR, "CANCELLED")
+                raise
+            usage = getattr(response, "usage", None)
+            span.set_attribute("ai_gateway.model", str(getattr(response, "model", "")))
+            span.set_attribute(
+                "ai_gateway.cached", bool(isinstance(usage, pb.Usage) and usage.cached)
+            )
+            return response
+
+    async def _run(
         self, kind: CallKind[Req, Resp], request: Req, call: CallInfo, remaining: float | None
     ) -> Resp:
         """The call's response, or a :class:`GatewayError` saying why there is none.
@@ -160,6 +220,8 @@ class CallRunner:
         """
         start = time.perf_counter()
         code = "UNKNOWN"
+        model = ""  # none answered (yet)
+        self._metrics.started(call.method)
         try:
             response = await kind.answer(self._gateway, request, call, remaining)
             _stamp_duration(response, time.perf_counter() - start)
@@ -170,9 +232,11 @@ class CallRunner:
                     f"(at most {self._max_answer_bytes})"
                 )
             code = "OK"
+            model = _answered(self._metrics, call.method, response)
             return response
         except GatewayError as err:
             code = status_code_name(err)
+            self._metrics.failed(call.method, err)
             raise
         except asyncio.CancelledError:
             # The caller went away or cancelled: the work is abandoned with the task.
@@ -183,10 +247,13 @@ class CallRunner:
             code = "INTERNAL"
             raise InternalError() from err
         finally:
-            self.record(call, code, start)
+            self._metrics.finished(call.method)
+            self.record(call, code, start, model)
 
-    def record(self, call: CallInfo, code: str, start: float) -> None:
-        """Write the record of ``call``, which began at ``start`` (``perf_counter``)."""
+    def record(self, call: CallInfo, code: str, start: float, model: str = "") -> None:
+        """Write the record of ``call``, which began at ``start`` (``perf_counter``),
+        and count it; ``model``: the model that answered, if any."""
+        self._metrics.ended(call.method, model, code, time.perf_counter() - start)
         self._call_log.record(
             CallRecord(
                 method=call.method,

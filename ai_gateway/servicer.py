@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
+from opentelemetry.trace import Tracer
 from san.aigateway.v1 import ai_gateway_pb2 as pb
 from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
@@ -21,6 +22,7 @@ from ai_gateway.calllog import CallLog
 from ai_gateway.calls import ANALYZE, EMBED, RECALL, TIL, CallKind, CallRunner
 from ai_gateway.errors import GatewayError
 from ai_gateway.gateway import CallInfo, Gateway
+from ai_gateway.metrics import CallMetrics
 from ai_gateway.stream import CallStream
 from ai_gateway.transport_errors import to_rpc_status
 
@@ -42,11 +44,15 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
         call_log: CallLog,
         limits: StreamLimits | None = None,
         authenticator: Authenticator | None = None,
+        tracer: Tracer | None = None,
+        metrics: CallMetrics | None = None,
     ) -> None:
-        """``authenticator`` decides who may call (None: anyone, known by address)."""
+        """``authenticator`` decides who may call (None: anyone, known by address).
+        ``tracer`` (None: tracing off): a span around each call's backend work.
+        ``metrics`` (None: off): every call counted (ai_gateway.metrics)."""
         self._limits = limits or StreamLimits()
         self._authenticator = authenticator or Authenticator()
-        self._runner = CallRunner(gateway, call_log, self._limits.max_answer_bytes)
+        self._runner = CallRunner(gateway, call_log, self._limits.max_answer_bytes, tracer, metrics)
         self._streams: set[CallStream] = set()
         # The tasks running RPCs, unary or streams: see close().
         self._handlers: set[asyncio.Task[Any]] = set()

@@ -83,11 +83,15 @@ def env_of(model: type[BaseSettings], field_name: str) -> str:
 
 
 def _without_none(annotation: Any) -> Any:
-    """``X`` for ``X | None``; the annotation itself otherwise."""
+    """``X`` for ``X | None``; the annotation itself otherwise. ``Annotated[X, ...]``
+    (``HostPort | None``: pydantic unwraps it only at the top level) is ``X``: the
+    model still applies its validators."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         kept = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         if len(kept) == 1:
-            return kept[0]
+            annotation = kept[0]
+    if typing.get_origin(annotation) is Annotated:
+        return typing.get_args(annotation)[0]
     return annotation
 
 

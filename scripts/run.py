@@ -22,6 +22,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LISTENING = re.compile(r"listening on (\S+)")
+METRICS = re.compile(r"metrics at (\S+)")
+# Where each service serves Prometheus metrics, unless its variable says otherwise.
+METRICS_PORTS = {
+    "ai-gateway": ("SAN_GATEWAY_METRICS_LISTEN", "127.0.0.1:9465"),
+    "job-service": ("SAN_JOBS_METRICS_LISTEN", "127.0.0.1:9464"),
+}
+# Each service's /metrics URL, from its "metrics at URL" line.
+metrics_urls: dict[str, str] = {}
 
 
 def _pump(name: str, proc: subprocess.Popen[str], ready: threading.Event, where: list[str]) -> None:
@@ -29,11 +37,21 @@ def _pump(name: str, proc: subprocess.Popen[str], ready: threading.Event, where:
     for line in proc.stdout:
         sys.stdout.write(f"{name:>11} | {line}")
         sys.stdout.flush()
+        metrics = METRICS.search(line)
+        if metrics:
+            metrics_urls[name] = metrics.group(1)
         match = LISTENING.search(line)
         if match and not ready.is_set():
             where.append(match.group(1))
             ready.set()
     ready.set()
+
+
+def with_metrics(name: str, argv: list[str]) -> list[str]:
+    """`argv` serving metrics on the service's fixed local port, unless its
+    environment variable chooses (then the service reads it itself)."""
+    variable, listen = METRICS_PORTS[name]
+    return argv if os.environ.get(variable) else [*argv, "--metrics-listen", listen]
 
 
 def start(name: str, argv: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -79,15 +97,20 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        gateway, gateway_at = start("ai-gateway", ["ai-gateway"])
+        gateway, gateway_at = start("ai-gateway", with_metrics("ai-gateway", ["ai-gateway"]))
         procs.append(("ai-gateway", gateway))
         database = os.environ.get("SAN_JOBS_DATABASE_URL", "sqlite+aiosqlite:///var/jobs.db")
-        jobs, jobs_at = start("job-service", ["job-service", "--gateway", gateway_at])
+        jobs, jobs_at = start(
+            "job-service", with_metrics("job-service", ["job-service", "--gateway", gateway_at])
+        )
         procs.append(("job-service", jobs))
         lines = [
             f"AiGateway  (gRPC)  {gateway_at}  built-in local models",
             f"JobService (gRPC)  {jobs_at}  database {database}",
         ]
+        for name, shown in (("ai-gateway", "AiGateway "), ("job-service", "JobService")):
+            if name in metrics_urls:
+                lines.append(f"{shown} (HTTP)  {metrics_urls[name]}  Prometheus metrics")
         if shutil.which("san-web", path=str(BIN)):
             web, web_at = start("san-web", ["san-web", "--job-service", jobs_at])
             procs.append(("san-web", web))

@@ -45,6 +45,9 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
         "SAN_GATEWAY_LISTEN": "127.0.0.1:0",
         "SAN_JOBS_LISTEN": "127.0.0.1:0",
         "SAN_WEB_LISTEN": "127.0.0.1:0",
+        # make run serves metrics on fixed ports; any free ones here.
+        "SAN_GATEWAY_METRICS_LISTEN": "127.0.0.1:0",
+        "SAN_JOBS_METRICS_LISTEN": "127.0.0.1:0",
         "SAN_WEB_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'web.db'}",
         "SAN_JOBS_DATABASE_URL": f"sqlite+aiosqlite:///{database}",
         # Slow enough that `watch` sees the job move.
@@ -68,6 +71,11 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert target, log.read_text()
         assert "AiGateway  (gRPC)" in log.read_text()
+        for service in ("AiGateway ", "JobService"):
+            assert re.search(
+                service + r" \(HTTP\)  http://127\.0\.0\.1:\d+/metrics  Prometheus metrics",
+                log.read_text(),
+            ), log.read_text()
 
         enqueued = jobsctl(
             target, "enqueue", "card-analysis", "--target-id", "scrap-1", "--text", TEXT
