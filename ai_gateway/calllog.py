@@ -67,6 +67,8 @@ class CallLog:
             rec.attempt if rec.attempt is not None else "-",
             rec.code,
             rec.duration_ms,
+            # --log-format json shows it as the line's job_id field.
+            extra={"job_id": rec.job_id} if rec.job_id else None,
         )
         if self._fd is not None:
             os.write(self._fd, (rec.to_json() + "\n").encode("utf-8"))

@@ -7,13 +7,17 @@ bad value is one line on stderr and exit code 2.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import sys
 from collections.abc import Sequence
 
 from ai_gateway.settings import ENV_PREFIX, GatewaySettings
 from san_shared.cli_settings import SettingsParser, settings_of
 from san_shared.event_loop import run
+from san_shared.json_logs import JsonFormatter, LogFormat
 from san_shared.safe_text import SafeFormatter, safe_text
+from san_shared.trace_logging import install_trace_ids
 
 
 def build_parser() -> SettingsParser:
@@ -38,19 +42,25 @@ def load_settings(argv: Sequence[str] | None = None) -> GatewaySettings:
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def configure_logging(level: str) -> None:
-    """Log records to stderr, one line each: values from callers and from upstream
-    (call ids, error texts) cannot forge a line or carry a control character, and
-    URL passwords are masked (see job_service.logformat)."""
+def configure_logging(level: str, log_format: LogFormat = "text") -> None:
+    """Log records to stderr, one line each (text, or with `log_format` json one JSON
+    object, san_shared.json_logs): values from callers and from upstream (call ids,
+    error texts) cannot forge a line or carry a control character, and URL passwords
+    are masked (see job_service.logformat)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeFormatter(LOG_FORMAT))
+    install_trace_ids(handler)  # record.trace_id, for either format
+    if log_format == "json":
+        # The gateway has no instance id setting: host and process tell instances apart.
+        handler.setFormatter(JsonFormatter("ai-gateway", f"{socket.gethostname()}-{os.getpid()}"))
+    else:
+        handler.setFormatter(SafeFormatter(LOG_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``ai-gateway`` console script."""
     settings = load_settings(argv)
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     from ai_gateway.server import serve  # after logging is set up; keeps --help fast
 
     try:
