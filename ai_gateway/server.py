@@ -6,11 +6,13 @@ import asyncio
 import gc
 import logging
 import signal
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.sdk.trace import TracerProvider
 from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
 
 from ai_gateway.backends.base import Backend
@@ -24,11 +26,15 @@ from ai_gateway.fallback import Fallback, PrimaryCircuit
 from ai_gateway.faults import FaultInjector
 from ai_gateway.gateway import Gateway
 from ai_gateway.limits import ConcurrencyLimiter, RateLimiter
+from ai_gateway.metrics import GatewayMetrics
 from ai_gateway.result_cache import ResultCache
 from ai_gateway.servicer import AiGatewayServicer
 from ai_gateway.settings import BackendName, GatewaySettings
 from san_shared import tls
 from san_shared.exposure import exposure_problem
+from san_shared.grpc_metrics import GrpcServerMetrics
+from san_shared.metrics_http import MetricsListenError, MetricsServer
+from san_shared.tracing import start_tracing
 
 logger = logging.getLogger("ai_gateway")
 
@@ -145,11 +151,19 @@ def describe_tls(settings: GatewaySettings) -> str:
 class GatewayServer:
     """The gRPC server with its backend, limits and call log; start, then stop once."""
 
-    def __init__(self, settings: GatewaySettings, backend: Backend | None = None) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        backend: Backend | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        """``tracer_provider``: trace with it (tests share one between servers); else
+        with --otlp-endpoint's, or not at all (san_shared.tracing)."""
         check_exposure(settings)
         # Read the TLS files before anything opens: a bad one is a one-line StartupError.
         self.credentials = server_tls(settings)
         self.settings = settings
+        self.tracing = start_tracing("ai-gateway", settings.otlp_endpoint, tracer_provider)
         self.backend = backend or make_backend(settings)
         self.fallback = make_fallback(settings, self.backend)
         faults = settings.faults()
@@ -165,7 +179,17 @@ class GatewayServer:
             cache=ResultCache(settings.cache_entries, settings.cache_ttl),
             model=model_identity(settings),
         )
-        self.server = grpc.aio.server(options=server_options(settings))
+        # --metrics-listen: the metrics, in a registry of this server's own; None: no
+        # metric is counted at all.
+        self.metrics = None if settings.metrics_listen is None else GatewayMetrics()
+        self.metrics_server: MetricsServer | None = None
+        # A span for each RPC when tracing is on; no interceptor (no cost) when off.
+        interceptors: list[grpc.aio.ServerInterceptor[Any, Any]] = []
+        if self.metrics is not None:  # first: every RPC counted, with the code it ended with
+            interceptors.append(GrpcServerMetrics(self.metrics.registry, "san_aigateway"))
+        if self.tracing is not None:
+            interceptors.append(self.tracing.interceptor())
+        self.server = grpc.aio.server(interceptors=interceptors, options=server_options(settings))
         self.health = HealthServicer()
         self.authenticator = make_authenticator(settings)
         self.servicer = AiGatewayServicer(
@@ -173,6 +197,8 @@ class GatewayServer:
             self.call_log,
             StreamLimits.for_message_bytes(settings.max_message_bytes, settings.max_stream_calls),
             self.authenticator,
+            tracer=None if self.tracing is None else self.tracing.tracer,
+            metrics=self.metrics,
         )
         ai_gateway_pb2_grpc.add_AiGatewayServiceServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -189,6 +215,14 @@ class GatewayServer:
             self.port = self.server.add_secure_port(self.settings.listen, self.credentials)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
+        if self.metrics is not None and self.settings.metrics_listen is not None:
+            self.metrics_server = MetricsServer(self.settings.metrics_listen, self.metrics.registry)
+            try:
+                self.metrics_server.start()
+            except MetricsListenError as error:
+                self.metrics_server = None
+                raise StartupError(str(error)) from None
+            logger.info("metrics at %s", self.metrics_server.url)
         await self.server.start()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -243,10 +277,14 @@ class GatewayServer:
         self.servicer.drain()
         await self.server.stop(grace)
         await self.servicer.close()
+        if self.metrics_server is not None:
+            await asyncio.to_thread(self.metrics_server.stop)
         await self.backend.aclose()
         if self.fallback is not None:
             await self.fallback.fallback.aclose()
         self.call_log.close()
+        if self.tracing is not None:
+            await self.tracing.shutdown()  # the spans still queued go out now
         logger.info("ai-gateway stopped")
 
 

@@ -15,6 +15,8 @@ from ai_gateway.callers import read_caller_tokens
 from ai_gateway.faults import FaultConfig
 from san_shared.cli_settings import HostPort
 from san_shared.event_loop import EventLoopName
+from san_shared.json_logs import LogFormat
+from san_shared.otlp_settings import check_otlp_endpoint
 from san_shared.tls_settings import tls_pair_problem
 
 ENV_PREFIX = "SAN_GATEWAY_"
@@ -84,6 +86,23 @@ class GatewaySettings(BaseSettings):
         "(a switch: takes no value)",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="logging")
+    # Traces (san_shared.tracing): off unless this or OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    otlp_endpoint: str | None = Field(
+        None,
+        description="send OpenTelemetry traces to this OTLP gRPC collector "
+        "(http://HOST:4317; default OTEL_EXPORTER_OTLP_ENDPOINT, else no traces)",
+        json_schema_extra={"metavar": "URL"},
+    )
+    _otlp_endpoint = field_validator("otlp_endpoint")(check_otlp_endpoint)
+    log_format: LogFormat = Field(
+        "text", description="text (a line for people) or json (one JSON object per line)"
+    )
+    # Prometheus text at http://HOST:PORT/metrics (san_shared.metrics_http); off unless set.
+    metrics_listen: HostPort | None = Field(
+        None,
+        description="serve Prometheus metrics at http://HOST:PORT/metrics (default off)",
+        json_schema_extra={"metavar": "HOST:PORT"},
+    )
     event_loop: EventLoopName = Field("uvloop", description="uvloop, or asyncio's own event loop")
     fault_latency: float = Field(0.0, ge=0, description="injected delay before the backend (s)")
     fault_unavailable_rate: float = Field(0.0, ge=0, le=1, description="P(injected UNAVAILABLE)")

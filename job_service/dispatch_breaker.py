@@ -151,6 +151,19 @@ class DispatchBreaker:
             and (pause.reason is PauseReason.CIRCUIT_OPEN or pause.until > now)
         )
 
+    def paused_now(self) -> dict[JobType, PauseReason]:
+        """skip_types() with each type's reason, for the metrics; called from the
+        metrics server's thread, so it reads a copy (the loop may add a pause while
+        it runs, and a dict must not change size while it is iterated)."""
+        pauses = self.pauses.copy()
+        now = self._clock()
+        return {
+            job_type: pause.reason
+            for job_type, pause in pauses.items()
+            if self._in_force(pause, now)
+            and (pause.reason is PauseReason.CIRCUIT_OPEN or pause.until > now)
+        }
+
     def wait_hint(self) -> float | None:
         """While some type is skipped: how long the claim loop may sleep before the
         pauses must be looked at again (a re-read, a probe or a pause's end)."""

@@ -13,21 +13,27 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.sdk.trace import TracerProvider
 from san.jobs.v1 import job_service_pb2
 
 from job_service.app import JobApplication
 from job_service.auth.interceptor import AuthInterceptor
 from job_service.auth.tokens import TokenVerifier
+from job_service.count_folding import CountFolder
+from job_service.db_health import DatabaseHealth
 from job_service.dispatch_breaker import BreakerConfig
 from job_service.domain.backoff import BackoffPolicy
 from job_service.domain.errors import StorageError
 from job_service.domain.validation import EnqueueLimits
 from job_service.gateway_stream import StreamingAiGateway
-from job_service.logformat import CachedTimeFormatter
+from job_service.logformat import log_formatter
+from job_service.metrics import JobServiceMetrics
+from job_service.pruner import Pruner, PrunerConfig
 from job_service.settings import JobServiceSettings
-from job_service.storage.migrate import migrate
+from job_service.storage.migrate import MigrationLockTimeout, migrate
 from job_service.storage.notify import PgChangeListener
 from job_service.storage.repository import SqlJobStore
+from job_service.storage.schema_version import SchemaMismatch, prepare_schema
 from job_service.storage.tokens import SqlTokenStore
 from job_service.transport.servicer import JobServiceServicer, add_job_service_to_server
 from job_service.transport.stream_limits import StreamGate, StreamLimits
@@ -35,8 +41,12 @@ from job_service.updates import UpdateHub
 from job_service.worker import Worker, WorkerConfig
 from san_shared import tls
 from san_shared.exposure import exposure_problem
+from san_shared.grpc_metrics import GrpcServerMetrics
+from san_shared.metrics_http import MetricsListenError, MetricsServer
 from san_shared.safe_text import mask_secrets, safe_text
 from san_shared.sqlite_files import prepare_sqlite_url
+from san_shared.trace_logging import install_trace_ids
+from san_shared.tracing import Tracing, start_tracing
 
 log = logging.getLogger("job_service")
 
@@ -104,6 +114,20 @@ def auth_interceptors(
     return [AuthInterceptor(TokenVerifier(SqlTokenStore(store.engine)))]
 
 
+def tracing_interceptors(
+    tracing: Tracing | None,
+) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
+    """A span for each RPC when tracing is on; none (no cost at all) when off."""
+    return [] if tracing is None else [tracing.interceptor()]
+
+
+def metrics_interceptors(
+    metrics: JobServiceMetrics | None,
+) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
+    """The RPC counter (san_jobs_grpc_server_*) when metrics are on; none when off."""
+    return [] if metrics is None else [GrpcServerMetrics(metrics.registry, "san_jobs")]
+
+
 def is_authenticated(settings: JobServiceSettings) -> bool:
     """True when the service checks who calls: tokens (--auth token) or client
     certificates (mutual TLS)."""
@@ -163,21 +187,16 @@ def configure_logging(settings: JobServiceSettings) -> None:
     logging.logProcesses = False
     logging.logMultiprocessing = False
     handler = logging.StreamHandler()
-    # A SafeFormatter: a value sent by a caller cannot forge a line, put a control
+    install_trace_ids(handler)  # record.trace_id, for either format
+    # Either format: a value sent by a caller cannot forge a line, put a control
     # character in the log, or show a database password.
-    handler.setFormatter(
-        CachedTimeFormatter(
-            "%(asctime)s %(levelname)s job-service["
-            + settings.instance_id
-            + "] %(name)s: %(message)s"
-        )
-    )
+    handler.setFormatter(log_formatter(settings.log_format, settings.instance_id))
     logging.basicConfig(level=settings.log_level, handlers=[handler])
 
 
 async def migrate_only(settings: JobServiceSettings) -> None:
     configure_logging(settings)
-    await prepare_database(settings)
+    await prepare_database(settings, migrating=True)
     log.info("database at %s is migrated", _safe_url(settings.database_url))
 
 
@@ -186,13 +205,22 @@ class JobServiceRuntime:
     in the order that loses nothing. `serve` wraps it with signal handling; tests
     run it in-process on a loopback port."""
 
-    def __init__(self, settings: JobServiceSettings) -> None:
+    def __init__(
+        self, settings: JobServiceSettings, tracer_provider: TracerProvider | None = None
+    ) -> None:
+        """`tracer_provider`: trace with it (tests share one between servers); else
+        with --otlp-endpoint's, or not at all (san_shared.tracing)."""
         check_exposure(settings)
         # Read the TLS files first: a bad one is a one-line StartupError before anything opens.
         self.server_credentials = server_tls(settings)
         gateway_credentials = gateway_tls(settings)
         self.settings = settings
         self.port = 0
+        self.tracing = start_tracing("job-service", settings.otlp_endpoint, tracer_provider)
+        # --metrics-listen: the metrics, in a registry of this runtime's own; None: no
+        # metric is counted at all (nothing on the hot path).
+        self.metrics = None if settings.metrics_listen is None else JobServiceMetrics()
+        self.metrics_server: MetricsServer | None = None
         self.store = SqlJobStore(
             settings.database_url,
             instance_id=settings.instance_id,
@@ -226,12 +254,27 @@ class JobServiceRuntime:
                 limits=settings.claim_limits(),
                 max_per_caller=settings.max_running_per_caller,
             ),
+            tracer=None if self.tracing is None else self.tracing.tracer,
+            metrics=self.metrics,
         )
+        self.count_folder = CountFolder(self.store)
         self.app = JobApplication(
             self.store, self.hub, self.worker, settings.instance_id, settings.max_attempts
         )
+        # Retention: every instance runs one; the store's lock lets one at a time work.
+        self.pruner = Pruner(
+            self.store,
+            PrunerConfig(retention=settings.retention(), interval=settings.prune_interval),
+            on_deleted=None if self.metrics is None else self.metrics.pruned,
+        )
         self.server = grpc.aio.server(
-            interceptors=auth_interceptors(settings, self.store),
+            # Tracing first: a call the authentication refuses has its span too.
+            interceptors=[
+                # Metrics first of all: refused calls are counted, with their code.
+                *metrics_interceptors(self.metrics),
+                *tracing_interceptors(self.tracing),
+                *auth_interceptors(settings, self.store),
+            ],
             options=[
                 *SERVER_OPTIONS,
                 concurrent_streams_option(settings),
@@ -246,6 +289,7 @@ class JobServiceRuntime:
                 settings.max_attempts,
                 stream_gate=self.stream_gate,
                 max_message_bytes=settings.max_message_bytes,
+                pruner=self.pruner,
             ),
             self.server,
         )
@@ -260,6 +304,10 @@ class JobServiceRuntime:
             self.server,
         )
         self.listener: PgChangeListener | None = None
+        # Readiness (the JobService name) follows the database; "" (liveness) does not.
+        self.db_health = DatabaseHealth(
+            self.store, self._set_ready, interval=settings.health_interval
+        )
 
     @property
     def address(self) -> str:
@@ -276,6 +324,12 @@ class JobServiceRuntime:
         except RuntimeError as error:
             await self.store.close()
             raise StartupError(f"cannot listen on {self.settings.listen}: {error}") from None
+        try:
+            self._start_metrics()
+        except MetricsListenError as error:
+            await self.server.stop(None)
+            await self.store.close()
+            raise StartupError(str(error)) from None
         if self.settings.database_url.startswith("postgresql"):
             self.listener = PgChangeListener(
                 self.settings.database_url,
@@ -286,27 +340,61 @@ class JobServiceRuntime:
             await self.listener.start()
         await self.server.start()
         self.worker.start()
+        self.count_folder.start()
+        self.pruner.start()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.db_health.start()
+
+    def _start_metrics(self) -> None:
+        """--metrics-listen: serve /metrics (MetricsListenError when it cannot listen)."""
+        if self.metrics is None or self.settings.metrics_listen is None:
+            return
+        self.metrics.watch_stats(self.store.stats, asyncio.get_running_loop())
+        self.metrics.watch_pauses(self.worker.paused_types)
+        self.metrics.watch_streams(lambda: self.stream_gate.open_streams)
+        self.metrics_server = MetricsServer(self.settings.metrics_listen, self.metrics.registry)
+        self.metrics_server.start()
+        log.info("metrics at %s", self.metrics_server.url)
+
+    async def _set_ready(self, ready: bool) -> None:
+        status = health_pb2.HealthCheckResponse
+        await self.health.set(SERVICE_NAME, status.SERVING if ready else status.NOT_SERVING)
 
     async def stop(self) -> None:
         log.info("shutting down: no new claims; in-flight jobs get %.0fs", self.settings.grace)
+        await self.db_health.stop()
         await self.health.enter_graceful_shutdown()
+        await self.pruner.stop()
         await self.worker.stop(self.settings.grace)
+        await self.count_folder.stop()
         # Streams never end by themselves; give unary calls a moment, then end the rest.
         await self.server.stop(1.0)
         if self.listener is not None:
             await self.listener.stop()
         await self.gateway.close()
+        if self.tracing is not None:
+            await self.tracing.shutdown()  # the spans still queued go out now
+        if self.metrics_server is not None:
+            # Last before the store closes: a scrape meanwhile still gets its numbers.
+            await asyncio.to_thread(self.metrics_server.stop)
         with contextlib.suppress(StorageError):
             await self.store.close()
         log.info("job-service stopped")
 
 
-async def prepare_database(settings: JobServiceSettings) -> None:
+async def prepare_database(settings: JobServiceSettings, *, migrating: bool = False) -> None:
+    """`job-service migrate` (`migrating`): bring the schema to this code's. A start:
+    check that this code may run on the schema, migrating it first when that is safe
+    (storage/schema_version.py)."""
     try:
         prepare_sqlite_url(settings.database_url)
-        await migrate(settings.database_url)
+        if migrating:
+            await migrate(settings.database_url)
+        else:
+            await prepare_schema(settings.database_url, migrate_on_start=settings.migrate_on_start)
+    except (SchemaMismatch, MigrationLockTimeout) as refusal:
+        raise StartupError(safe_text(str(refusal))) from None
     except Exception as error:
         # Driver messages may quote the URL, and span lines: one line, password masked.
         raise StartupError(

@@ -21,9 +21,12 @@ from job_service.domain.limits import (
     MAX_MAX_MESSAGE_BYTES,
     MIN_MAX_MESSAGE_BYTES,
 )
+from job_service.domain.retention import RetentionPolicy, format_retention, parse_retention
 from san_shared.cli_settings import HostPort
 from san_shared.event_loop import EventLoopName
 from san_shared.exposure import is_loopback
+from san_shared.json_logs import LogFormat
+from san_shared.otlp_settings import check_otlp_endpoint
 from san_shared.tls_settings import tls_pair_problem
 
 ENV_PREFIX = "SAN_JOBS_"
@@ -44,6 +47,14 @@ class JobServiceSettings(BaseSettings):
     database_url: str = Field(
         "sqlite+aiosqlite:///var/jobs.db",
         description="SQLAlchemy async URL: sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST:PORT/DB",
+    )
+    # storage/schema_version.py: a start never applies a migration that instances of
+    # the database's revision could not run beside.
+    migrate_on_start: bool = Field(
+        True,
+        description="at start, apply pending migrations that running instances of the "
+        "older version can run beside; off: refuse an older schema (run `job-service "
+        "migrate` first)",
     )
     gateway: HostPort = Field("127.0.0.1:50052", description="HOST:PORT of AiGateway")
     workers: int = Field(10, ge=1, le=10_000, description="jobs run at once by this instance")
@@ -125,11 +136,59 @@ class JobServiceSettings(BaseSettings):
     )
     max_feeds: int = Field(100, ge=1, description="live feeds (no job_ids) open on this instance")
     max_feeds_per_peer: int = Field(10, ge=1, description="live feeds open from one peer")
+    # Retention (job_service/pruner.py): terminal jobs are deleted this long after they
+    # ended. Durations: 7d, 12h, 30m, 90s, 1d12h or seconds; off (or 0) keeps forever.
+    retain_completed: str = Field(
+        "7d",
+        description="delete COMPLETED jobs this long after they ended: 7d, 12h, 30m, 90s or "
+        "seconds; off (or 0) keeps them forever",
+        json_schema_extra={"metavar": "DURATION"},
+    )
+    retain_failed: str = Field(
+        "30d",
+        description="delete FAILED jobs this long after they failed (same forms; off keeps)",
+        json_schema_extra={"metavar": "DURATION"},
+    )
+    retain_cancelled: str = Field(
+        "30d",
+        description="delete CANCELLED jobs this long after they were cancelled (same forms; "
+        "off keeps)",
+        json_schema_extra={"metavar": "DURATION"},
+    )
+    prune_interval: float = Field(
+        60.0,
+        gt=0,
+        description="seconds between two prune runs (one instance at a time prunes)",
+    )
     instance_id: str = Field(
         default_factory=default_instance_id,
         description="name of this instance in logs and notifications (default HOST-PID-RANDOM)",
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    # Traces (san_shared.tracing): off unless this or OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    otlp_endpoint: str | None = Field(
+        None,
+        description="send OpenTelemetry traces to this OTLP gRPC collector "
+        "(http://HOST:4317; default OTEL_EXPORTER_OTLP_ENDPOINT, else no traces)",
+        json_schema_extra={"metavar": "URL"},
+    )
+    _otlp_endpoint = field_validator("otlp_endpoint")(check_otlp_endpoint)
+    log_format: LogFormat = Field(
+        "text", description="text (a line for people) or json (one JSON object per line)"
+    )
+    # Readiness follows the database (job_service.db_health); 0 turns the checks off.
+    health_interval: float = Field(
+        2.0,
+        ge=0,
+        description="seconds between checks that the database answers; health reports "
+        "san.jobs.v1.JobService NOT_SERVING while it does not (0: no checks)",
+    )
+    # Prometheus text at http://HOST:PORT/metrics (san_shared.metrics_http); off unless set.
+    metrics_listen: HostPort | None = Field(
+        None,
+        description="serve Prometheus metrics at http://HOST:PORT/metrics (default off)",
+        json_schema_extra={"metavar": "HOST:PORT"},
+    )
     event_loop: EventLoopName = Field(
         "uvloop", description="uvloop (a fifth less CPU per job), or asyncio's own loop"
     )
@@ -236,6 +295,19 @@ class JobServiceSettings(BaseSettings):
     @classmethod
     def _concurrency_limit(cls, value: object) -> object:
         return parse_concurrency_limits(value)
+
+    @field_validator("retain_completed", "retain_failed", "retain_cancelled")
+    @classmethod
+    def _retention(cls, value: str) -> str:
+        return format_retention(parse_retention(value))  # one line on a bad value
+
+    def retention(self) -> RetentionPolicy:
+        """How long each terminal status is kept (--retain-*)."""
+        return RetentionPolicy(
+            completed=parse_retention(self.retain_completed),
+            failed=parse_retention(self.retain_failed),
+            cancelled=parse_retention(self.retain_cancelled),
+        )
 
     def claim_limits(self) -> dict[JobType, TypeLimit]:
         """Each limited job type's limits (--rate-limit, --concurrency-limit)."""

@@ -21,9 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from opentelemetry.trace import SpanKind, StatusCode, Tracer
+
 from job_service.dispatch_breaker import BreakerConfig, DispatchBreaker, Verdict
 from job_service.domain.backoff import BackoffPolicy
 from job_service.domain.claim_limits import TypeLimit
+from job_service.domain.dispatch import PauseReason
 from job_service.domain.errors import LeaseLostError, StorageError, StorageUnavailableError
 from job_service.domain.failures import (
     GatewayCallError,
@@ -34,6 +37,17 @@ from job_service.domain.failures import (
 from job_service.domain.job_types import default_deadlines
 from job_service.domain.model import Claim, Failure, GatewayAnswer, Job, JobType
 from job_service.domain.ports import AiGateway, JobStore
+from job_service.metrics import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    GIVEN_BACK,
+    RETRIED,
+    SHUTDOWN_CODE,
+    NoMetrics,
+    WorkerMetrics,
+)
+from san_shared.trace_context import context_of
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +58,10 @@ DEFAULT_DEADLINES: dict[JobType, float] = default_deadlines()
 # Writes of an outcome are retried this often while the database is unreachable,
 # so a short database blip does not throw away a finished model call.
 OUTCOME_WRITE_TRIES = 5
+# Why cancel_local stops a call when CancelJob cancelled its job.
+CANCELLED_WHY = "the job was cancelled"
+# The outcomes of an attempt (its span's job.outcome) that are failures.
+FAILED_OUTCOMES = frozenset({"failed", "retrying"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +96,19 @@ class Worker:
         config: WorkerConfig,
         rng: random.Random | None = None,
         clock: Callable[[], datetime] | None = None,
+        tracer: Tracer | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         """`clock`: the time the worker compares with the times the store writes
         (retry times, the next due time): give it the store's clock (default: UTC
         now, as the store's). Its waits go by the event loop's clock, so on a test
-        loop whose clock the test drives, the worker's timing costs no real time."""
+        loop whose clock the test drives, the worker's timing costs no real time.
+        `tracer` (None: tracing off): a `job.attempt` span for each attempt, the child
+        of the traceparent stored by the job's Enqueue."""
         self._store = store
+        self._tracer = tracer
+        # Each attempt's wait, run time and outcome (job_service.metrics).
+        self._metrics: WorkerMetrics = metrics or NoMetrics()
         self._gateway = gateway
         self._publish = publish
         self._config = config
@@ -135,7 +160,12 @@ class Worker:
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    def cancel_local(self, job_ids: Iterable[str], why: str = "the job was cancelled") -> None:
+    def paused_types(self) -> dict[JobType, PauseReason]:
+        """The job types not claimed now, and why, as this instance sees the shared
+        pauses (no query). Safe to call from another thread (the metrics server's)."""
+        return self._breaker.paused_now()
+
+    def cancel_local(self, job_ids: Iterable[str], why: str = CANCELLED_WHY) -> None:
         """CancelJob made these jobs CANCELLED (or, says `why`, they are no longer
         ours): stop their gateway calls if they run here."""
         for job_id in job_ids:
@@ -290,6 +320,7 @@ class Worker:
             if exhausted:
                 for job in exhausted:
                     log.warning("job_id=%s failed: lease expired on its last attempt", job.id)
+                    self._metrics.outcome(job.job_type, FAILED, job.error_code or "")
                 self._publish(exhausted)
             return await self._store.next_due_at()
         except StorageError as error:
@@ -307,11 +338,19 @@ class Worker:
             job.max_attempts,
         )
         self._leases[job.id] = claim.token
+        self._metrics.started(job)
         task = asyncio.create_task(self._run_job(claim), name=f"job-{job.id}")
         self._tasks[job.id] = task
-        task.add_done_callback(functools.partial(self._job_done, job.id))
+        # The loop's clock, not time.monotonic(): the same in production, and on a
+        # test's virtual-time loop the run is measured in its time.
+        started = asyncio.get_running_loop().time()
+        task.add_done_callback(functools.partial(self._job_done, job.id, job.job_type, started))
 
-    def _job_done(self, job_id: str, _task: asyncio.Task[None]) -> None:
+    def _job_done(
+        self, job_id: str, job_type: JobType, started: float, _task: asyncio.Task[None]
+    ) -> None:
+        # The attempt's run: from its claim to its outcome written, whatever it was.
+        self._metrics.ran(job_type, asyncio.get_running_loop().time() - started)
         self._tasks.pop(job_id, None)
         self._probes.discard(job_id)
         self._leases.pop(job_id, None)
@@ -321,6 +360,30 @@ class Worker:
     # -- one job ---------------------------------------------------------------
 
     async def _run_job(self, claim: Claim) -> None:
+        if self._tracer is None:
+            await self._attempt(claim)
+            return
+        job = claim.job
+        # The parent is the Enqueue call's span, stored with the job: the attempt
+        # joins its caller's trace, whenever and wherever it runs.
+        with self._tracer.start_as_current_span(
+            "job.attempt",
+            context=context_of(job.traceparent),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "job.id": job.id,
+                "job.type": job.job_type.value,
+                "job.attempt": job.attempt_count,
+            },
+        ) as span:
+            outcome = await self._attempt(claim)
+            span.set_attribute("job.outcome", outcome)
+            if outcome in FAILED_OUTCOMES:
+                span.set_status(StatusCode.ERROR, outcome)
+
+    async def _attempt(self, claim: Claim) -> str:
+        """Run one attempt and record its outcome; which one, as a word: completed,
+        retrying, failed, given_back (its type is paused) or cancelled."""
         job, token = claim.job, claim.token
         timeout = self._config.deadlines.get(job.job_type, DEFAULT_DEADLINES[job.job_type])
         started = time.monotonic()
@@ -332,21 +395,34 @@ class Worker:
             except GatewayCallError as error:
                 verdict, failure = await self._breaker_verdict(job, error, call_started)
                 if verdict is Verdict.GIVE_BACK:
+                    outcome = "given_back"
                     record = self._give_back(job, token, failure)
                 else:
+                    outcome = self._failure_outcome(job, failure)
                     record = self._record_failure(job, token, failure)
             except Exception:  # a bug of ours must not leave the job PROCESSING
                 error_id = uuid.uuid4().hex[:12]
                 log.exception("job_id=%s: unexpected error (error id %s)", job.id, error_id)
-                record = self._record_failure(job, token, unexpected_failure(error_id))
+                failure = unexpected_failure(error_id)
+                outcome = self._failure_outcome(job, failure)
+                record = self._record_failure(job, token, failure)
             else:
                 await self._breaker_success(job)
+                outcome = "completed"
                 record = self._record_success(job, token, answer, time.monotonic() - started)
             await self._settle(job, token, record)
         except asyncio.CancelledError:
             # Also when cancelled while the outcome was being written: if that write
             # committed, the token no longer matches and giving back does nothing.
             await self._on_cancelled(job, token)
+            return "cancelled"
+        return outcome
+
+    @staticmethod
+    def _failure_outcome(job: Job, failure: Failure) -> str:
+        """retrying or failed: what _record_failure will make of `failure`."""
+        retries = failure.transient and job.attempt_count < job.max_attempts
+        return "retrying" if retries else "failed"
 
     async def _settle(self, job: Job, token: str, record: Awaitable[None]) -> None:
         """Record the outcome; if that fails unexpectedly (a bug, a value the
@@ -377,6 +453,7 @@ class Worker:
         else:
             if failed is not None:
                 log.error("job_id=%s failed: %s", job.id, failure.message)
+                self._metrics.outcome(job.job_type, FAILED, failure.code)
                 self._publish([failed])
             return  # written, or the job is no longer ours, or its lease will expire
         try:
@@ -386,12 +463,15 @@ class Worker:
             return
         if released is not None:
             log.warning("job_id=%s given back as PENDING after a failed outcome write", job.id)
+            self._metrics.outcome(job.job_type, GIVEN_BACK, failure.code)
             self._publish([released])
 
     async def _on_cancelled(self, job: Job, token: str) -> None:
         why = self._cancel_requested.get(job.id)
         if why is not None:
             log.info("job_id=%s: gateway call stopped, %s", job.id, why)
+            if why == CANCELLED_WHY:  # a lost lease is counted where it was found
+                self._metrics.outcome(job.job_type, CANCELLED, "CANCELLED")
             return
         # Shutdown past the grace period: give the job back without charging it.
         try:
@@ -403,6 +483,7 @@ class Worker:
             return
         if released is not None:
             log.info("job_id=%s given back as PENDING at shutdown", job.id)
+            self._metrics.outcome(job.job_type, GIVEN_BACK, SHUTDOWN_CODE)
             self._publish([released])
 
     async def _record_success(
@@ -420,6 +501,7 @@ class Worker:
                 job.max_attempts,
                 seconds * 1000,
             )
+            self._metrics.outcome(job.job_type, COMPLETED)
             self._publish([done])
 
     async def _breaker_verdict(
@@ -452,6 +534,7 @@ class Worker:
                 job.job_type.value,
                 failure.message,
             )
+            self._metrics.outcome(job.job_type, GIVEN_BACK, failure.code)
             self._publish([released])
 
     async def _record_failure(self, job: Job, token: str, failure: Failure) -> None:
@@ -468,6 +551,8 @@ class Worker:
             return
         if retry_at is not None:
             heapq.heappush(self._retries_due, retry_at)
+            self._metrics.retry_scheduled(job.id, retry_at)
+            self._metrics.outcome(job.job_type, RETRIED, failure.code)
             log.warning(
                 "job_id=%s attempt %d failed (%s), retrying in %.1fs: %s",
                 job.id,
@@ -484,6 +569,7 @@ class Worker:
                 failure.code,
                 failure.message,
             )
+            self._metrics.outcome(job.job_type, FAILED, failure.code)
         self._publish([stored])
 
     async def _write_outcome(self, job: Job, write: Callable[[], Awaitable[T]]) -> T | None:
@@ -497,6 +583,7 @@ class Worker:
                 log.warning(
                     "job_id=%s: lease lost (cancelled or claimed again); outcome discarded", job.id
                 )
+                self._metrics.leases_lost()
                 return None
             except StorageUnavailableError as error:
                 if attempt == OUTCOME_WRITE_TRIES:
@@ -528,4 +615,6 @@ class Worker:
             lost = [job_id for job_id, _ in held if job_id not in owned and job_id in self._leases]
             for job_id in lost:
                 log.warning("job_id=%s: lease lost; stopping its gateway call", job_id)
+            if lost:
+                self._metrics.leases_lost(len(lost))
             self.cancel_local(lost, "the job is no longer ours (claimed again, or cancelled)")

@@ -3,7 +3,7 @@
 Exit codes (also in ``jobsctl --help``)::
 
     0  success
-    1  watch: the job ended FAILED or CANCELLED; retry-failed: declined at the prompt
+    1  watch: the job ended FAILED or CANCELLED; retry-failed, prune: declined at the prompt
     2  usage error (unknown flag, bad value, missing confirmation)
     3  job not found
     4  invalid input or conflict (bad request, duplicate job, job already finished)
@@ -24,7 +24,7 @@ from typing import NoReturn
 
 from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.jobsctl import _connection, _render
+from clients.jobsctl import _connection, _failures, _prune, _render
 from clients.jobsctl._job_inputs import (
     InputError,
     add_enqueue_commands,
@@ -67,7 +67,7 @@ environment:
   a flag beats its variable; --token-file is safer than --token (ps, shell history)
 
 exit codes:
-  0 ok; 1 watched job ended FAILED/CANCELLED (or retry declined); 2 usage error;
+  0 ok; 1 watched job ended FAILED/CANCELLED (or retry/prune declined); 2 usage error;
   3 job not found; 4 invalid input or conflict; 5 JobService unreachable (or TLS
   handshake failed); 6 other JobService error; 7 not authenticated;
   8 permission denied; 130 interrupted
@@ -204,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TYPE", help=f"{job_type_choices()} (repeatable)",
     )  # fmt: skip
     _json_flag(usage)
+    _failures.add_parser(commands)
+    _prune.add_parser(commands)
     return parser
 
 
@@ -423,6 +425,8 @@ COMMANDS: dict[str, Callable[[JobsClient, argparse.Namespace], int]] = {
     "cancel": cmd_cancel,
     "stats": cmd_stats,
     "usage": cmd_usage,
+    "failures": _failures.cmd_failures,
+    "prune": _prune.cmd_prune,
 }
 
 

@@ -11,6 +11,8 @@ service descriptor, so a new RPC cannot be served without a rule.
     RetryFailed       no                 no           yes
     GetJobStats       no                 yes          yes
     GetUsage          own jobs           yes          yes
+    PruneJobs         no                 no           yes
+    ListFailureGroups no                 yes          yes
 
 "Own" jobs are those whose requested_by is the caller's token name; another's job
 is NOT_FOUND to a submitter (so ids cannot be probed), never PERMISSION_DENIED.
@@ -52,6 +54,8 @@ RPC_RULES: dict[str, dict[Role, Access]] = {
     "RetryFailed": {_S: _N, _V: _N, _O: _ALL},
     "GetJobStats": {_S: _N, _V: _ALL, _O: _ALL},
     "GetUsage": {_S: _OWN, _V: _ALL, _O: _ALL},
+    "PruneJobs": {_S: _N, _V: _N, _O: _ALL},
+    "ListFailureGroups": {_S: _N, _V: _ALL, _O: _ALL},
 }
 
 # Services besides JobService that need a token of any role (server reflection: the

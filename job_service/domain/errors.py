@@ -71,6 +71,14 @@ class StorageFailureError(StorageError):
     a driver misuse): a bug or a broken schema, never the caller's fault."""
 
 
+class PruneRunningError(JobServiceError):
+    """A prune was asked for while one is running (on any instance on the database):
+    the pruners' lock is held (job_service/pruner.py)."""
+
+    def __init__(self) -> None:
+        super().__init__("a prune is running now (on this or another instance); try again later")
+
+
 class LeaseLostError(JobServiceError):
     """A write about a claimed job found another claim token: someone else owns it now."""
 

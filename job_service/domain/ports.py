@@ -3,12 +3,14 @@ and the servicers depend on this Protocol, never on a session or an engine."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol
 
 from job_service.domain.claim_limits import LimitedClaim, TypeLimit
 from job_service.domain.dispatch import DispatchPause, PauseReason
+from job_service.domain.failure_groups import FailureGroup, FailureQuery
 from job_service.domain.model import (
     AttemptUsage,
     Claim,
@@ -17,6 +19,7 @@ from job_service.domain.model import (
     Job,
     JobFilter,
     JobStats,
+    JobStatus,
     JobType,
     JsonDict,
     NewJob,
@@ -149,7 +152,15 @@ class JobStore(Protocol):
         ...
 
     async def stats(self) -> JobStats:
-        """Counts by (job_type, status) and the created_at of the oldest PENDING job."""
+        """Counts by (job_type, status), the created_at of the oldest PENDING job and
+        each type's oldest due time. One cheap read whatever the table's size (the SQL
+        store reads counts kept by triggers: storage/counts.py)."""
+        ...
+
+    async def fold_counts(self) -> int:
+        """Fold the counts' pending deltas into their totals (a short write; the SQL
+        store on PostgreSQL, every few seconds: job_service/count_folding.py). Returns
+        how many deltas were folded; 0 where there is nothing to fold."""
         ...
 
     async def usage_totals(
@@ -158,6 +169,14 @@ class JobStore(Protocol):
         """Usage summed per (job type, model, caller) over the attempts `query`
         selects, ordered by those three (domain.usage.group_key): at most `max_groups`
         groups, and whether more were left out."""
+        ...
+
+    async def failure_groups(
+        self, query: FailureQuery, max_groups: int
+    ) -> tuple[list[FailureGroup], bool]:
+        """The FAILED jobs `query` selects, counted per (error_code, error_reason,
+        message prefix), in domain.failure_groups.group_order: at most `max_groups`
+        groups, and whether more were left out. One read."""
         ...
 
     async def next_due_at(self) -> datetime | None:
@@ -192,6 +211,40 @@ class JobStore(Protocol):
         """Compare-and-set: if the pause's `until` is past (<= now), move it to
         `next_probe_at` and return True (this caller sends the probe); else False.
         Of several instances racing, exactly one wins."""
+        ...
+
+    # -- retention (job_service/pruner.py, domain/retention.py) ----------------------
+
+    async def count_prunable(
+        self, cutoffs: Mapping[JobStatus, datetime], limit: int
+    ) -> dict[JobStatus, int]:
+        """For each (terminal) status in `cutoffs`: how many jobs of it ended (updated_at)
+        before its cutoff, counting at most `limit` (an index range count that stops
+        there, so it stays cheap on a big table). One read."""
+        ...
+
+    async def prune_batch(self, status: JobStatus, cutoff: datetime, limit: int) -> int:
+        """Delete at most `limit` jobs of terminal `status` that ended before `cutoff`,
+        oldest first, in one short transaction (one statement; rows another
+        transaction holds are skipped on PostgreSQL). The DELETE itself re-checks the
+        status and the age, so a job that is not terminal is never deleted. Returns how
+        many were deleted; fewer than `limit` means none is left (or the rest is held
+        by a concurrent prune)."""
+        ...
+
+    def prune_lock(self) -> AbstractAsyncContextManager[bool]:
+        """Enter to take the pruners' lock, shared by every instance on the database,
+        without waiting: yields True when this caller holds it until exit, False when
+        another holds it (PostgreSQL: a session advisory lock on a connection kept for
+        the run; SQLite, one instance by design, and memory: a flag on the store)."""
+        ...
+
+    async def ping(self) -> None:
+        """Return once the database answers a trivial query; StorageUnavailableError
+        when it cannot be reached (health checks, job_service/db_health.py). Callers
+        bound its time (asyncio.timeout): a database that hangs never answers. Uses
+        a connection of its own, so pools busy with jobs do not make a reachable
+        database look down."""
         ...
 
     async def close(self) -> None:

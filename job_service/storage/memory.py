@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -35,8 +35,16 @@ from job_service.domain.errors import (
     LeaseLostError,
     StorageFailureError,
 )
+from job_service.domain.failure_groups import (
+    FailureGroup,
+    FailureQuery,
+    group_order,
+    message_prefix,
+)
+from job_service.domain.job_ids import new_job_id
 from job_service.domain.model import (
     ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
     AttemptUsage,
     Claim,
     Failure,
@@ -149,6 +157,8 @@ class MemoryTable:
         self.pauses: dict[JobType, DispatchPause] = {}
         # Claim limits' token buckets (domain/claim_limits.py): (tokens, refilled at).
         self.buckets: dict[JobType, tuple[float, datetime]] = {}
+        # The pruners' lock (PostgreSQL's advisory lock), shared by the table's stores.
+        self.prune_locked = False
 
 
 class MemoryJobStore:
@@ -166,6 +176,9 @@ class MemoryJobStore:
 
     async def close(self) -> None:
         await asyncio.sleep(0)
+
+    async def ping(self) -> None:
+        await asyncio.sleep(0)  # memory is always there
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -216,13 +229,14 @@ class MemoryJobStore:
                 return _job(holder), True
             raise DuplicateJobError(holder["id"])
         args = {
-            "job_id": str(uuid.uuid4()),
+            "job_id": new_job_id(),
             "job_type": new.job_type,
             "target_id": new.target_id,
             "request_params": _json(new.request_params),
             "requested_by": new.requested_by,
             "request_id": new.request_id,
             "max_attempts": new.max_attempts,
+            "traceparent": new.traceparent,
         }
         return self._write(ENQUEUE, None, self._call(args)), False
 
@@ -485,6 +499,36 @@ class MemoryJobStore:
         )
         return totals[:max_groups], len(totals) > max_groups
 
+    async def failure_groups(
+        self, query: FailureQuery, max_groups: int
+    ) -> tuple[list[FailureGroup], bool]:
+        await asyncio.sleep(0)
+        selection = query.job_filter()
+        members: dict[tuple[str, str, str], list[Row]] = {}
+        for row in self._rows.values():
+            if _matches(row, selection):
+                key = (
+                    row["error_code"] or "",
+                    row["error_reason"] or "",
+                    message_prefix(row["error_message"]),
+                )
+                members.setdefault(key, []).append(row)
+        groups = sorted(
+            (
+                FailureGroup(
+                    error_code=code,
+                    error_reason=reason,
+                    message_prefix=prefix,
+                    count=len(rows),
+                    latest_failed_at=max(row["failed_at"] for row in rows),
+                    example_job_id=max(row["id"] for row in rows),
+                )
+                for (code, reason, prefix), rows in members.items()
+            ),
+            key=group_order,
+        )
+        return groups[:max_groups], len(groups) > max_groups
+
     async def stats(self) -> JobStats:
         await asyncio.sleep(0)
         counts = Counter((row["job_type"], status_of(row)) for row in self._rows.values())
@@ -506,6 +550,10 @@ class MemoryJobStore:
             oldest_pending_created_at=oldest,
             oldest_due_by_type=self._oldest_due_by_type(),
         )
+
+    async def fold_counts(self) -> int:
+        await asyncio.sleep(0)
+        return 0  # counted from the rows each time (the table is small)
 
     def _oldest_due_by_type(self) -> dict[JobType, datetime]:
         now = _aware(self._clock())
@@ -553,6 +601,45 @@ class MemoryJobStore:
             return False
         self.table.pauses[job_type] = replace(current, until=_aware(next_probe_at))
         return True
+
+    # -- retention (storage/prune.py is the SQL twin) ----------------------------------
+
+    def _past(self, status: JobStatus, cutoff: datetime) -> list[Row]:
+        """Jobs of terminal `status` that ended (updated_at) before `cutoff`, oldest first."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"only terminal jobs are pruned, not {status.value}")
+        cutoff = _aware(cutoff)
+        rows = [
+            row
+            for row in self._rows.values()
+            if status_of(row) is status and row["updated_at"] < cutoff
+        ]
+        return sorted(rows, key=lambda row: row["updated_at"])
+
+    async def count_prunable(
+        self, cutoffs: Mapping[JobStatus, datetime], limit: int
+    ) -> dict[JobStatus, int]:
+        await asyncio.sleep(0)
+        return {s: min(len(self._past(s, c)), max(0, limit)) for s, c in cutoffs.items()}
+
+    async def prune_batch(self, status: JobStatus, cutoff: datetime, limit: int) -> int:
+        await asyncio.sleep(0)
+        chosen = self._past(status, cutoff)[: max(0, limit)]
+        for row in chosen:
+            del self._rows[row["id"]]
+        return len(chosen)
+
+    @asynccontextmanager
+    async def prune_lock(self) -> AsyncIterator[bool]:
+        await asyncio.sleep(0)
+        if self.table.prune_locked:
+            yield False
+            return
+        self.table.prune_locked = True
+        try:
+            yield True
+        finally:
+            self.table.prune_locked = False
 
 
 def _due_times(rows: Iterable[Row]) -> Iterable[datetime]:

@@ -13,7 +13,8 @@ injected clock, never from the database, so tests can move time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 
 from sqlalchemy import URL
@@ -21,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from job_service.domain.claim_limits import LimitedClaim, TypeLimit
 from job_service.domain.dispatch import DispatchPause, PauseReason
+from job_service.domain.failure_groups import FailureGroup, FailureQuery
 from job_service.domain.model import (
     AttemptUsage,
     Claim,
@@ -28,6 +30,7 @@ from job_service.domain.model import (
     Job,
     JobFilter,
     JobStats,
+    JobStatus,
     JobType,
     JsonDict,
     NewJob,
@@ -38,8 +41,11 @@ from job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EXPIRED_MES
 from job_service.domain.usage import UsageQuery, UsageTotal
 from job_service.storage.claim_limits import LimitedClaims
 from job_service.storage.connections import Connections, HotStatements
+from job_service.storage.failure_groups import failure_groups
 from job_service.storage.operations import OperatorQueries
 from job_service.storage.pauses import PauseQueries
+from job_service.storage.ping import DatabasePing
+from job_service.storage.prune import PruneQueries
 from job_service.storage.reads import JobReads
 from job_service.storage.rows import aware, utc_now
 from job_service.storage.statements import Statements
@@ -90,6 +96,8 @@ class SqlJobStore:
         self._operations = OperatorQueries(self._db, sql, self._now)
         self._pauses = PauseQueries(self._db, sql, self._now)
         self._limited = LimitedClaims(self._db, sql, self._now)
+        self._ping = DatabasePing(self._db.engine)
+        self._prune = PruneQueries(self._db)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -104,8 +112,12 @@ class SqlJobStore:
 
     async def close(self) -> None:
         await self._writes.wait_idle()
+        await self._ping.close()
         await self._hot.close()
         await self._db.close()
+
+    async def ping(self) -> None:
+        await self._ping.ping()
 
     # -- JobStore: writes -------------------------------------------------------------
 
@@ -188,6 +200,9 @@ class SqlJobStore:
     async def stats(self) -> JobStats:
         return await self._operations.stats()
 
+    async def fold_counts(self) -> int:
+        return await self._operations.fold_counts()
+
     async def next_due_at(self) -> datetime | None:
         return await self._operations.next_due_at()
 
@@ -195,6 +210,11 @@ class SqlJobStore:
         self, query: UsageQuery, max_groups: int
     ) -> tuple[list[UsageTotal], bool]:
         return await self._operations.usage_totals(query, max_groups)
+
+    async def failure_groups(
+        self, query: FailureQuery, max_groups: int
+    ) -> tuple[list[FailureGroup], bool]:
+        return await failure_groups(self._db, query, max_groups)
 
     # -- JobStore: dispatch pauses ------------------------------------------------------
 
@@ -216,3 +236,16 @@ class SqlJobStore:
 
     async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
         return await self._pauses.take_probe(job_type, next_probe_at)
+
+    # -- JobStore: retention (prune.py) -------------------------------------------------
+
+    async def count_prunable(
+        self, cutoffs: Mapping[JobStatus, datetime], limit: int
+    ) -> dict[JobStatus, int]:
+        return await self._prune.count_prunable(cutoffs, limit)
+
+    async def prune_batch(self, status: JobStatus, cutoff: datetime, limit: int) -> int:
+        return await self._prune.prune_batch(status, cutoff, limit)
+
+    def prune_lock(self) -> AbstractAsyncContextManager[bool]:
+        return self._prune.prune_lock()

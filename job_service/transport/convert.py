@@ -19,6 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from san.jobs.v1 import job_service_pb2 as pb
 
 from job_service.domain.dispatch import DispatchPause, PauseReason
+from job_service.domain.failure_groups import MESSAGE_PREFIX_CHARS, FailureGroup, FailureQuery
 from job_service.domain.job_types import JOB_TYPES
 from job_service.domain.model import AttemptUsage, Job, JobAttempt, JobStats, JobStatus, JobType
 from job_service.domain.usage import UsageQuery, UsageTotal
@@ -221,6 +222,28 @@ def usage_totals_to_pb(
         )
         row.duration.FromNanoseconds(round(total.duration_seconds * 1e9))
     return response
+
+
+def failure_groups_to_pb(
+    groups: Iterable[FailureGroup], truncated: bool, query: FailureQuery
+) -> pb.ListFailureGroupsResponse:
+    return pb.ListFailureGroupsResponse(
+        groups=[
+            pb.FailureGroup(
+                error_code=group.error_code,
+                error_reason=group.error_reason,
+                message_prefix=group.message_prefix,
+                count=group.count,
+                latest_fail_time=timestamp_of(group.latest_failed_at),
+                example_job_id=group.example_job_id,
+            )
+            for group in groups
+        ],
+        truncated=truncated,
+        failed_after=timestamp_of(query.failed_after),
+        failed_before=timestamp_of(query.failed_before),
+        message_prefix_length=MESSAGE_PREFIX_CHARS,
+    )
 
 
 def stats_to_pb(stats: JobStats, paused: Iterable[DispatchPause] = ()) -> pb.GetJobStatsResponse:

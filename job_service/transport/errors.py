@@ -31,6 +31,7 @@ from job_service.domain.errors import (
     JobNotFoundError,
     JobServiceError,
     PermissionDeniedError,
+    PruneRunningError,
     StorageDataError,
     StorageUnavailableError,
     UnauthenticatedError,
@@ -151,6 +152,10 @@ def to_status(error: JobServiceError, error_id: str) -> grpc.Status:
                 "PERMISSION_DENIED",
                 {"rpc": error.rpc, "role": error.role},
             )
+        case PruneRunningError():
+            # ABORTED, not FAILED_PRECONDITION: nothing is wrong with the request or the
+            # system, it lost a race with another prune and may simply retry later.
+            return _status(code_pb2.ABORTED, str(error), "PRUNE_RUNNING", {})
         case StorageUnavailableError():
             return _status(
                 code_pb2.UNAVAILABLE,
@@ -176,6 +181,8 @@ def _log(rpc: str, error: BaseException, error_id: str) -> None:
         case InvalidRequestError() | DuplicateJobError() | JobNotFoundError():
             return
         case InvalidJobStateError() | UnauthenticatedError() | PermissionDeniedError():
+            return
+        case PruneRunningError():
             return
         case StorageUnavailableError() | StorageDataError():
             log.error("%s failed: error_id=%s %s", rpc, error_id, error)

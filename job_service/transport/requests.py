@@ -12,6 +12,11 @@ from google.protobuf.message import Message
 from san.jobs.v1 import job_service_pb2 as pb
 
 from job_service.domain.errors import FieldViolation, InvalidRequestError
+from job_service.domain.failure_groups import (
+    DEFAULT_FAILURE_RANGE_SECONDS,
+    MAX_FAILURE_RANGE_SECONDS,
+    FailureQuery,
+)
 from job_service.domain.limits import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_RETRY_LIMIT,
@@ -316,3 +321,22 @@ def usage(request: pb.GetUsageRequest, now: datetime, owner: str | None) -> Usag
             out.append(FieldViolation("end_time", f"at most {days} days after start_time"))
     _raise_if(out)
     return UsageQuery(start=start, end=end, job_types=types, requested_by=owner)
+
+
+def failure_groups(request: pb.ListFailureGroupsRequest, now: datetime) -> FailureQuery:
+    """ListFailureGroups' range (defaults filled in: failed_before now, failed_after a
+    day before) and types; a range of at most 31 days keeps the read small."""
+    out: list[FieldViolation] = []
+    before = _timestamp("failed_before", request, out) or now
+    after = _timestamp("failed_after", request, out)
+    if after is None:
+        after = before - timedelta(seconds=DEFAULT_FAILURE_RANGE_SECONDS)
+    types = _job_types("job_types", request.job_types, out)
+    if not out:
+        if after >= before:
+            out.append(FieldViolation("failed_after", "must be before failed_before"))
+        elif before - after > timedelta(seconds=MAX_FAILURE_RANGE_SECONDS):
+            days = MAX_FAILURE_RANGE_SECONDS // 86_400
+            out.append(FieldViolation("failed_before", f"at most {days} days after failed_after"))
+    _raise_if(out)
+    return FailureQuery(failed_after=after, failed_before=before, job_types=types)

@@ -17,6 +17,7 @@ from job_service.app import JobApplication
 from job_service.auth.roles import current_caller
 from job_service.domain.dispatch import DispatchPause
 from job_service.domain.errors import JobNotFoundError
+from job_service.domain.failure_groups import MAX_FAILURE_GROUPS
 from job_service.domain.freshness import supersedes
 from job_service.domain.limits import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -25,18 +26,26 @@ from job_service.domain.limits import (
 )
 from job_service.domain.model import Job, JobStatus
 from job_service.domain.validation import EnqueueLimits
+from job_service.pruner import Pruner
 from job_service.transport import requests
-from job_service.transport.convert import job_to_pb, stats_to_pb, usage_totals_to_pb
+from job_service.transport.convert import (
+    failure_groups_to_pb,
+    job_to_pb,
+    stats_to_pb,
+    usage_totals_to_pb,
+)
 from job_service.transport.decoding import add_lenient_service
 from job_service.transport.errors import stream_errors, unary_errors
 from job_service.transport.pages import fit_page
 from job_service.transport.pause_cache import PauseCache
+from job_service.transport.prune import prune_response
 from job_service.transport.stream_limits import (
     StreamGate,
     StreamRefusedError,
     connection_key,
     peer_key,
 )
+from san_shared.trace_context import current_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +62,12 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         stream_gate: StreamGate,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         pauses: PauseCache | None = None,
+        pruner: Pruner | None = None,
     ) -> None:
         self._app = app
+        # PruneJobs runs the server's pruner (its retention and lock); made on first use,
+        # with the default retention, for a servicer made without one (tests).
+        self._given_pruner = pruner
         # The paused job types, for GetJobStats and each PENDING job's waiting_for:
         # one store read a second at most, however many jobs are converted.
         self._pauses = pauses or PauseCache(lambda: app.store.dispatch_pauses())
@@ -71,6 +84,10 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         if caller is not None:
             # Who asks is who authenticated, whatever the request says.
             new = dataclasses.replace(new, requested_by=caller.name)
+        traceparent = current_traceparent()
+        if traceparent is not None:
+            # This call's span, stored with the job: its attempts join the caller's trace.
+            new = dataclasses.replace(new, traceparent=traceparent)
         job, deduplicated = await self._app.enqueue(new, on_duplicate)
         # No input in the answer: the caller has it, and it may be megabytes (GetJob
         # returns it).
@@ -128,6 +145,26 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         query = requests.usage(request, datetime.now(UTC), _owner())
         totals, truncated = await self._app.store.usage_totals(query, MAX_USAGE_GROUPS)
         return usage_totals_to_pb(totals, truncated, query)
+
+    @unary_errors
+    async def ListFailureGroups(
+        self, request: pb.ListFailureGroupsRequest, context: Context
+    ) -> pb.ListFailureGroupsResponse:
+        query = requests.failure_groups(request, datetime.now(UTC))
+        groups, truncated = await self._app.store.failure_groups(query, MAX_FAILURE_GROUPS)
+        return failure_groups_to_pb(groups, truncated, query)
+
+    @unary_errors
+    async def PruneJobs(
+        self, request: pb.PruneJobsRequest, context: Context
+    ) -> pb.PruneJobsResponse:
+        actor = _actor("")
+        if self._given_pruner is None:
+            self._given_pruner = Pruner(self._app.store)
+        pruner = self._given_pruner
+        if request.dry_run:
+            return prune_response(await pruner.dry_run(actor), dry_run=True)
+        return prune_response(await pruner.prune(actor), dry_run=False)
 
     @stream_errors
     async def StreamJobUpdates(

@@ -225,6 +225,28 @@ class AsyncJobsClient:
         request = _requests.usage_request(start_time, end_time, job_types)
         return await self._call(self._stub.GetUsage, request, timeout)
 
+    async def prune_jobs(
+        self, *, dry_run: bool = False, timeout: float | None = None
+    ) -> pb.PruneJobsResponse:
+        """Delete the terminal jobs past the server's retention now (operators only), or
+        with `dry_run` count them per status; a prune already running anywhere is a
+        :class:`JobsError` with code ABORTED. Give a long `timeout` for a big backlog."""
+        request = pb.PruneJobsRequest(dry_run=dry_run)
+        return await self._call(self._stub.PruneJobs, request, timeout)
+
+    async def list_failure_groups(
+        self,
+        *,
+        failed_after: datetime | None = None,
+        failed_before: datetime | None = None,
+        job_types: Sequence[pb.JobType.ValueType] = (),
+        timeout: float | None = None,
+    ) -> pb.ListFailureGroupsResponse:
+        """FAILED jobs of [failed_after, failed_before) (default: the last 24 hours)
+        counted by error code, reason and message prefix, largest group first."""
+        request = _requests.failure_groups_request(failed_after, failed_before, job_types)
+        return await self._call(self._stub.ListFailureGroups, request, timeout)
+
     async def watch(
         self,
         job_id: str,

@@ -107,6 +107,21 @@ def usage_request(
     return request
 
 
+def failure_groups_request(
+    failed_after: datetime | None,
+    failed_before: datetime | None,
+    job_types: Iterable[pb.JobType.ValueType],
+) -> pb.ListFailureGroupsRequest:
+    """ListFailureGroups' request; an unset end is the server's now, an unset start a
+    day before the end."""
+    request = pb.ListFailureGroupsRequest(job_types=list(job_types))
+    if failed_after is not None:
+        request.failed_after.CopyFrom(timestamp(failed_after))
+    if failed_before is not None:
+        request.failed_before.CopyFrom(timestamp(failed_before))
+    return request
+
+
 def retry_failed_request(
     *,
     job_ids: Iterable[str],

@@ -131,6 +131,16 @@ async def _usage(s: Secured, md: Metadata) -> object:
     return await s.stub.GetUsage(pb.GetUsageRequest(), metadata=md, timeout=10)
 
 
+async def _failure_groups(s: Secured, md: Metadata) -> object:
+    request = pb.ListFailureGroupsRequest()
+    return await s.stub.ListFailureGroups(request, metadata=md, timeout=10)
+
+
+async def _prune(s: Secured, md: Metadata) -> object:
+    request = pb.PruneJobsRequest(dry_run=True)
+    return await s.stub.PruneJobs(request, metadata=md, timeout=10)
+
+
 CALLS: dict[str, Call] = {
     "Enqueue": _enqueue,
     "GetJob": _get,
@@ -140,6 +150,8 @@ CALLS: dict[str, Call] = {
     "CancelJob": _cancel,
     "GetJobStats": _stats,
     "GetUsage": _usage,
+    "ListFailureGroups": _failure_groups,
+    "PruneJobs": _prune,
 }
 
 

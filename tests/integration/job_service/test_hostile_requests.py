@@ -53,6 +53,8 @@ ALLOWED = {
     grpc.StatusCode.ALREADY_EXISTS,
     grpc.StatusCode.FAILED_PRECONDITION,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
+    # PruneJobs while the server's own pruner runs: "a prune is running", retry later.
+    grpc.StatusCode.ABORTED,
 }
 # Text that must never reach a caller in an error message: driver, SQL, stack, paths.
 LEAKS = (
@@ -81,6 +83,8 @@ EXAMPLES = {
     "GetJobStats": 20,
     "StreamJobUpdates": 60,
     "GetUsage": 60,
+    "ListFailureGroups": 60,
+    "PruneJobs": 20,
 }
 CALL_TIMEOUT = 30.0
 # A live feed (no job_ids) that has not failed within this long is serving.
@@ -325,6 +329,17 @@ def usage_requests() -> st.SearchStrategy[pb.GetUsageRequest]:
         ),
         start=timestamps(),
         end=timestamps(),
+        types=many(enums(JOB_TYPES)),
+    )
+
+
+def failure_group_requests() -> st.SearchStrategy[pb.ListFailureGroupsRequest]:
+    return st.builds(
+        lambda after, before, types: pb.ListFailureGroupsRequest(
+            failed_after=after, failed_before=before, job_types=types
+        ),
+        after=timestamps(),
+        before=timestamps(),
         types=many(enums(JOB_TYPES)),
     )
 
@@ -612,6 +627,8 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
     retry = unary("RetryFailed", pb.RetryFailedResponse)
     stats = unary("GetJobStats", pb.GetJobStatsResponse)
     usage = unary("GetUsage", pb.GetUsageResponse)
+    failure_groups = unary("ListFailureGroups", pb.ListFailureGroupsResponse)
+    prune = unary("PruneJobs", pb.PruneJobsResponse)
 
     def stream(request: pb.StreamJobUpdatesRequest | bytes) -> None:
         if isinstance(request, bytes):
@@ -638,6 +655,8 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
         ("GetJobStats", stats, st.one_of(st.just(pb.GetJobStatsRequest()), raw)),
         ("StreamJobUpdates", stream, st.one_of(stream_requests(pool), raw)),
         ("GetUsage", usage, st.one_of(usage_requests(), raw)),
+        ("ListFailureGroups", failure_groups, st.one_of(failure_group_requests(), raw)),
+        ("PruneJobs", prune, st.one_of(st.builds(pb.PruneJobsRequest, dry_run=st.booleans()), raw)),
     ]
     try:
         for rpc, check, strategy in runs:

@@ -29,6 +29,7 @@ def test_the_table_says_what_the_issue_says() -> None:
         "ListJobs",
         "GetJobStats",
         "GetUsage",
+        "ListFailureGroups",
     }
     assert allowed[Role.SUBMITTER] == {
         "Enqueue",

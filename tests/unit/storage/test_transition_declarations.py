@@ -27,9 +27,24 @@ PORT_WRITES: dict[str, tuple[tr.Transition, ...]] = {
     "cancel": (tr.CANCEL,),
     "retry_failed": (tr.RETRY_FAILED,),
 }
-READS = {"get", "get_many", "list_jobs", "stats", "next_due_at", "close", "usage_totals"}
+READS = {
+    "get",
+    "get_many",
+    "list_jobs",
+    "stats",
+    "next_due_at",
+    "close",
+    "ping",
+    "usage_totals",
+    "failure_groups",
+}
 # Not job-state writes: the rows of dispatch_pauses (domain/dispatch.py).
 DISPATCH_PAUSES = {"dispatch_pauses", "open_pause", "close_pause", "take_probe"}
+# Not job-state writes: the counts kept beside async_jobs (storage/counts.py).
+COUNTS = {"fold_counts"}
+# Not transitions: the pruner deletes terminal rows whole (storage/prune.py); the
+# lock is the pruners' turn, count_prunable a read.
+RETENTION = {"count_prunable", "prune_batch", "prune_lock"}
 
 
 def test_the_declarations_make_exactly_the_allowed_transitions() -> None:
@@ -122,7 +137,7 @@ def test_each_write_of_the_port_maps_to_a_declaration() -> None:
         for name, _ in inspect.getmembers(JobStore, predicate=inspect.isfunction)
         if not name.startswith("_")
     }
-    assert methods == set(PORT_WRITES) | READS | DISPATCH_PAUSES
+    assert methods == set(PORT_WRITES) | READS | DISPATCH_PAUSES | COUNTS | RETENTION
     used = {t.name for declared in PORT_WRITES.values() for t in declared}
     assert used == {t.name for t in tr.TRANSITIONS}
 

@@ -13,6 +13,8 @@ ErrorInfo reasons used by this service:
     metadata `jobId` and `status`.
   - INVALID_REQUEST: bad input; a BadRequest detail names each bad field.
   - STORAGE_UNAVAILABLE: the database could not be reached.
+  - PRUNE_RUNNING (code ABORTED): PruneJobs while a prune is running on any
+    instance that shares the database.
   - UNAUTHENTICATED (code UNAUTHENTICATED): under `--auth token`, the call has
     no `authorization: Bearer TOKEN` metadata, or the token is unknown or
     revoked.
@@ -1575,3 +1577,235 @@ class GetUsageResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetUsageResponse: _TypeAlias = GetUsageResponse  # noqa: Y015
+
+@_typing.final
+class ListFailureGroupsRequest(_message.Message):
+    """ListFailureGroupsRequest selects the FAILED jobs to group: those that failed
+    in [failed_after, failed_before).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
+    FAILED_AFTER_FIELD_NUMBER: _builtins.int
+    FAILED_BEFORE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedScalarFieldContainer[Global___JobType.ValueType]:
+        """Only these job types; empty means every type. At most 100 entries."""
+
+    @_builtins.property
+    def failed_after(self) -> _timestamp_pb2.Timestamp:
+        """Start of the range (inclusive); unset means 24 hours before failed_before."""
+
+    @_builtins.property
+    def failed_before(self) -> _timestamp_pb2.Timestamp:
+        """End of the range (exclusive); unset means now. At most 31 days after
+        failed_after.
+        """
+
+    def __init__(
+        self,
+        *,
+        job_types: _abc.Iterable[Global___JobType.ValueType] | None = ...,
+        failed_after: _timestamp_pb2.Timestamp | None = ...,
+        failed_before: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failed_after", b"failed_after", "failed_before", b"failed_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failed_after", b"failed_after", "failed_before", b"failed_before", "job_types", b"job_types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFailureGroupsRequest: _TypeAlias = ListFailureGroupsRequest  # noqa: Y015
+
+@_typing.final
+class FailureGroup(_message.Message):
+    """FailureGroup is the FAILED jobs sharing an error_code, error_reason and
+    message prefix.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_PREFIX_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    LATEST_FAIL_TIME_FIELD_NUMBER: _builtins.int
+    EXAMPLE_JOB_ID_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.str
+    """The gRPC status code name of the last failure (or LEASE_EXPIRED)."""
+    error_reason: _builtins.str
+    """The ErrorInfo reason of the last failure; empty when none was given."""
+    message_prefix: _builtins.str
+    """The first characters of error_message (message_prefix_length of the
+    response).
+    """
+    count: _builtins.int
+    """How many jobs are in the group."""
+    example_job_id: _builtins.str
+    """One job of the group, to look at with GetJob."""
+    @_builtins.property
+    def latest_fail_time(self) -> _timestamp_pb2.Timestamp:
+        """When the group's most recent failure happened."""
+
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.str = ...,
+        error_reason: _builtins.str = ...,
+        message_prefix: _builtins.str = ...,
+        count: _builtins.int = ...,
+        latest_fail_time: _timestamp_pb2.Timestamp | None = ...,
+        example_job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["latest_fail_time", b"latest_fail_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "error_code", b"error_code", "error_reason", b"error_reason", "example_job_id", b"example_job_id", "latest_fail_time", b"latest_fail_time", "message_prefix", b"message_prefix"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailureGroup: _TypeAlias = FailureGroup  # noqa: Y015
+
+@_typing.final
+class ListFailureGroupsResponse(_message.Message):
+    """ListFailureGroupsResponse holds the groups, largest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    FAILED_AFTER_FIELD_NUMBER: _builtins.int
+    FAILED_BEFORE_FIELD_NUMBER: _builtins.int
+    MESSAGE_PREFIX_LENGTH_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """True when groups were left out (more than 100)."""
+    message_prefix_length: _builtins.int
+    """How many characters of error_message make a group's message_prefix."""
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailureGroup]:
+        """The groups by count, descending (ties: most recent failure first); at most
+        100.
+        """
+
+    @_builtins.property
+    def failed_after(self) -> _timestamp_pb2.Timestamp:
+        """The range grouped, as resolved (defaults filled in)."""
+
+    @_builtins.property
+    def failed_before(self) -> _timestamp_pb2.Timestamp:
+        """End of the range grouped."""
+
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[Global___FailureGroup] | None = ...,
+        truncated: _builtins.bool = ...,
+        failed_after: _timestamp_pb2.Timestamp | None = ...,
+        failed_before: _timestamp_pb2.Timestamp | None = ...,
+        message_prefix_length: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failed_after", b"failed_after", "failed_before", b"failed_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failed_after", b"failed_after", "failed_before", b"failed_before", "groups", b"groups", "message_prefix_length", b"message_prefix_length", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFailureGroupsResponse: _TypeAlias = ListFailureGroupsResponse  # noqa: Y015
+
+@_typing.final
+class PruneJobsRequest(_message.Message):
+    """PruneJobsRequest asks for one prune now, or its dry run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    dry_run: _builtins.bool
+    """Count the jobs past retention without deleting any."""
+    def __init__(
+        self,
+        *,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneJobsRequest: _TypeAlias = PruneJobsRequest  # noqa: Y015
+
+@_typing.final
+class PruneCount(_message.Message):
+    """PruneCount is what a prune found for one terminal status."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    RETENTION_FIELD_NUMBER: _builtins.int
+    CUTOFF_TIME_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
+    status: Global___JobStatus.ValueType
+    """COMPLETED, FAILED or CANCELLED."""
+    count: _builtins.int
+    """Jobs deleted, or in a dry run jobs past retention now (at most 100,000:
+    the count stops there to stay cheap on a big table; see more).
+    """
+    more: _builtins.bool
+    """Dry run: true when more than count jobs are past retention."""
+    @_builtins.property
+    def retention(self) -> _duration_pb2.Duration:
+        """How long jobs of this status are kept after they end; unset when they
+        are kept forever (retention off), and then nothing is counted or deleted.
+        """
+
+    @_builtins.property
+    def cutoff_time(self) -> _timestamp_pb2.Timestamp:
+        """Jobs of this status that ended before this time are past retention (the
+        call's time minus retention); unset when kept forever.
+        """
+
+    def __init__(
+        self,
+        *,
+        status: Global___JobStatus.ValueType = ...,
+        retention: _duration_pb2.Duration | None = ...,
+        cutoff_time: _timestamp_pb2.Timestamp | None = ...,
+        count: _builtins.int = ...,
+        more: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cutoff_time", b"cutoff_time", "retention", b"retention"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "cutoff_time", b"cutoff_time", "more", b"more", "retention", b"retention", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneCount: _TypeAlias = PruneCount  # noqa: Y015
+
+@_typing.final
+class PruneJobsResponse(_message.Message):
+    """PruneJobsResponse says what was deleted, or would be."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNTS_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    dry_run: _builtins.bool
+    """True when nothing was deleted: the counts are what a prune would delete."""
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___PruneCount]:
+        """One entry per terminal status: COMPLETED, FAILED, CANCELLED, in that order."""
+
+    def __init__(
+        self,
+        *,
+        counts: _abc.Iterable[Global___PruneCount] | None = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "dry_run", b"dry_run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneJobsResponse: _TypeAlias = PruneJobsResponse  # noqa: Y015

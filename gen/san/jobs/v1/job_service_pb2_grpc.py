@@ -76,6 +76,16 @@ class JobServiceStub:
                 request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageRequest.SerializeToString,
                 response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
+        self.ListFailureGroups = channel.unary_unary(
+                '/san.jobs.v1.JobService/ListFailureGroups',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ListFailureGroupsRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ListFailureGroupsResponse.FromString,
+                _registered_method=True)
+        self.PruneJobs = channel.unary_unary(
+                '/san.jobs.v1.JobService/PruneJobs',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -179,6 +189,36 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListFailureGroups(self, request, context):
+        """ListFailureGroups counts the jobs that failed in a time range, grouped by
+        error_code, error_reason and the start of error_message (its first 80
+        characters), largest group first: what an operator looks at before a
+        RetryFailed. Viewers and operators only.
+
+        Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
+        reversed or longer than 31 days, a bad timestamp, or an unknown job type.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PruneJobs(self, request, context):
+        """PruneJobs deletes the terminal jobs past their retention (the server's
+        --retain-completed, --retain-failed and --retain-cancelled; a job's age
+        counts from when it ended), as the server's pruner does by itself every
+        --prune-interval: in small batches, one instance at a time across every
+        instance on the database. With dry_run it only counts them. Operators only.
+        The call returns when the prune is over (a large backlog takes a while:
+        give it a long deadline, or leave it to the pruner).
+
+        Errors: ABORTED with ErrorInfo PRUNE_RUNNING when a prune is running now
+        (this instance's pruner, or another instance's): nothing was deleted by
+        this call; try again later.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -221,6 +261,16 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetUsage,
                     request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageRequest.FromString,
                     response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'ListFailureGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFailureGroups,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ListFailureGroupsRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ListFailureGroupsResponse.SerializeToString,
+            ),
+            'PruneJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.PruneJobs,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -441,6 +491,60 @@ class JobService:
             '/san.jobs.v1.JobService/GetUsage',
             san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageRequest.SerializeToString,
             san_dot_jobs_dot_v1_dot_job__service__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFailureGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/ListFailureGroups',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.ListFailureGroupsRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.ListFailureGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PruneJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/PruneJobs',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

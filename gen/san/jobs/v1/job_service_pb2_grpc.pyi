@@ -13,6 +13,8 @@ ErrorInfo reasons used by this service:
     metadata `jobId` and `status`.
   - INVALID_REQUEST: bad input; a BadRequest detail names each bad field.
   - STORAGE_UNAVAILABLE: the database could not be reached.
+  - PRUNE_RUNNING (code ABORTED): PruneJobs while a prune is running on any
+    instance that shares the database.
   - UNAUTHENTICATED (code UNAUTHENTICATED): under `--auth token`, the call has
     no `authorization: Bearer TOKEN` metadata, or the token is unknown or
     revoked.
@@ -132,6 +134,28 @@ class JobServiceStub:
     Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
     reversed or longer than 366 days, a bad timestamp, or an unknown job type.
     """
+    ListFailureGroups: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ListFailureGroupsRequest, _job_service_pb2.ListFailureGroupsResponse]
+    """ListFailureGroups counts the jobs that failed in a time range, grouped by
+    error_code, error_reason and the start of error_message (its first 80
+    characters), largest group first: what an operator looks at before a
+    RetryFailed. Viewers and operators only.
+
+    Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
+    reversed or longer than 31 days, a bad timestamp, or an unknown job type.
+    """
+    PruneJobs: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.PruneJobsRequest, _job_service_pb2.PruneJobsResponse]
+    """PruneJobs deletes the terminal jobs past their retention (the server's
+    --retain-completed, --retain-failed and --retain-cancelled; a job's age
+    counts from when it ended), as the server's pruner does by itself every
+    --prune-interval: in small batches, one instance at a time across every
+    instance on the database. With dry_run it only counts them. Operators only.
+    The call returns when the prune is over (a large backlog takes a while:
+    give it a long deadline, or leave it to the pruner).
+
+    Errors: ABORTED with ErrorInfo PRUNE_RUNNING when a prune is running now
+    (this instance's pruner, or another instance's): nothing was deleted by
+    this call; try again later.
+    """
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -203,6 +227,28 @@ class JobServiceAsyncStub(JobServiceStub):
 
     Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
     reversed or longer than 366 days, a bad timestamp, or an unknown job type.
+    """
+    ListFailureGroups: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ListFailureGroupsRequest, _job_service_pb2.ListFailureGroupsResponse]  # type: ignore[assignment]
+    """ListFailureGroups counts the jobs that failed in a time range, grouped by
+    error_code, error_reason and the start of error_message (its first 80
+    characters), largest group first: what an operator looks at before a
+    RetryFailed. Viewers and operators only.
+
+    Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
+    reversed or longer than 31 days, a bad timestamp, or an unknown job type.
+    """
+    PruneJobs: _aio.UnaryUnaryMultiCallable[_job_service_pb2.PruneJobsRequest, _job_service_pb2.PruneJobsResponse]  # type: ignore[assignment]
+    """PruneJobs deletes the terminal jobs past their retention (the server's
+    --retain-completed, --retain-failed and --retain-cancelled; a job's age
+    counts from when it ended), as the server's pruner does by itself every
+    --prune-interval: in small batches, one instance at a time across every
+    instance on the database. With dry_run it only counts them. Operators only.
+    The call returns when the prune is over (a large backlog takes a while:
+    give it a long deadline, or leave it to the pruner).
+
+    Errors: ABORTED with ErrorInfo PRUNE_RUNNING when a prune is running now
+    (this instance's pruner, or another instance's): nothing was deleted by
+    this call; try again later.
     """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -320,6 +366,40 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
         reversed or longer than 366 days, a bad timestamp, or an unknown job type.
+        """
+
+    @_abc_1.abstractmethod
+    def ListFailureGroups(
+        self,
+        request: _job_service_pb2.ListFailureGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.ListFailureGroupsResponse, _abc.Awaitable[_job_service_pb2.ListFailureGroupsResponse]]:
+        """ListFailureGroups counts the jobs that failed in a time range, grouped by
+        error_code, error_reason and the start of error_message (its first 80
+        characters), largest group first: what an operator looks at before a
+        RetryFailed. Viewers and operators only.
+
+        Errors: INVALID_ARGUMENT with BadRequest for a range that is empty,
+        reversed or longer than 31 days, a bad timestamp, or an unknown job type.
+        """
+
+    @_abc_1.abstractmethod
+    def PruneJobs(
+        self,
+        request: _job_service_pb2.PruneJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.PruneJobsResponse, _abc.Awaitable[_job_service_pb2.PruneJobsResponse]]:
+        """PruneJobs deletes the terminal jobs past their retention (the server's
+        --retain-completed, --retain-failed and --retain-cancelled; a job's age
+        counts from when it ended), as the server's pruner does by itself every
+        --prune-interval: in small batches, one instance at a time across every
+        instance on the database. With dry_run it only counts them. Operators only.
+        The call returns when the prune is over (a large backlog takes a while:
+        give it a long deadline, or leave it to the pruner).
+
+        Errors: ABORTED with ErrorInfo PRUNE_RUNNING when a prune is running now
+        (this instance's pruner, or another instance's): nothing was deleted by
+        this call; try again later.
         """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
