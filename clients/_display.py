@@ -4,6 +4,7 @@ contract's enums and one time format."""
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from san.jobs.v1 import job_service_pb2 as pb
@@ -39,3 +40,25 @@ def waiting_text(pause: pb.DispatchPause) -> str:
     if pause.reason == pb.PAUSE_REASON_RATE_LIMITED:
         return f"the AI provider has been rate limiting since {since}; resuming at {until}"
     return f"the AI provider has been unavailable since {since}; retrying (next try at {until})"
+
+
+def count_dicts(stats: pb.GetJobStatsResponse) -> list[dict[str, Any]]:
+    """GetJobStats' counts as JSON objects (jobsctl stats --json, san-web /ops)."""
+    return [
+        {"jobType": job_type_name(c.job_type), "status": status_name(c.status), "count": c.count}
+        for c in stats.counts
+    ]
+
+
+def pause_dicts(stats: pb.GetJobStatsResponse) -> list[dict[str, Any]]:
+    """GetJobStats' paused job types as JSON objects (jobsctl stats --json, san-web /ops)."""
+    return [
+        {
+            "jobType": job_type_name(p.job_type),
+            "reason": pause_reason_name(p.reason),
+            "since": format_time(p.since),
+            "until": format_time(p.until),
+            "lastError": p.last_error,
+        }
+        for p in stats.paused
+    ]

@@ -17,17 +17,14 @@ Metrics (``<prefix>`` is the service's: ``san_jobs``, ``san_aigateway``):
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
-Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+from san_shared.rpc_observers import Ended, Handler, observed
 
 # Unary calls take milliseconds; streams stay open for minutes or hours: the buckets
 # reach an hour so a stream's life is not all in +Inf.
@@ -36,36 +33,10 @@ BUCKETS = (
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0,
 )  # fmt: skip
 
-_KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-_FACTORIES: dict[str, Callable[..., Handler]] = {
-    "unary_unary": grpc.unary_unary_rpc_method_handler,
-    "unary_stream": grpc.unary_stream_rpc_method_handler,
-    "stream_unary": grpc.stream_unary_rpc_method_handler,
-    "stream_stream": grpc.stream_stream_rpc_method_handler,
-}
-
 
 def method_label(full_method: str) -> str:
     """``/san.jobs.v1.JobService/Enqueue`` -> ``san.jobs.v1.JobService/Enqueue``."""
     return full_method.lstrip("/")
-
-
-def ended_code(context: Context, error: BaseException | None) -> str:
-    """The status code an RPC ended with, given what its handler raised (None: it
-    returned). A code the handler set (abort, set_code) wins; a handler cancelled
-    (the client went away, or its deadline passed) is CANCELLED or DEADLINE_EXCEEDED;
-    any other exception is UNKNOWN, as grpc answers it."""
-    code = context.code()
-    if isinstance(code, grpc.StatusCode):
-        return code.name
-    if error is None:
-        return "OK"
-    if isinstance(error, asyncio.CancelledError | GeneratorExit):
-        remaining = context.time_remaining()
-        if remaining is not None and remaining <= 0:
-            return "DEADLINE_EXCEEDED"
-        return "CANCELLED"
-    return "UNKNOWN"
 
 
 class _MethodMetrics:
@@ -80,6 +51,9 @@ class _MethodMetrics:
         self.in_flight = metrics.in_flight.labels(method)
         self.codes: dict[str, Any] = {}
 
+    def around(self) -> _Timed:
+        return _Timed(self)
+
     def ended(self, code: str, started: float) -> None:
         self.in_flight.dec()
         self.seconds.observe(time.perf_counter() - started)
@@ -87,6 +61,27 @@ class _MethodMetrics:
         if child is None:
             child = self.codes[code] = self._handled.labels(self._method, code)
         child.inc()
+
+
+class _Timed:
+    """One call: in the in-flight gauge from __enter__ until it ends."""
+
+    __slots__ = ("_method", "_started")
+
+    def __init__(self, method: _MethodMetrics) -> None:
+        self._method = method
+        self._started = 0.0
+
+    def __enter__(self) -> Ended:
+        self._started = time.perf_counter()
+        self._method.in_flight.inc()
+        return self._ended
+
+    def _ended(self, code: grpc.StatusCode) -> None:
+        self._method.ended(code.name, self._started)
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
 
 
 class GrpcServerMetrics(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
@@ -134,64 +129,6 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         method = self._methods.get(full_method)
         if method is None:
             method = self._methods[full_method] = _MethodMetrics(self, method_label(full_method))
-        wrapped = _wrap(handler, method)
+        wrapped = observed(handler, method.around)
         self._wrapped[full_method] = (handler, wrapped)
         return wrapped
-
-
-def _wrap(handler: Handler, metrics: _MethodMetrics) -> Handler:
-    """``handler`` with its behaviour counted; a kind of behaviour it cannot wrap (a
-    synchronous one, which these services do not have) is left as it is."""
-    for kind in _KINDS:
-        behaviour = getattr(handler, kind)
-        if behaviour is None:
-            continue
-        if inspect.isasyncgenfunction(behaviour):
-            wrapped: Any = _counted_generator(behaviour, metrics)
-        elif inspect.iscoroutinefunction(behaviour):
-            wrapped = _counted_coroutine(behaviour, metrics)
-        else:
-            return handler
-        return _FACTORIES[kind](
-            wrapped,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    return handler
-
-
-def _counted_coroutine(
-    behaviour: Callable[[Any, Context], Awaitable[Any]], metrics: _MethodMetrics
-) -> Callable[[Any, Context], Awaitable[Any]]:
-    async def counted(request: Any, context: Context) -> Any:
-        started = time.perf_counter()
-        metrics.in_flight.inc()
-        error: BaseException | None = None
-        try:
-            return await behaviour(request, context)
-        except BaseException as raised:
-            error = raised
-            raise
-        finally:
-            metrics.ended(ended_code(context, error), started)
-
-    return counted
-
-
-def _counted_generator(
-    behaviour: Callable[[Any, Context], AsyncIterator[Any]], metrics: _MethodMetrics
-) -> Callable[[Any, Context], AsyncIterator[Any]]:
-    async def counted(request: Any, context: Context) -> AsyncIterator[Any]:
-        started = time.perf_counter()
-        metrics.in_flight.inc()
-        error: BaseException | None = None
-        try:
-            async for response in behaviour(request, context):
-                yield response
-        except BaseException as raised:
-            error = raised
-            raise
-        finally:
-            metrics.ended(ended_code(context, error), started)
-
-    return counted

@@ -28,12 +28,11 @@ dependency, and a stream that carries many calls needs a context per call anyway
 from __future__ import annotations
 
 import asyncio
-import inspect
+import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeAlias
 
 import grpc
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -41,6 +40,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
+from san_shared.rpc_observers import Ended, Handler, observed
 from san_shared.trace_context import incoming_context
 
 log = logging.getLogger(__name__)
@@ -51,15 +51,6 @@ SCOPE = "san-jobs"
 # Health checks come every few seconds from every orchestrator probe: spans of them
 # would bury the traces of real work.
 UNTRACED_SERVICES = frozenset({"grpc.health.v1.Health"})
-
-_OK: int = grpc.StatusCode.OK.value[0]
-_UNKNOWN: int = grpc.StatusCode.UNKNOWN.value[0]
-_CANCELLED: int = grpc.StatusCode.CANCELLED.value[0]
-_CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
-
-# grpc-stubs makes these generic; grpc itself does not (so strings, for mypy only).
-Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
-Context_: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
 # -- the provider ---------------------------------------------------------------------
@@ -120,27 +111,10 @@ def start_tracing(
 # -- a span for each RPC ----------------------------------------------------------------
 
 
-def _code_of(context: Context_, error: BaseException | None) -> int:
-    """The status code the RPC ends with: what the handler set (or aborted with),
-    else OK, or UNKNOWN for an exception grpc turns into one, CANCELLED when the
-    call was cancelled."""
-    code: Any = context.code()
-    if isinstance(code, grpc.StatusCode):
-        return int(code.value[0])
-    if isinstance(code, int):
-        return code
-    if error is None:
-        return _OK
-    if isinstance(error, asyncio.CancelledError):
-        return _CANCELLED
-    return _UNKNOWN
-
-
-def _end_rpc(span: Span, context: Context_, error: BaseException | None) -> None:
-    code = _code_of(context, error)
-    span.set_attribute("rpc.grpc.status_code", code)
-    if code != _OK:
-        span.set_status(Status(StatusCode.ERROR, _CODE_NAMES.get(code, str(code))))
+def _end_rpc(span: Span, code: grpc.StatusCode) -> None:
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if code is not grpc.StatusCode.OK:
+        span.set_status(Status(StatusCode.ERROR, code.name))
 
 
 class ServerTracingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
@@ -169,7 +143,7 @@ class ServerTracingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type
         tracer = self._tracer
 
         @contextmanager
-        def rpc_span() -> Iterator[Span]:
+        def rpc_span() -> Iterator[Ended]:
             with tracer.start_as_current_span(
                 name,
                 context=incoming_context(metadata),
@@ -178,66 +152,6 @@ class ServerTracingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type
                 record_exception=False,
                 set_status_on_exception=False,
             ) as span:
-                yield span
+                yield functools.partial(_end_rpc, span)
 
-        return _traced(handler, rpc_span)
-
-
-def _traced(handler: Handler, rpc_span: Callable[[], Any]) -> Handler:
-    """`handler` with each call run inside `rpc_span()`."""
-    options: dict[str, Any] = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(
-            _traced_unary(handler.unary_unary, rpc_span), **options
-        )
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(
-            _traced_unary(handler.stream_unary, rpc_span), **options
-        )
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(
-            _traced_streaming(handler.unary_stream, rpc_span), **options
-        )
-    if handler.stream_stream is not None:
-        return grpc.stream_stream_rpc_method_handler(
-            _traced_streaming(handler.stream_stream, rpc_span), **options
-        )
-    return handler
-
-
-def _traced_unary(behavior: Any, rpc_span: Callable[[], Any]) -> Any:
-    """A unary-response behavior (its argument a request or a request iterator) in a span."""
-
-    async def call(request: Any, context: Context_) -> Any:
-        with rpc_span() as span:
-            try:
-                response = await behavior(request, context)
-            except BaseException as error:
-                _end_rpc(span, context, error)
-                raise
-            _end_rpc(span, context, None)
-            return response
-
-    return call
-
-
-def _traced_streaming(behavior: Any, rpc_span: Callable[[], Any]) -> Any:
-    """A streaming-response behavior in a span: an async generator, or a coroutine
-    that writes with context.write() (grpc.aio takes either)."""
-    if inspect.isasyncgenfunction(behavior):
-
-        async def generate(request: Any, context: Context_) -> AsyncIterator[Any]:
-            with rpc_span() as span:
-                try:
-                    async for response in behavior(request, context):
-                        yield response
-                except BaseException as error:
-                    _end_rpc(span, context, error)
-                    raise
-                _end_rpc(span, context, None)
-
-        return generate
-    return _traced_unary(behavior, rpc_span)
+        return observed(handler, rpc_span)

@@ -13,8 +13,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 
 from clients._display import format_time
 from clients.jobsctl import _render
-from clients.jobsctl._job_inputs import job_type_choices
-from clients.jobsctl._values import parse_job_type, parse_since
+from clients.jobsctl._job_inputs import add_time_range_flags
 from san_jobs.client import JobsClient
 
 HELP = "failed jobs grouped by error code, reason and message start, largest group first"
@@ -23,19 +22,11 @@ HELP = "failed jobs grouped by error code, reason and message start, largest gro
 def add_parser(commands: Any) -> None:
     """Add ``failures`` to jobsctl's sub-commands (``commands``: argparse's subparsers)."""
     failures = commands.add_parser("failures", help=HELP)
-    failures.add_argument(
-        "--since", type=parse_since, default=None, metavar="WHEN",
-        help="jobs that failed since WHEN: 30m, 1h, 2d or an ISO time (default: a day; "
+    add_time_range_flags(
+        failures,
+        "jobs that failed since WHEN: 30m, 1h, 2d or an ISO time (default: a day; "
         "the range is at most 31 days)",
-    )  # fmt: skip
-    failures.add_argument(
-        "--until", type=parse_since, default=None, metavar="WHEN",
-        help="and before WHEN, same forms (default now)",
-    )  # fmt: skip
-    failures.add_argument(
-        "--type", dest="types", action="append", type=parse_job_type, default=[],
-        metavar="TYPE", help=f"{job_type_choices()} (repeatable)",
-    )  # fmt: skip
+    )
     # SUPPRESS, as jobsctl's other --json flags: it may go before or after the command.
     failures.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"

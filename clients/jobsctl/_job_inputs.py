@@ -20,7 +20,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.jobsctl._values import positive_int
+from clients.jobsctl._values import parse_job_type, parse_since, positive_int
 from san_jobs.client._job_types import JOB_TYPES, JobTypeInfo
 
 # Field types a flag can carry, and how its value is read.
@@ -183,3 +183,17 @@ def enqueue_input(args: argparse.Namespace) -> Message:
     if friendly is not None:
         return friendly[2](args)
     return _derived_input(info, args)
+
+
+def add_time_range_flags(parser: argparse.ArgumentParser, since_help: str) -> None:
+    """--since, --until and --type (repeatable): the range and types of `usage` and
+    `failures`."""
+    parser.add_argument("--since", type=parse_since, default=None, metavar="WHEN", help=since_help)
+    parser.add_argument(
+        "--until", type=parse_since, default=None, metavar="WHEN",
+        help="and before WHEN, same forms (default now)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--type", dest="types", action="append", type=parse_job_type, default=[],
+        metavar="TYPE", help=f"{job_type_choices()} (repeatable)",
+    )  # fmt: skip

@@ -24,8 +24,10 @@ from rich.table import Table
 from san.jobs.v1 import job_service_pb2 as pb
 
 from clients._display import (
+    count_dicts,
     format_time,
     job_type_name,
+    pause_dicts,
     pause_reason_name,
     status_name,
     waiting_text,
@@ -308,26 +310,10 @@ def oldest_pending(stats: pb.GetJobStatsResponse, now: datetime) -> str:
 
 def stats_dict(stats: pb.GetJobStatsResponse, now: datetime) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "counts": [
-            {
-                "jobType": job_type_name(c.job_type),
-                "status": status_name(c.status),
-                "count": c.count,
-            }
-            for c in stats.counts
-        ],
+        "counts": count_dicts(stats),
         "oldestPendingCreateTime": None,
         "oldestPendingAgeSeconds": None,
-        "paused": [
-            {
-                "jobType": job_type_name(p.job_type),
-                "reason": pause_reason_name(p.reason),
-                "since": format_time(p.since),
-                "until": format_time(p.until),
-                "lastError": p.last_error,
-            }
-            for p in stats.paused
-        ],
+        "paused": pause_dicts(stats),
     }
     if stats.HasField("oldest_pending_create_time"):
         created = stats.oldest_pending_create_time.ToDatetime(tzinfo=UTC)

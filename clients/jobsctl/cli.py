@@ -28,6 +28,7 @@ from clients.jobsctl import _connection, _failures, _prune, _render
 from clients.jobsctl._job_inputs import (
     InputError,
     add_enqueue_commands,
+    add_time_range_flags,
     enqueue_input,
     job_type_choices,
 )
@@ -191,18 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     usage = commands.add_parser(
         "usage", help="tokens and gateway time by type, model and caller over a time range"
     )
-    usage.add_argument(
-        "--since", type=parse_since, default=None, metavar="WHEN",
-        help="attempts that ended since WHEN: 30m, 1h, 2d or an ISO time (default: a day)",
-    )  # fmt: skip
-    usage.add_argument(
-        "--until", type=parse_since, default=None, metavar="WHEN",
-        help="and before WHEN, same forms (default now)",
-    )  # fmt: skip
-    usage.add_argument(
-        "--type", dest="types", action="append", type=parse_job_type, default=[],
-        metavar="TYPE", help=f"{job_type_choices()} (repeatable)",
-    )  # fmt: skip
+    add_time_range_flags(
+        usage, "attempts that ended since WHEN: 30m, 1h, 2d or an ISO time (default: a day)"
+    )
     _json_flag(usage)
     _failures.add_parser(commands)
     _prune.add_parser(commands)

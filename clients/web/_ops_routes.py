@@ -41,7 +41,12 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from clients._display import format_time, job_type_name, pause_reason_name, status_name
+from clients._display import (
+    count_dicts,
+    format_time,
+    pause_dicts,
+    status_name,
+)
 from clients.web._auth import current_user
 from clients.web._errors import error_response, invalid
 from clients.web._store import ScrapStore
@@ -154,25 +159,9 @@ def _overview(stats: pb.GetJobStatsResponse, now: datetime) -> dict[str, Any]:
     return {
         "now": now.isoformat(timespec="seconds").replace("+00:00", "Z"),
         "jobTypes": JOB_TYPE_NAMES,
-        "counts": [
-            {
-                "jobType": job_type_name(c.job_type),
-                "status": status_name(c.status),
-                "count": c.count,
-            }
-            for c in stats.counts
-        ],
+        "counts": count_dicts(stats),
         "oldestPending": oldest,
-        "paused": [
-            {
-                "jobType": job_type_name(p.job_type),
-                "reason": pause_reason_name(p.reason),
-                "since": format_time(p.since),
-                "until": format_time(p.until),
-                "lastError": p.last_error,
-            }
-            for p in stats.paused
-        ],
+        "paused": pause_dicts(stats),
     }
 
 
