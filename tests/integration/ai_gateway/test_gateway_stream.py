@@ -282,6 +282,29 @@ async def test_a_call_without_request_is_invalid_argument(start_gateway: StartGa
     stream.cancel()
 
 
+async def test_a_hostile_traceparent_in_a_call_is_ignored(start_gateway: StartGateway) -> None:
+    """StreamedCall.traceparent comes from whoever calls: garbage, a NUL, 100 KB or
+    an all-zero trace id start a new trace; the call is answered as any other."""
+    stub = await start_gateway(backend="instant")
+    stream = open_stream(stub)
+    hostile = {
+        "garbage": "not a traceparent",
+        "nul": "00-\x00" + "a" * 50,
+        "huge": "00-" + "f" * 100_000,
+        "zero": "00-" + "0" * 32 + "-" + "0" * 16 + "-01",
+    }
+    calls = []
+    for call_id, value in hostile.items():
+        call = analyze(call_id)
+        call.traceparent = value
+        calls.append(call)
+    await send(stream, *calls)
+    results = await read_results(stream, len(hostile))
+    for call_id in hostile:
+        assert results[call_id].analyze_content.summary == "Hello there.", results[call_id]
+    stream.cancel()
+
+
 class Exploding(InstantBackend):
     async def analyze(self, request: AnalyzeInput, time_left: float | None) -> AnalyzeResult:
         raise RuntimeError("secret internals")
