@@ -45,6 +45,7 @@ from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.rpc import status_pb2 as _status_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -955,6 +956,91 @@ class EnqueueResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EnqueueResponse: _TypeAlias = EnqueueResponse  # noqa: Y015
+
+@_typing.final
+class BatchEnqueueRequest(_message.Message):
+    """BatchEnqueueRequest holds the jobs to store."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnqueueRequest]:
+        """1 to 1,000 jobs, each as an Enqueue request; at most the server's
+        --max-message-bytes in all.
+        """
+
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___EnqueueRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchEnqueueRequest: _TypeAlias = BatchEnqueueRequest  # noqa: Y015
+
+@_typing.final
+class BatchEnqueueResponse(_message.Message):
+    """BatchEnqueueResponse answers each request, in request order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchEnqueueResult]:
+        """Exactly one result per request: results[i] answers requests[i]."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___BatchEnqueueResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchEnqueueResponse: _TypeAlias = BatchEnqueueResponse  # noqa: Y015
+
+@_typing.final
+class BatchEnqueueResult(_message.Message):
+    """BatchEnqueueResult is one item's outcome."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def response(self) -> Global___EnqueueResponse:
+        """The stored job (no input), or the existing one with deduplicated = true."""
+
+    @_builtins.property
+    def error(self) -> _status_pb2.Status:
+        """The item's error, with the details Enqueue would send: INVALID_ARGUMENT
+        with a BadRequest whose field paths start with "requests[i]."; or
+        ALREADY_EXISTS with ErrorInfo DUPLICATE_JOB naming the active job.
+        """
+
+    def __init__(
+        self,
+        *,
+        response: Global___EnqueueResponse | None = ...,
+        error: _status_pb2.Status | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["response", "error"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___BatchEnqueueResult: _TypeAlias = BatchEnqueueResult  # noqa: Y015
 
 @_typing.final
 class GetJobRequest(_message.Message):

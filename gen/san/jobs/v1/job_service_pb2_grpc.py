@@ -41,6 +41,11 @@ class JobServiceStub:
                 request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.EnqueueRequest.SerializeToString,
                 response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.EnqueueResponse.FromString,
                 _registered_method=True)
+        self.BatchEnqueue = channel.unary_unary(
+                '/san.jobs.v1.JobService/BatchEnqueue',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.BatchEnqueueRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.BatchEnqueueResponse.FromString,
+                _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/san.jobs.v1.JobService/GetJob',
                 request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetJobRequest.SerializeToString,
@@ -101,6 +106,28 @@ class JobServiceServicer:
         Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
         with ErrorInfo DUPLICATE_JOB when an active job exists for the same
         (job_type, target_id) and on_duplicate is ON_DUPLICATE_REJECT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchEnqueue(self, request, context):
+        """BatchEnqueue stores up to 1,000 jobs in one call: each item exactly as one
+        Enqueue of it would, in one round trip (AIP-233 style, but not atomic). Each
+        item succeeds or fails alone: results[i] answers requests[i], either with the
+        job (deduplicated as in Enqueue) or with that item's error, and the valid items
+        are stored even when others are not. request_id makes each item idempotent,
+        so a batch whose answer was lost can be sent again as it was.
+
+        Errors of the whole call: INVALID_ARGUMENT when requests is empty or holds
+        more than 1,000 items, or when the message cannot be parsed at all (a string
+        that is not UTF-8: the BadRequest names requests[i].field); RESOURCE_EXHAUSTED
+        from gRPC when the request is over the server's --max-message-bytes;
+        UNAVAILABLE when the database failed: some items may be stored, so send the
+        batch again (with a request_id per item that is idempotent; without one, the
+        one-active-job-per-target rule answers ALREADY_EXISTS for the stored items).
+        Item errors (INVALID_ARGUMENT, ALREADY_EXISTS, INTERNAL with an error id) are
+        in the results, never here.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -227,6 +254,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.EnqueueRequest.FromString,
                     response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.EnqueueResponse.SerializeToString,
             ),
+            'BatchEnqueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchEnqueue,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.BatchEnqueueRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.BatchEnqueueResponse.SerializeToString,
+            ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
                     request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetJobRequest.FromString,
@@ -302,6 +334,33 @@ class JobService:
             '/san.jobs.v1.JobService/Enqueue',
             san_dot_jobs_dot_v1_dot_job__service__pb2.EnqueueRequest.SerializeToString,
             san_dot_jobs_dot_v1_dot_job__service__pb2.EnqueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchEnqueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/BatchEnqueue',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.BatchEnqueueRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.BatchEnqueueResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,24 @@ class JobServiceStub:
     with ErrorInfo DUPLICATE_JOB when an active job exists for the same
     (job_type, target_id) and on_duplicate is ON_DUPLICATE_REJECT.
     """
+    BatchEnqueue: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.BatchEnqueueRequest, _job_service_pb2.BatchEnqueueResponse]
+    """BatchEnqueue stores up to 1,000 jobs in one call: each item exactly as one
+    Enqueue of it would, in one round trip (AIP-233 style, but not atomic). Each
+    item succeeds or fails alone: results[i] answers requests[i], either with the
+    job (deduplicated as in Enqueue) or with that item's error, and the valid items
+    are stored even when others are not. request_id makes each item idempotent,
+    so a batch whose answer was lost can be sent again as it was.
+
+    Errors of the whole call: INVALID_ARGUMENT when requests is empty or holds
+    more than 1,000 items, or when the message cannot be parsed at all (a string
+    that is not UTF-8: the BadRequest names requests[i].field); RESOURCE_EXHAUSTED
+    from gRPC when the request is over the server's --max-message-bytes;
+    UNAVAILABLE when the database failed: some items may be stored, so send the
+    batch again (with a request_id per item that is idempotent; without one, the
+    one-active-job-per-target rule answers ALREADY_EXISTS for the stored items).
+    Item errors (INVALID_ARGUMENT, ALREADY_EXISTS, INTERNAL with an error id) are
+    in the results, never here.
+    """
     GetJob: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.GetJobRequest, _job_service_pb2.GetJobResponse]
     """GetJob returns one job by id.
 
@@ -172,6 +190,24 @@ class JobServiceAsyncStub(JobServiceStub):
     Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
     with ErrorInfo DUPLICATE_JOB when an active job exists for the same
     (job_type, target_id) and on_duplicate is ON_DUPLICATE_REJECT.
+    """
+    BatchEnqueue: _aio.UnaryUnaryMultiCallable[_job_service_pb2.BatchEnqueueRequest, _job_service_pb2.BatchEnqueueResponse]  # type: ignore[assignment]
+    """BatchEnqueue stores up to 1,000 jobs in one call: each item exactly as one
+    Enqueue of it would, in one round trip (AIP-233 style, but not atomic). Each
+    item succeeds or fails alone: results[i] answers requests[i], either with the
+    job (deduplicated as in Enqueue) or with that item's error, and the valid items
+    are stored even when others are not. request_id makes each item idempotent,
+    so a batch whose answer was lost can be sent again as it was.
+
+    Errors of the whole call: INVALID_ARGUMENT when requests is empty or holds
+    more than 1,000 items, or when the message cannot be parsed at all (a string
+    that is not UTF-8: the BadRequest names requests[i].field); RESOURCE_EXHAUSTED
+    from gRPC when the request is over the server's --max-message-bytes;
+    UNAVAILABLE when the database failed: some items may be stored, so send the
+    batch again (with a request_id per item that is idempotent; without one, the
+    one-active-job-per-target rule answers ALREADY_EXISTS for the stored items).
+    Item errors (INVALID_ARGUMENT, ALREADY_EXISTS, INTERNAL with an error id) are
+    in the results, never here.
     """
     GetJob: _aio.UnaryUnaryMultiCallable[_job_service_pb2.GetJobRequest, _job_service_pb2.GetJobResponse]  # type: ignore[assignment]
     """GetJob returns one job by id.
@@ -269,6 +305,30 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
         with ErrorInfo DUPLICATE_JOB when an active job exists for the same
         (job_type, target_id) and on_duplicate is ON_DUPLICATE_REJECT.
+        """
+
+    @_abc_1.abstractmethod
+    def BatchEnqueue(
+        self,
+        request: _job_service_pb2.BatchEnqueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.BatchEnqueueResponse, _abc.Awaitable[_job_service_pb2.BatchEnqueueResponse]]:
+        """BatchEnqueue stores up to 1,000 jobs in one call: each item exactly as one
+        Enqueue of it would, in one round trip (AIP-233 style, but not atomic). Each
+        item succeeds or fails alone: results[i] answers requests[i], either with the
+        job (deduplicated as in Enqueue) or with that item's error, and the valid items
+        are stored even when others are not. request_id makes each item idempotent,
+        so a batch whose answer was lost can be sent again as it was.
+
+        Errors of the whole call: INVALID_ARGUMENT when requests is empty or holds
+        more than 1,000 items, or when the message cannot be parsed at all (a string
+        that is not UTF-8: the BadRequest names requests[i].field); RESOURCE_EXHAUSTED
+        from gRPC when the request is over the server's --max-message-bytes;
+        UNAVAILABLE when the database failed: some items may be stored, so send the
+        batch again (with a request_id per item that is idempotent; without one, the
+        one-active-job-per-target rule answers ALREADY_EXISTS for the stored items).
+        Item errors (INVALID_ARGUMENT, ALREADY_EXISTS, INTERNAL with an error id) are
+        in the results, never here.
         """
 
     @_abc_1.abstractmethod
