@@ -19,9 +19,10 @@ from job_service.domain.model import (
     OnDuplicate,
     RetryOutcome,
 )
-from job_service.domain.ports import JobStore
+from job_service.domain.ports import EnqueueOutcome, JobStore
 from job_service.updates import UpdateHub
 from job_service.worker import Worker
+from san_shared.batch_logging import log_each
 
 log = logging.getLogger(__name__)
 # One line per operator action (RetryFailed, CancelJob): who did what to how many jobs.
@@ -97,6 +98,31 @@ class JobApplication:
             self.hub.publish([job])
             self.worker.wake()
         return job, deduplicated
+
+    async def enqueue_many(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]]
+    ) -> list[EnqueueOutcome]:
+        """BatchEnqueue's items, each as `enqueue` would store it: one outcome per
+        item, in order (an item's own error as its outcome). The jobs it created are
+        published together and wake the worker once."""
+        outcomes = await self.store.enqueue_many(items)
+        created = [o[0] for o in outcomes if isinstance(o, tuple) and not o[1]]
+        if created:
+            # Committed: only now may anyone hear of them. One line per job, as
+            # Enqueue logs it (the job_id= line an operator greps for), written
+            # together: one record and one write for the batch (batch_logging.py).
+            log_each(
+                log,
+                logging.INFO,
+                "job_id=%s enqueued: %s target_id=%s by %s",
+                [
+                    (job.id, job.job_type.value, job.target_id, job.requested_by or "-")
+                    for job in created
+                ],
+            )
+            self.hub.publish(created)
+            self.worker.wake()
+        return outcomes
 
     async def cancel(
         self, job_id: str, reason: str, *, actor: str = "-", owner: str | None = None

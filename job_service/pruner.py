@@ -72,14 +72,16 @@ class Pruner:
         on_deleted: OnDeleted | None = None,
         clock: Callable[[], datetime] = _utc_now,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
+        rand: Callable[[], float] | None = None,
     ) -> None:
         self._store = store
         self.config = config or PrunerConfig()
         self._on_deleted = on_deleted
         self._clock = clock
         self._sleep = sleep
-        self._rand = rand
+        # Its own generator, not the random module's shared one: the jitter draws
+        # nothing from a state others (a seeded test, hypothesis) rely on.
+        self._rand = rand or random.Random().random
         self._running = False  # this instance's own runs (the loop, PruneJobs) take turns
         self._task: asyncio.Task[None] | None = None
 

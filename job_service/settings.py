@@ -57,6 +57,11 @@ class JobServiceSettings(BaseSettings):
         "migrate` first)",
     )
     gateway: HostPort = Field("127.0.0.1:50052", description="HOST:PORT of AiGateway")
+    # 10, not more: several instances share one gateway, whose --max-concurrency (64)
+    # answers "gateway busy" beyond it, which the breaker takes as a rate limit and
+    # pauses the type everywhere. A backlog on a fast provider drains best with 64 on
+    # one or two instances (each claim, StreamCalls message and completion statement
+    # then carries 64 jobs): the README's Performance section says so.
     workers: int = Field(10, ge=1, le=10_000, description="jobs run at once by this instance")
     lease: float = Field(60.0, gt=0, description="seconds a claim lasts without renewal")
     max_attempts: int = Field(3, ge=1, le=100, description="default attempts before FAILED")

@@ -4,6 +4,7 @@ service descriptor, so a new RPC cannot be served without a rule.
 
     RPC               submitter          viewer       operator
     Enqueue           yes                no           yes
+    BatchEnqueue      yes                no           yes
     GetJob            own jobs           yes          yes
     StreamJobUpdates  own jobs, by id    yes (feed)   yes
     ListJobs          own jobs           yes          yes
@@ -47,6 +48,7 @@ _N, _OWN, _ALL = Access.NONE, Access.OWN, Access.ALL
 # RPC (method name of san.jobs.v1.JobService) -> role -> access.
 RPC_RULES: dict[str, dict[Role, Access]] = {
     "Enqueue": {_S: _ALL, _V: _N, _O: _ALL},
+    "BatchEnqueue": {_S: _ALL, _V: _N, _O: _ALL},
     "GetJob": {_S: _OWN, _V: _ALL, _O: _ALL},
     "StreamJobUpdates": {_S: _OWN, _V: _ALL, _O: _ALL},
     "ListJobs": {_S: _OWN, _V: _ALL, _O: _ALL},

@@ -35,6 +35,8 @@ DAY_CHARS = 10
 MAX_TIL_NOTES = 1_000
 MAX_RECALL_SOURCES = 100
 MAX_STREAM_JOB_IDS = 1_000
+# BatchEnqueue's requests: at least one, at most this many (each bounded as Enqueue's).
+MAX_BATCH_ENQUEUE_REQUESTS = 1_000
 # RetryFailed moves at most MAX_RETRY_LIMIT jobs; longer id lists cannot matter and
 # would exceed the databases' bound-parameter limits (PostgreSQL: 32,767).
 MAX_RETRY_JOB_IDS = 10_000

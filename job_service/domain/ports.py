@@ -10,6 +10,7 @@ from typing import Protocol
 
 from job_service.domain.claim_limits import LimitedClaim, TypeLimit
 from job_service.domain.dispatch import DispatchPause, PauseReason
+from job_service.domain.errors import JobServiceError
 from job_service.domain.failure_groups import FailureGroup, FailureQuery
 from job_service.domain.model import (
     AttemptUsage,
@@ -28,6 +29,11 @@ from job_service.domain.model import (
 )
 from job_service.domain.usage import UsageQuery, UsageTotal
 
+# One item of `JobStore.enqueue_many`: (job, deduplicated) as `enqueue` returns, or the
+# error `enqueue` would have raised for that item alone: DuplicateJobError, or a
+# StorageError other than StorageUnavailableError (the database refused its data).
+EnqueueOutcome = tuple[Job, bool] | JobServiceError
+
 
 class JobStore(Protocol):
     """Everything the service does to `async_jobs`. Every method is one transaction
@@ -41,6 +47,17 @@ class JobStore(Protocol):
         A known `request_id` returns its job (deduplicated=True). An active job for
         (job_type, target_id), detected by the partial unique index, raises
         DuplicateJobError, or with RETURN_EXISTING returns that job."""
+        ...
+
+    async def enqueue_many(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]]
+    ) -> list[EnqueueOutcome]:
+        """Each item as `enqueue` would store it, in order: one outcome per item, and
+        an item's own error as its outcome (never raised). Items are resolved in
+        order, so a later item deduplicates to an earlier one of the same call (same
+        request_id, or same active (job_type, target_id)). Storage trouble for the
+        whole call (StorageUnavailableError) is raised: some items may then be stored,
+        which their request_id makes safe to send again."""
         ...
 
     async def get(self, job_id: str) -> Job:
@@ -112,19 +129,35 @@ class JobStore(Protocol):
         ...
 
     async def complete(
-        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+        self,
+        job_id: str,
+        token: str,
+        result: JsonDict,
+        usage: AttemptUsage | None = None,
+        *,
+        claimed: Job | None = None,
     ) -> Job:
         """PROCESSING -> COMPLETED with the result, if `token` still owns the job;
-        else LeaseLostError. Closes the open attempt record, with `usage` in it."""
+        else LeaseLostError. Closes the open attempt record, with `usage` in it.
+        `claimed`: the job as `token` claimed it (the worker's); the columns no write
+        after ENQUEUE changes (its input above all) are then taken from it, not read
+        back (storage/outcome_rows.py). The job returned is whole either way."""
         ...
 
     async def fail(
-        self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
+        self,
+        job_id: str,
+        token: str,
+        failure: Failure,
+        retry_at: datetime | None,
+        *,
+        claimed: Job | None = None,
     ) -> Job:
         """Record a failed attempt if `token` still owns the job (else LeaseLostError).
         With `retry_at`: back to PENDING with next_attempt_at = retry_at. Without:
         FAILED with failed_at = now. error_message/code/reason are stored as given
-        (already truncated by the caller); `failure.usage` goes into the attempt."""
+        (already truncated by the caller); `failure.usage` goes into the attempt.
+        `claimed`: as in `complete`."""
         ...
 
     async def release(self, job_id: str, token: str) -> Job | None:

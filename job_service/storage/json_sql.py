@@ -116,9 +116,14 @@ class JsonSql:
         return func.lower(func.hex(func.randomblob(16)))
 
 
+# json.dumps with arguments builds a new JSONEncoder on every call: made once here,
+# a batch's rows cost 1-2 us less each (issue 15). Same text as json.dumps.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def json_text(value: Any) -> str:
     """JSON as the engine writes it (compact, Korean text kept readable)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODE(value)
 
 
 class JsonRows:

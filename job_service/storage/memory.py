@@ -60,7 +60,7 @@ from job_service.domain.model import (
     RetryOutcome,
 )
 from job_service.domain.page_token import decode_page_token, encode_page_token
-from job_service.domain.ports import JobStore
+from job_service.domain.ports import EnqueueOutcome, JobStore
 from job_service.domain.transitions import (
     CANCEL,
     CLAIM,
@@ -87,6 +87,7 @@ from job_service.storage.apply_transition import (
     apply,
     status_of,
 )
+from job_service.storage.outcome_rows import check_claimed
 
 
 def _utc_now() -> datetime:
@@ -218,6 +219,21 @@ class MemoryJobStore:
 
     async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         await asyncio.sleep(0)
+        return self._enqueue_now(new, on_duplicate)
+
+    async def enqueue_many(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]]
+    ) -> list[EnqueueOutcome]:
+        await asyncio.sleep(0)  # one statement's round trip; then atomic, in order
+        outcomes: list[EnqueueOutcome] = []
+        for new, on_duplicate in items:
+            try:
+                outcomes.append(self._enqueue_now(new, on_duplicate))
+            except (DuplicateJobError, StorageFailureError) as error:
+                outcomes.append(error)  # this item's alone (a CHECK it breaks)
+        return outcomes
+
+    def _enqueue_now(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         # The unique indexes, in the order SqlJobStore resolves a refused insert.
         if new.request_id is not None:
             for row in self._rows.values():
@@ -378,8 +394,15 @@ class MemoryJobStore:
         return owned
 
     async def complete(
-        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+        self,
+        job_id: str,
+        token: str,
+        result: JsonDict,
+        usage: AttemptUsage | None = None,
+        *,
+        claimed: Job | None = None,  # nothing to save: the row is at hand
     ) -> Job:
+        check_claimed(job_id, claimed)
         await asyncio.sleep(0)
         call = self._call(
             {"job_id": job_id, "token": token, "result": _json(result), "usage": _usage(usage)}
@@ -390,8 +413,15 @@ class MemoryJobStore:
         return self._write(COMPLETE, row, call)
 
     async def fail(
-        self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
+        self,
+        job_id: str,
+        token: str,
+        failure: Failure,
+        retry_at: datetime | None,
+        *,
+        claimed: Job | None = None,  # as in complete
     ) -> Job:
+        check_claimed(job_id, claimed)
         await asyncio.sleep(0)
         call = self._call(
             {

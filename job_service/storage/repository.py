@@ -37,6 +37,7 @@ from job_service.domain.model import (
     OnDuplicate,
     RetryOutcome,
 )
+from job_service.domain.ports import EnqueueOutcome
 from job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EXPIRED_MESSAGE
 from job_service.domain.usage import UsageQuery, UsageTotal
 from job_service.storage.claim_limits import LimitedClaims
@@ -124,6 +125,11 @@ class SqlJobStore:
     async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         return await self._writes.enqueue(new, on_duplicate)
 
+    async def enqueue_many(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]]
+    ) -> list[EnqueueOutcome]:
+        return await self._writes.enqueue_many(items)
+
     async def claim(
         self,
         limit: int,
@@ -162,14 +168,26 @@ class SqlJobStore:
         return await self._writes.renew_leases(leases, lease_seconds)
 
     async def complete(
-        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+        self,
+        job_id: str,
+        token: str,
+        result: JsonDict,
+        usage: AttemptUsage | None = None,
+        *,
+        claimed: Job | None = None,
     ) -> Job:
-        return await self._writes.complete(job_id, token, result, usage)
+        return await self._writes.complete(job_id, token, result, usage, claimed=claimed)
 
     async def fail(
-        self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
+        self,
+        job_id: str,
+        token: str,
+        failure: Failure,
+        retry_at: datetime | None,
+        *,
+        claimed: Job | None = None,
     ) -> Job:
-        return await self._writes.fail(job_id, token, failure, retry_at)
+        return await self._writes.fail(job_id, token, failure, retry_at, claimed=claimed)
 
     async def release(self, job_id: str, token: str) -> Job | None:
         return await self._writes.release(job_id, token)

@@ -33,6 +33,7 @@ from job_service.domain.transitions import (
     RETRY_FAILED,
 )
 from job_service.storage.json_sql import array_of, p_str, p_time
+from job_service.storage.outcome_rows import OUTCOME_COLUMNS
 from job_service.storage.tables import ACTIVE_SQL, async_jobs, dispatch_limits, dispatch_pauses
 from job_service.storage.transition_sql import Params, Rows, TransitionSql
 
@@ -61,8 +62,9 @@ P_MAX_PER_CALLER = "p_max_per_caller"
 
 
 class Statements:
-    """Prebuilt statements for one dialect; writes return every column (`RETURNING *`)
-    and, on PostgreSQL, send their change notification within the same statement."""
+    """Prebuilt statements for one dialect; writes return every column (`RETURNING *`;
+    the outcome writes all but those the claim already gave) and, on PostgreSQL, send
+    their change notification within the same statement."""
 
     def __init__(self, postgres: bool, instance_id: str) -> None:
         self.pg = postgres
@@ -100,6 +102,16 @@ class Statements:
             t.c.job_type == p_str("p_job_type"), t.c.target_id == p_str("p_target_id"), ACTIVE
         )
         self.by_ids = select(t).where(t.c.id.in_(bindparam("p_ids", expanding=True)))
+        # BatchEnqueue's rows the INSERT left out, looked up per chunk rather than one
+        # by one (a resent batch of 500 keyed items: 1 SELECT instead of ~1,000).
+        self.by_request_ids = select(t).where(
+            t.c.request_id.in_(bindparam("p_request_ids", expanding=True))
+        )
+        self.active_for_targets = select(t).where(
+            t.c.job_type == p_str("p_job_type"),
+            t.c.target_id.in_(bindparam("p_target_ids", expanding=True)),
+            ACTIVE,
+        )
 
         # -- the worker's writes -----------------------------------------------------
         # Due (CLAIM's sources): one ordered range scan over the partial index
@@ -134,12 +146,14 @@ class Statements:
         # (and not returned), and their callers hear LeaseLostError. Each row carries
         # the time of its own call (`at`), as a single write would have: a retry's
         # delay counts from the failure, not from the batch.
+        # They return only what an outcome can change (outcome_rows.py): not the job's
+        # input, which the worker holds from its claim.
         self.complete_rows: Rows = sql.rows([COMPLETE], per_row_time=True)
-        self.complete_many = sql.update([COMPLETE], self.complete_rows)
+        self.complete_many = sql.update([COMPLETE], self.complete_rows, returning=OUTCOME_COLUMNS)
         # A failed attempt: with `retry_at`, back to PENDING due then; without, FAILED.
         failed = [FAIL_FINAL, FAIL_AND_RETRY]
         self.fail_rows: Rows = sql.rows(failed, per_row_time=True)
-        self.fail_many = sql.update(failed, self.fail_rows)
+        self.fail_many = sql.update(failed, self.fail_rows, returning=OUTCOME_COLUMNS)
 
         self.release_params: Params = sql.params(RELEASE)
         self.release = sql.update([RELEASE], self.release_params)

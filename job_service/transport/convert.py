@@ -131,20 +131,28 @@ def job_to_pb(
         "status": STATUS_TO_PB[job.status],
         "target_id": job.target_id,
         "requested_by": job.requested_by,
-        "request_id": job.request_id or "",
-        "error_message": job.error_message or "",
-        "error_code": job.error_code or "",
-        "error_reason": job.error_reason or "",
         "attempt_count": job.attempt_count,
         "max_attempts": job.max_attempts,
-        "cancel_reason": job.cancel_reason or "",
-        "attempts": [attempt_to_pb(a) for a in job.attempts],
         "create_time": created,
         # A new job was last updated when it was made: the same Timestamp twice.
         "update_time": created
         if job.updated_at == job.created_at
         else timestamp_of(job.updated_at),
     }
+    # Only the optional fields that hold something: an unset proto3 field reads and
+    # serializes as its default anyway, and each keyword costs the constructor (this
+    # runs for every Enqueue answer and every stream message).
+    for name, text in (
+        ("request_id", job.request_id),
+        ("error_message", job.error_message),
+        ("error_code", job.error_code),
+        ("error_reason", job.error_reason),
+        ("cancel_reason", job.cancel_reason),
+    ):
+        if text:
+            fields[name] = text
+    if job.attempts:
+        fields["attempts"] = [attempt_to_pb(a) for a in job.attempts]
     input_case, input_type, result_case, result_type = _CASES[job.job_type]
     if with_input:
         fields[input_case] = message_from_dict(input_type, job.request_params)
@@ -164,6 +172,42 @@ def job_to_pb(
         if pause is not None:
             fields["waiting_for"] = pause_to_pb(pause)
     return pb.Job(**fields)
+
+
+def fill_fresh_job(message: pb.Job, job: Job, created: Timestamp) -> bool:
+    """Fill the empty `message` as `job_to_pb(job, with_input=False)` would, field
+    by field in place, when `job` is a job just inserted (PENDING, never run, not
+    paused: `created` is its create_time): BatchEnqueue's answer, a third of the cost
+    of building a Job and copying it in. False (`message` untouched) for any other
+    job. The bytes are the same (tests/unit/job_service/test_fresh_job_pb.py)."""
+    if (
+        job.status is not JobStatus.PENDING
+        or job.attempt_count
+        or job.attempts
+        or job.result is not None
+        or job.updated_at != job.created_at
+        or job.error_message
+        or job.error_code
+        or job.error_reason
+        or job.cancel_reason
+        or job.started_at is not None
+        or job.completed_at is not None
+        or job.failed_at is not None
+        or job.next_attempt_at is not None
+        or job.cancelled_at is not None
+    ):
+        return False
+    message.id = job.id
+    message.job_type = JOB_TYPE_TO_PB[job.job_type]
+    message.status = pb.JOB_STATUS_PENDING
+    message.target_id = job.target_id
+    message.requested_by = job.requested_by
+    if job.request_id:
+        message.request_id = job.request_id
+    message.max_attempts = job.max_attempts
+    message.create_time.CopyFrom(created)
+    message.update_time.CopyFrom(created)
+    return True
 
 
 def pause_to_pb(pause: DispatchPause) -> pb.DispatchPause:

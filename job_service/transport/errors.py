@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
-from google.rpc import code_pb2  # ships no type stubs
+from google.rpc import code_pb2, status_pb2  # ships no type stubs
 
 from job_service.domain.errors import (
     DuplicateJobError,
@@ -81,16 +81,18 @@ def new_error_id() -> str:
 
 def _status(
     code: int, message: str, reason: str, metadata: Mapping[str, str], *extra: Message
-) -> grpc.Status:
+) -> status_pb2.Status:
     info = rich_status.error_info(reason, DOMAIN, {k: clip(v) for k, v in metadata.items()})
-    return rich_status.to_grpc_status(
-        rich_status.status(code, _cut_middle(message, MAX_MESSAGE_CHARS), [info, *extra])
-    )
+    return rich_status.status(code, _cut_middle(message, MAX_MESSAGE_CHARS), [info, *extra])
 
 
 def bad_request(violations: list[FieldViolation]) -> grpc.Status:
     """INVALID_ARGUMENT with a BadRequest naming each bad field (the first
     MAX_VIOLATIONS of them; the message counts the rest)."""
+    return rich_status.to_grpc_status(_bad_request(violations))
+
+
+def _bad_request(violations: list[FieldViolation]) -> status_pb2.Status:
     shown = [
         FieldViolation(clip(v.field), _cut_middle(v.description, MAX_DESCRIPTION_CHARS))
         for v in violations[:MAX_VIOLATIONS]
@@ -104,6 +106,10 @@ def bad_request(violations: list[FieldViolation]) -> grpc.Status:
 
 def internal(error_id: str) -> grpc.Status:
     """INTERNAL with nothing but the error id under which the log has the details."""
+    return rich_status.to_grpc_status(_internal(error_id))
+
+
+def _internal(error_id: str) -> status_pb2.Status:
     return _status(
         code_pb2.INTERNAL,
         f"{INTERNAL_MESSAGE} (error id {error_id})",
@@ -115,9 +121,15 @@ def internal(error_id: str) -> grpc.Status:
 def to_status(error: JobServiceError, error_id: str) -> grpc.Status:
     """The status a caller gets for `error`; `error_id` names it where the log
     holds details a caller must not see (storage and unexpected errors)."""
+    return rich_status.to_grpc_status(to_rich_status(error, error_id))
+
+
+def to_rich_status(error: JobServiceError, error_id: str) -> status_pb2.Status:
+    """`to_status` as the google.rpc.Status message itself (a BatchEnqueue item's
+    error is one, inside the response)."""
     match error:
         case InvalidRequestError():
-            return bad_request(error.violations)
+            return _bad_request(error.violations)
         case DuplicateJobError():
             job_id = clip(error.existing_job_id)
             return _status(
@@ -171,7 +183,16 @@ def to_status(error: JobServiceError, error_id: str) -> grpc.Status:
                 {"errorId": error_id},
             )
         case _:
-            return internal(error_id)
+            return _internal(error_id)
+
+
+def item_status(rpc: str, error: JobServiceError) -> status_pb2.Status:
+    """The status of one item of a batch call that failed alone (`rpc` names the
+    item in the log, as "BatchEnqueue requests[3]"): logged as a whole call's error
+    would be, under the error id the status gives."""
+    error_id = new_error_id()
+    _log(rpc, error, error_id)
+    return to_rich_status(error, error_id)
 
 
 def _log(rpc: str, error: BaseException, error_id: str) -> None:

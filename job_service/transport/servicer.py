@@ -27,7 +27,7 @@ from job_service.domain.limits import (
 from job_service.domain.model import Job, JobStatus
 from job_service.domain.validation import EnqueueLimits
 from job_service.pruner import Pruner
-from job_service.transport import requests
+from job_service.transport import batch, requests
 from job_service.transport.convert import (
     failure_groups_to_pb,
     job_to_pb,
@@ -93,6 +93,22 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         # returns it).
         message = job_to_pb(job, with_input=False, pauses=await self._pauses.current())
         return pb.EnqueueResponse(job=message, deduplicated=deduplicated)
+
+    @unary_errors
+    async def BatchEnqueue(
+        self, request: pb.BatchEnqueueRequest, context: Context
+    ) -> pb.BatchEnqueueResponse:
+        caller = current_caller.get()
+        decoded = batch.decode(
+            request,
+            self._limits,
+            self._default_max_attempts,
+            requested_by=None if caller is None else caller.name,
+            traceparent=current_traceparent(),
+        )
+        outcomes = await self._app.enqueue_many(decoded.items) if decoded.items else []
+        # The pauses once for the whole answer, not once per job.
+        return batch.response(decoded, outcomes, await self._pauses.current())
 
     @unary_errors
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:

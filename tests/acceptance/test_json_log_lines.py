@@ -72,6 +72,12 @@ async def test_both_services_write_one_json_object_per_line(
             cancelled = (await stub.Enqueue(request, timeout=10)).job.id
             reason = 'x\n{"level":"ERROR","message":"FAKE"}\u2028\x85\r\x1b[2J'
             await stub.CancelJob(pb.CancelJobRequest(job_id=cancelled, reason=reason), timeout=10)
+            # BatchEnqueue writes its jobs' enqueued lines together (batch_logging.py).
+            batch = pb.BatchEnqueueRequest(
+                requests=[card_request(f"json-logs-batch-{i}", "A page.") for i in range(3)]
+            )
+            answer = await stub.BatchEnqueue(batch, timeout=10)
+            batched = {r.response.job.id: r.response.job.target_id for r in answer.results}
 
     job_lines = _lines(service)
     gateway_lines = _lines(gateway)
@@ -89,6 +95,9 @@ async def test_both_services_write_one_json_object_per_line(
         about = [line["message"] for line in job_lines if line.get("job_id") == job_id]
         for word in ("enqueued", "completed"):
             assert any(word in message for message in about), (word, about)
+    for job_id, target_id in batched.items():
+        about = [line["message"] for line in job_lines if line.get("job_id") == job_id]
+        assert any(f"enqueued: CARD_ANALYSIS target_id={target_id} " in m for m in about), about
     calls = [line for line in gateway_lines if line["logger"] == "ai_gateway.calls"]
     assert {line.get("job_id") for line in calls} >= set(job_ids), calls
 

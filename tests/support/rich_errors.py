@@ -27,25 +27,38 @@ def rich_error(error: grpc.aio.AioRpcError) -> RichError:
             continue
         status = status_pb2.Status.FromString(value)
         assert status.code == error.code().value[0], "status detail must match the call's code"
-        for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                result.reason, result.domain, result.metadata = (
-                    info.reason,
-                    info.domain,
-                    dict(info.metadata),
-                )
-            elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                bad = error_details_pb2.BadRequest()
-                detail.Unpack(bad)
-                result.field_violations = {v.field: v.description for v in bad.field_violations}
-            elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-                retry = error_details_pb2.RetryInfo()
-                detail.Unpack(retry)
-                result.retry_delay = retry.retry_delay.ToTimedelta().total_seconds()
-            elif detail.Is(error_details_pb2.QuotaFailure.DESCRIPTOR):
-                quota = error_details_pb2.QuotaFailure()
-                detail.Unpack(quota)
-                result.quota_violations = [v.subject for v in quota.violations]
+        _read_details(status, result)
     return result
+
+
+def status_error(status: status_pb2.Status) -> RichError:
+    """A google.rpc.Status message itself (a BatchEnqueue item's error), read as
+    `rich_error` reads a failed call's."""
+    code = next(c for c in grpc.StatusCode if c.value[0] == status.code)
+    result = RichError(code, status.message)
+    _read_details(status, result)
+    return result
+
+
+def _read_details(status: status_pb2.Status, result: RichError) -> None:
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            result.reason, result.domain, result.metadata = (
+                info.reason,
+                info.domain,
+                dict(info.metadata),
+            )
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            result.field_violations = {v.field: v.description for v in bad.field_violations}
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            result.retry_delay = retry.retry_delay.ToTimedelta().total_seconds()
+        elif detail.Is(error_details_pb2.QuotaFailure.DESCRIPTOR):
+            quota = error_details_pb2.QuotaFailure()
+            detail.Unpack(quota)
+            result.quota_violations = [v.subject for v in quota.violations]

@@ -89,6 +89,15 @@ async def _enqueue(s: Secured, md: Metadata) -> object:
     return await s.stub.Enqueue(request, metadata=md, timeout=10)
 
 
+async def _batch_enqueue(s: Secured, md: Metadata) -> object:
+    request = pb.BatchEnqueueRequest(
+        requests=[card_request(f"t-{uuid.uuid4().hex[:12]}", SAMPLE_TEXT) for _ in range(2)]
+    )
+    response = await s.stub.BatchEnqueue(request, metadata=md, timeout=10)
+    assert all(r.WhichOneof("outcome") == "response" for r in response.results)
+    return response
+
+
 async def _get(s: Secured, md: Metadata) -> object:
     job_id = await s.job_of("alice")
     return await s.stub.GetJob(pb.GetJobRequest(job_id=job_id), metadata=md, timeout=10)
@@ -143,6 +152,7 @@ async def _prune(s: Secured, md: Metadata) -> object:
 
 CALLS: dict[str, Call] = {
     "Enqueue": _enqueue,
+    "BatchEnqueue": _batch_enqueue,
     "GetJob": _get,
     "StreamJobUpdates": _stream,
     "RetryFailed": _retry,
@@ -283,6 +293,22 @@ async def test_requested_by_is_the_token_s_name(secured: Secured) -> None:
     assert job.requested_by == "alice"
     stored = await secured.stub.GetJob(
         pb.GetJobRequest(job_id=job.id), metadata=secured.as_("alice")
+    )
+    assert stored.job.requested_by == "alice"
+
+
+async def test_requested_by_is_the_token_s_name_in_each_batch_item(secured: Secured) -> None:
+    request = pb.BatchEnqueueRequest(
+        requests=[
+            card_request("spoof-1", SAMPLE_TEXT, requested_by="operator"),
+            card_request("spoof-2", SAMPLE_TEXT),
+        ]
+    )
+    response = await secured.stub.BatchEnqueue(request, metadata=secured.as_("alice"))
+    jobs = [r.response.job for r in response.results]
+    assert [j.requested_by for j in jobs] == ["alice", "alice"]
+    stored = await secured.stub.GetJob(
+        pb.GetJobRequest(job_id=jobs[0].id), metadata=secured.as_("alice")
     )
     assert stored.job.requested_by == "alice"
 

@@ -76,6 +76,7 @@ MAX_MESSAGE_CHARS = 2_000
 # Examples per RPC (each run on SQLite and again on PostgreSQL).
 EXAMPLES = {
     "Enqueue": 240,
+    "BatchEnqueue": 60,
     "GetJob": 80,
     "ListJobs": 120,
     "CancelJob": 80,
@@ -302,6 +303,18 @@ def enqueue_requests(draw: st.DrawFn, pool: Pool) -> pb.EnqueueRequest:
     )
 
 
+def batch_enqueue_requests(pool: Pool) -> st.SearchStrategy[pb.BatchEnqueueRequest]:
+    """A few hostile Enqueue requests in one batch (an empty batch too), or one small
+    request repeated up to past the limit of 1,000 (a small one: each repeat is a copy,
+    and 5,000 copies of a 4 MB item would not fit in memory)."""
+    items = enqueue_requests(pool)
+    small = st.builds(card_request, short_text(), short_text())
+    return st.one_of(
+        *[st.lists(items, max_size=6)] * 3,
+        st.tuples(small, st.sampled_from((1_000, 1_001, 5_000))).map(lambda e_n: [e_n[0]] * e_n[1]),
+    ).map(lambda requests: pb.BatchEnqueueRequest(requests=requests))
+
+
 _ENQUEUE_FIELDS = (
     "input",
     "target_id",
@@ -483,9 +496,14 @@ class Findings:
     # (rpc, code, message head) -> one request that got it
     bad: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
-    def record(self, rpc: str, code: grpc.StatusCode, message: str, request: Any) -> None:
-        self.examples[rpc] += 1
-        self.codes[(rpc, code.name)] += 1
+    def record(
+        self, rpc: str, code: grpc.StatusCode, message: str, request: Any, *, item: bool = False
+    ) -> None:
+        """One answer; with `item`, one item's error inside an OK answer (a
+        BatchEnqueue result): checked alike, not counted as an example."""
+        if not item:
+            self.examples[rpc] += 1
+        self.codes[(rpc + (" item" if item else ""), code.name)] += 1
         leak = next((word for word in LEAKS if word in message), None)
         if code in ALLOWED and leak is None and len(message) <= MAX_MESSAGE_CHARS:
             return
@@ -528,16 +546,21 @@ class Client:
 
     def unary(self, rpc: str, response_type: type[Message], request: Any) -> tuple[Any, str]:
         """(code, message) of one unary call."""
+        code, message, _ = self.answer(rpc, response_type, request)
+        return code, message
+
+    def answer(self, rpc: str, response_type: type[Message], request: Any) -> tuple[Any, str, Any]:
+        """(code, message, response or None) of one unary call."""
         call = self.channel.unary_unary(
             f"/san.jobs.v1.JobService/{rpc}",
             request_serializer=_wire,
             response_deserializer=response_type.FromString,
         )
         try:
-            call(request, timeout=CALL_TIMEOUT)
+            response = call(request, timeout=CALL_TIMEOUT)
         except grpc.RpcError as error:
-            return error.code(), error.details() or ""  # type: ignore[attr-defined]
-        return grpc.StatusCode.OK, ""
+            return error.code(), error.details() or "", None  # type: ignore[attr-defined]
+        return grpc.StatusCode.OK, "", response
 
     def stream(self, request: Any, expected: int | None) -> tuple[Any, str]:
         """(code, message) of a StreamJobUpdates call: OK once `expected` messages came
@@ -621,6 +644,19 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
         return check
 
     enqueue = unary("Enqueue", pb.EnqueueResponse)
+
+    def batch_enqueue(request: pb.BatchEnqueueRequest | bytes) -> None:
+        code, message, response = client.answer("BatchEnqueue", pb.BatchEnqueueResponse, request)
+        found.record("BatchEnqueue", code, message, request)
+        if response is None:
+            return
+        if isinstance(request, pb.BatchEnqueueRequest):
+            assert len(response.results) == len(request.requests)
+        for result in response.results:
+            if result.WhichOneof("outcome") == "error":
+                item_code = next(c for c in grpc.StatusCode if c.value[0] == result.error.code)
+                found.record("BatchEnqueue", item_code, result.error.message, request, item=True)
+
     get_job = unary("GetJob", pb.GetJobResponse)
     list_jobs = unary("ListJobs", pb.ListJobsResponse)
     cancel = unary("CancelJob", pb.CancelJobResponse)
@@ -641,6 +677,7 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
     raw = raw_requests()
     runs: list[tuple[str, Callable[[Any], None], st.SearchStrategy[Any]]] = [
         ("Enqueue", enqueue, st.one_of(enqueue_requests(pool), raw)),
+        ("BatchEnqueue", batch_enqueue, st.one_of(batch_enqueue_requests(pool), raw)),
         ("GetJob", get_job, st.one_of(st.builds(pb.GetJobRequest, job_id=ids(pool.job_ids)), raw)),
         ("ListJobs", list_jobs, st.one_of(list_requests(pool), raw)),
         (

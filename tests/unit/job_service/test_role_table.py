@@ -33,6 +33,7 @@ def test_the_table_says_what_the_issue_says() -> None:
     }
     assert allowed[Role.SUBMITTER] == {
         "Enqueue",
+        "BatchEnqueue",
         "GetJob",
         "StreamJobUpdates",
         "ListJobs",

@@ -17,6 +17,7 @@ from job_service.domain.ports import JobStore
 # write (here) or a read (READS): a new write without a declaration fails below.
 PORT_WRITES: dict[str, tuple[tr.Transition, ...]] = {
     "enqueue": (tr.ENQUEUE,),
+    "enqueue_many": (tr.ENQUEUE,),
     "claim": (tr.CLAIM,),
     "claim_limited": (tr.CLAIM,),
     "fail_exhausted_leases": (tr.LEASE_EXHAUSTED,),

@@ -1,0 +1,142 @@
+"""The enqueue path's hand-built values equal what the generic code builds: the
+decoded NewJob and the pending Job (requests.new_job, rows.pending_job: slots set
+directly) and the INSERT's JSON row (writes.enqueue_row skips Rows.row)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from job_service.domain import job_ids
+from job_service.domain.model import Job, JobStatus, JobType, NewJob
+from job_service.storage.rows import pending_job
+from job_service.storage.statements import Statements
+from job_service.storage.writes import _enqueue_args, enqueue_row
+from job_service.transport import requests
+
+NOW = datetime(2025, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
+JOB_ID = "0190b1c2-1234-7abc-8def-0123456789ab"
+
+NEW_JOBS = [
+    NewJob(JobType.CARD_ANALYSIS, "scrap-1", {"text": "hello"}, "alice", None, 3),
+    NewJob(
+        JobType.TIL_GENERATION,
+        "사용자-7",
+        {"date": "2025-03-01", "nested": {"list": [1, "둘", None]}},
+        "bob",
+        "req-9",
+        7,
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    ),
+    NewJob(JobType.CARD_ANALYSIS, 't\n"quoted"', {}, "", "", 1),
+]
+
+
+def constructed(job_id: str, new: NewJob, now: datetime) -> Job:
+    """The pending job through the dataclass's own __init__."""
+    return Job(
+        id=job_id,
+        job_type=new.job_type,
+        status=JobStatus.PENDING,
+        target_id=new.target_id,
+        request_params=new.request_params,
+        requested_by=new.requested_by,
+        request_id=new.request_id,
+        result=None,
+        error_message=None,
+        error_code=None,
+        error_reason=None,
+        attempt_count=0,
+        max_attempts=new.max_attempts,
+        created_at=now,
+        updated_at=now,
+        started_at=None,
+        completed_at=None,
+        failed_at=None,
+        cancelled_at=None,
+        cancel_reason=None,
+        next_attempt_at=None,
+        lease_expires_at=None,
+        claim_token=None,
+        attempts=(),
+        traceparent=new.traceparent,
+    )
+
+
+@pytest.mark.parametrize("new", NEW_JOBS)
+def test_pending_job_equals_the_constructed_job(new: NewJob) -> None:
+    built = pending_job(JOB_ID, new, NOW)
+    expected = constructed(JOB_ID, new, NOW)
+    assert built == expected
+    assert repr(built) == repr(expected)
+    assert hash(built.id) == hash(expected.id)
+    for name in Job.__dataclass_fields__:
+        assert getattr(built, name) == getattr(expected, name), name
+
+
+def test_pending_job_stays_frozen() -> None:
+    job = pending_job(JOB_ID, NEW_JOBS[0], NOW)
+    with pytest.raises(AttributeError):
+        job.status = JobStatus.FAILED  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("postgres", [False, True], ids=["sqlite", "postgres"])
+@pytest.mark.parametrize("new", NEW_JOBS)
+def test_enqueue_row_equals_the_generic_row(postgres: bool, new: NewJob) -> None:
+    """The same fields, but request_params as the object rather than its JSON text
+    (writes.enqueue_row says why)."""
+    generic = Statements(postgres, "test").enqueue_rows.row(**_enqueue_args(JOB_ID, new))
+    row = enqueue_row(JOB_ID, new)
+    assert row.keys() == generic.keys()
+    assert row["request_params"] == json.loads(generic["request_params"])
+    assert {**row, "request_params": None} == {**generic, "request_params": None}
+
+
+@pytest.mark.parametrize("new", NEW_JOBS)
+def test_decoded_new_job_equals_the_constructed_one(new: NewJob) -> None:
+    """requests.new_job (Enqueue's decoding) sets NewJob's slots directly."""
+    built = requests.new_job(
+        new.job_type,
+        new.target_id,
+        new.request_params,
+        new.requested_by,
+        new.request_id,
+        new.max_attempts,
+    )
+    assert built == replace(new, traceparent=None)
+    assert repr(built) == repr(replace(new, traceparent=None))
+    with pytest.raises(AttributeError):
+        built.target_id = "other"  # type: ignore[misc]
+
+
+def test_ids_made_together_are_as_ids_made_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """job_ids.new_job_ids (an INSERT chunk's ids): canonical UUIDv7s, increasing
+    within the batch and after the ids before it, all in the clock's millisecond
+    while it stands still (the counter counts them); random bits differ."""
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    monkeypatch.setattr(job_ids, "_last_milliseconds", -1)
+    before = job_ids.new_job_id()
+    batch = job_ids.new_job_ids(500)
+    after = job_ids.new_job_id()
+    assert [before, *batch, after] == sorted({before, *batch, after})
+    for text in batch:
+        value = uuid.UUID(text)
+        assert str(value) == text
+        assert value.version == 7
+        assert value.variant == uuid.RFC_4122
+    times = [uuid.UUID(text).int >> 80 for text in [before, *batch, after]]
+    assert times == [1_700_000_000_000] * 502
+    randoms = {uuid.UUID(text).int & ((1 << 62) - 1) for text in batch}
+    assert len(randoms) == 500
+
+
+def test_ids_made_together_follow_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(job_ids, "_last_milliseconds", -1)
+    before = time.time_ns() // 1_000_000
+    first, *_ = job_ids.new_job_ids(3)
+    assert before <= uuid.UUID(first).int >> 80 <= before + 1_000
