@@ -13,10 +13,11 @@ import sys
 from collections.abc import Sequence
 
 from ai_gateway.settings import ENV_PREFIX, GatewaySettings
+from san_shared.cached_time import CachedTimeFormatter
 from san_shared.cli_settings import SettingsParser, settings_of
 from san_shared.event_loop import run
 from san_shared.json_logs import JsonFormatter, LogFormat
-from san_shared.safe_text import SafeFormatter, safe_text
+from san_shared.safe_text import safe_text
 from san_shared.trace_logging import install_trace_ids
 
 
@@ -46,14 +47,15 @@ def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     """Log records to stderr, one line each (text, or with `log_format` json one JSON
     object, san_shared.json_logs): values from callers and from upstream (call ids,
     error texts) cannot forge a line or carry a control character, and URL passwords
-    are masked (see job_service.logformat)."""
+    are masked (san_shared.cached_time)."""
     handler = logging.StreamHandler(sys.stderr)
     install_trace_ids(handler)  # record.trace_id, for either format
     if log_format == "json":
         # The gateway has no instance id setting: host and process tell instances apart.
         handler.setFormatter(JsonFormatter("ai-gateway", f"{socket.gethostname()}-{os.getpid()}"))
     else:
-        handler.setFormatter(SafeFormatter(LOG_FORMAT))
+        # One call-log line per call: strftime once a second, not once a line.
+        handler.setFormatter(CachedTimeFormatter(LOG_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
 
 

@@ -41,17 +41,23 @@ _SCALAR_TYPES = {
 }
 _WELL_KNOWN_PREFIX = "google.protobuf."
 
-# descriptor full name -> {field name: (kind, repeated, message class)}; None = not plain.
+# Any other field (int64, enums, maps, well-known types, ...): a message that holds
+# one goes through json_format; one that leaves it unset still takes the fast path
+# (the gateway's answers carry an int64/Duration `usage`, cleared before they are dumped).
+_OTHER = "other"
+
+# descriptor full name -> {field name: (kind, repeated, message class)}; None while
+# being built (a self-referencing message: its own fields of that type are _OTHER).
 _PLAIN: dict[str, dict[str, tuple[str, bool, Any]] | None] = {}
 
 
 def _plain_fields(descriptor: Any) -> dict[str, tuple[str, bool, Any]] | None:
-    """The fields of a message made only of plain fields (recursively), else None."""
+    """Each field's kind for the fast paths (recursively); None only while it is built."""
     name = descriptor.full_name
     if name in _PLAIN:
         return _PLAIN[name]
-    _PLAIN[name] = None  # recursion guard: a self-referencing message is not "plain"
-    fields: dict[str, tuple[str, bool, Any]] | None = {}
+    _PLAIN[name] = None  # recursion guard: a self-referencing field is _OTHER
+    fields: dict[str, tuple[str, bool, Any]] = {}
     for field in descriptor.fields:
         repeated = field.is_repeated
         if field.type in _SCALAR_TYPES:
@@ -68,9 +74,7 @@ def _plain_fields(descriptor: Any) -> dict[str, tuple[str, bool, Any]] | None:
         ):
             kind, sub = _MESSAGE, message_factory.GetMessageClass(field.message_type)
         else:
-            fields = None
-            break
-        assert fields is not None
+            kind, sub = _OTHER, None
         fields[field.name] = (kind, repeated, sub)
     _PLAIN[name] = fields
     return fields
@@ -87,8 +91,8 @@ def _build(message_type: type[MessageT], data: Mapping[str, Any]) -> MessageT:
     values: dict[str, Any] = {}
     for key, value in data.items():
         spec = fields.get(key)
-        if spec is None:
-            raise _NotPlain  # unknown, or a JSON (lowerCamel) name: json_format decides
+        if spec is None or spec[0] == _OTHER:
+            raise _NotPlain  # unknown, a JSON (lowerCamel) name, or odd: json_format decides
         if value is not None:  # JSON null: the field's default
             values[key] = _field_value(spec, value)
     try:
@@ -136,6 +140,8 @@ def _dump(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field, value in message.ListFields():
         kind, repeated, _ = fields[field.name]
+        if kind == _OTHER:
+            raise _NotPlain
         if kind == _SCALAR:
             out[field.name] = list(value) if repeated else value
         elif kind == _MESSAGE:

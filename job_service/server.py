@@ -239,6 +239,8 @@ class JobServiceRuntime:
             self.hub.publish,
             WorkerConfig(
                 concurrency=settings.workers,
+                # A group claimed ahead while the current one runs (worker.py says why).
+                claim_ahead=settings.workers,
                 lease_seconds=settings.lease,
                 poll_interval=settings.poll_interval,
                 batch_interval=settings.batch_interval,

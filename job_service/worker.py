@@ -9,6 +9,7 @@ Bounded concurrency: at most `concurrency` jobs are in flight; claims are batche
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import heapq
@@ -47,6 +48,7 @@ from job_service.metrics import (
     NoMetrics,
     WorkerMetrics,
 )
+from san_shared.batch_logging import log_each
 from san_shared.trace_context import context_of
 
 log = logging.getLogger(__name__)
@@ -60,13 +62,26 @@ DEFAULT_DEADLINES: dict[JobType, float] = default_deadlines()
 OUTCOME_WRITE_TRIES = 5
 # Why cancel_local stops a call when CancelJob cancelled its job.
 CANCELLED_WHY = "the job was cancelled"
+# The error code counted when a job claimed ahead is given back because its type was
+# paused before its call could start.
+PAUSED_CODE = "PAUSED"
+# Each completed attempt's line (DEBUG says when it was claimed).
+COMPLETED_LINE = "job_id=%s completed: %s attempt %d/%d, gateway call %.0f ms"
 # The outcomes of an attempt (its span's job.outcome) that are failures.
 FAILED_OUTCOMES = frozenset({"failed", "retrying"})
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    concurrency: int = 10
+    concurrency: int = 10  # --workers (settings.py says why 10)
+    # Jobs claimed beyond `concurrency`, each waiting (leased, renewed) for a gateway
+    # slot. Without them the pool moves in lockstep under a backlog: every job in
+    # flight is claimed, sent, answered and completed as one group, so the claim
+    # and completion statements and the gateway take turns instead of overlapping.
+    # With them the next group is already claimed when a group's answers arrive,
+    # and goes to the gateway while that group's outcomes are written. Calls in
+    # flight to the gateway stay at most `concurrency`. 0: claim only free slots.
+    claim_ahead: int = 0
     lease_seconds: float = 60.0
     poll_interval: float = 1.0
     # Under load every enqueue commit wakes the worker. Claiming at once after each
@@ -85,6 +100,48 @@ class WorkerConfig:
     # Fair share (--max-running-per-caller): jobs of one caller (requested_by)
     # PROCESSING at most; None: claims take the oldest due jobs whoever asked.
     max_per_caller: int | None = None
+
+
+class CallSlots:
+    """`size` slots for gateway calls. Waiters get them in turn, urgent ones first;
+    a slot given back goes straight to the next waiter."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_now(self) -> bool:
+        """Take a slot if one is free and nobody waits for it."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self, urgent: bool = False) -> None:
+        if self.take_now():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if urgent:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot just as it was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 class Worker:
@@ -116,6 +173,13 @@ class Worker:
         self._clock = clock or functools.partial(datetime.now, UTC)
         self._wake = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # Jobs claimed and waiting for a gateway slot (see WorkerConfig.claim_ahead);
+        # at most `concurrency` calls hold a slot at once.
+        self._claim_bound = config.concurrency + max(config.claim_ahead, 0)
+        self._call_slots = CallSlots(config.concurrency)
+        self._waiting: set[str] = set()
+        # `completed` lines not written yet (_log_completed).
+        self._completed_lines: list[tuple[object, ...]] = []
         # Jobs whose gateway call this instance stopped on purpose, and why (for the log).
         self._cancel_requested: dict[str, str] = {}
         self._stopping = False
@@ -153,7 +217,7 @@ class Worker:
             self._recheck = True
         # With every slot taken there is nothing to claim: the slot that frees
         # wakes the loop itself (so enqueues do not spin a full pool).
-        if len(self._tasks) < self._config.concurrency or self._stopping:
+        if len(self._tasks) < self._claim_bound or self._stopping:
             self._wake.set()
 
     @property
@@ -174,6 +238,13 @@ class Worker:
                 self._cancel_requested[job_id] = why
                 task.cancel()
 
+    def cancel_waiting(self) -> None:
+        """Give back every job claimed ahead whose gateway call has not started."""
+        for job_id in list(self._waiting):
+            task = self._tasks.get(job_id)
+            if task is not None:
+                task.cancel()
+
     async def stop(self, grace: float) -> None:
         """Stop claiming; let in-flight jobs finish within `grace` seconds; give the
         rest back as PENDING without charging the attempt."""
@@ -181,6 +252,9 @@ class Worker:
         self._wake.set()
         if self._loop_task is not None:
             await self._loop_task
+        # Claimed ahead, never started: back to PENDING now (uncharged, as at the
+        # end of the grace period), not run during it.
+        self.cancel_waiting()
         tasks = list(self._tasks.values())
         if tasks:
             log.info("waiting up to %.1fs for %d in-flight jobs", grace, len(tasks))
@@ -206,7 +280,7 @@ class Worker:
                 if self._stopping:
                     break  # asked to stop meanwhile: claim nothing more
             last_claim = loop.time()
-            free = self._config.concurrency - len(self._tasks)
+            free = self._claim_bound - len(self._tasks)
             claimed = 0
             claimed_at = self._clock()
             if free > 0:
@@ -386,30 +460,45 @@ class Worker:
         retrying, failed, given_back (its type is paused) or cancelled."""
         job, token = claim.job, claim.token
         timeout = self._config.deadlines.get(job.job_type, DEFAULT_DEADLINES[job.job_type])
-        started = time.monotonic()
-        call_started = self._breaker.call_started()
         record: Coroutine[Any, Any, None]
         try:
+            waited = await self._take_call_slot(job)
+            started = time.monotonic()
+            call_started = self._breaker.call_started()
             try:
-                answer = await self._gateway.run(job, timeout)
-            except GatewayCallError as error:
-                verdict, failure = await self._breaker_verdict(job, error, call_started)
-                if verdict is Verdict.GIVE_BACK:
-                    outcome = "given_back"
-                    record = self._give_back(job, token, failure)
-                else:
+                try:
+                    if waited and self._paused_meanwhile(job):
+                        answer = None  # its type was paused while it waited: no call
+                    else:
+                        answer = await self._gateway.run(job, timeout)
+                except GatewayCallError as error:
+                    verdict, failure = await self._breaker_verdict(job, error, call_started)
+                    if verdict is Verdict.GIVE_BACK:
+                        outcome = "given_back"
+                        record = self._give_back(job, token, failure)
+                    else:
+                        outcome = self._failure_outcome(job, failure)
+                        record = self._record_failure(job, token, failure)
+                except Exception:  # a bug of ours must not leave the job PROCESSING
+                    error_id = uuid.uuid4().hex[:12]
+                    log.exception("job_id=%s: unexpected error (error id %s)", job.id, error_id)
+                    failure = unexpected_failure(error_id)
                     outcome = self._failure_outcome(job, failure)
                     record = self._record_failure(job, token, failure)
-            except Exception:  # a bug of ours must not leave the job PROCESSING
-                error_id = uuid.uuid4().hex[:12]
-                log.exception("job_id=%s: unexpected error (error id %s)", job.id, error_id)
-                failure = unexpected_failure(error_id)
-                outcome = self._failure_outcome(job, failure)
-                record = self._record_failure(job, token, failure)
-            else:
-                await self._breaker_success(job)
-                outcome = "completed"
-                record = self._record_success(job, token, answer, time.monotonic() - started)
+                else:
+                    if answer is None:
+                        outcome = "given_back"
+                        record = self._give_back_paused(job, token)
+                    else:
+                        await self._breaker_success(job)
+                        outcome = "completed"
+                        seconds = time.monotonic() - started
+                        record = self._record_success(job, token, answer, seconds)
+            finally:
+                # The call and the breaker's word on it are over (a pause it opened
+                # is known before a waiting job looks): the slot goes to a job
+                # claimed ahead while this one's outcome is written.
+                self._call_slots.release()
             await self._settle(job, token, record)
         except asyncio.CancelledError:
             # Also when cancelled while the outcome was being written: if that write
@@ -417,6 +506,39 @@ class Worker:
             await self._on_cancelled(job, token)
             return "cancelled"
         return outcome
+
+    async def _take_call_slot(self, job: Job) -> bool:
+        """Wait for one of the `concurrency` gateway slots; True if the job had to
+        wait for it (it was claimed ahead). While it waits, stop() gives it back.
+        A probe and a job of a limited type take the next slot that frees, before
+        the jobs claimed ahead: they are claimed only when their pause or limit
+        allows, and a pool full of other jobs must not hold them back."""
+        if self._call_slots.take_now():
+            return False
+        self._waiting.add(job.id)
+        try:
+            urgent = job.id in self._probes or job.job_type in self._config.limits
+            await self._call_slots.take(urgent)
+        finally:
+            self._waiting.discard(job.id)
+        return True
+
+    def _paused_meanwhile(self, job: Job) -> bool:
+        """The job's type was paused after the claim that took it (the claim skipped
+        the types paused then): it gets no call, as if claimed after the pause. A
+        probe is claimed from a paused type on purpose and runs."""
+        return job.id not in self._probes and job.job_type in self._breaker.skip_types()
+
+    async def _give_back_paused(self, job: Job, token: str) -> None:
+        released = await self._write_outcome(job, lambda: self._store.release(job.id, token))
+        if released is not None:
+            log.info(
+                "job_id=%s given back uncharged, %s was paused while it waited for a call",
+                job.id,
+                job.job_type.value,
+            )
+            self._metrics.outcome(job.job_type, GIVEN_BACK, PAUSED_CODE)
+            self._publish([released])
 
     @staticmethod
     def _failure_outcome(job: Job, failure: Failure) -> str:
@@ -446,7 +568,7 @@ class Worker:
         )
         try:
             failed = await self._write_outcome(
-                job, lambda: self._store.fail(job.id, token, failure, None)
+                job, lambda: self._store.fail(job.id, token, failure, None, claimed=job)
             )
         except Exception:
             log.exception("job_id=%s: could not mark the job FAILED; giving it back", job.id)
@@ -490,19 +612,32 @@ class Worker:
         self, job: Job, token: str, answer: GatewayAnswer, seconds: float
     ) -> None:
         done = await self._write_outcome(
-            job, lambda: self._store.complete(job.id, token, answer.result, answer.usage)
+            job,
+            lambda: self._store.complete(job.id, token, answer.result, answer.usage, claimed=job),
         )
         if done is not None:
-            log.info(
-                "job_id=%s completed: %s attempt %d/%d, gateway call %.0f ms",
-                job.id,
-                job.job_type.value,
-                job.attempt_count,
-                job.max_attempts,
-                seconds * 1000,
+            self._log_completed(
+                (job.id, job.job_type.value, job.attempt_count, job.max_attempts, seconds * 1000)
             )
             self._metrics.outcome(job.job_type, COMPLETED)
             self._publish([done])
+
+    def _log_completed(self, args: tuple[object, ...]) -> None:
+        """The job's `completed` line. One statement writes many jobs' outcomes, and
+        their tasks resume in one turn of the loop: their lines are gathered and
+        written in the next turn by log_each, as one write for all (the same lines;
+        one record's cost instead of one per job). Traced, each line is logged at
+        once: it carries its own attempt's trace id."""
+        if self._tracer is not None:
+            log.info(COMPLETED_LINE, *args)
+            return
+        if not self._completed_lines:
+            asyncio.get_running_loop().call_soon(self._flush_completed)
+        self._completed_lines.append(args)
+
+    def _flush_completed(self) -> None:
+        lines, self._completed_lines = self._completed_lines, []
+        log_each(log, logging.INFO, COMPLETED_LINE, lines)
 
     async def _breaker_verdict(
         self, job: Job, error: GatewayCallError, started: float
@@ -545,7 +680,7 @@ class Worker:
             )
             retry_at = self._clock() + timedelta(seconds=delay)
         stored = await self._write_outcome(
-            job, lambda: self._store.fail(job.id, token, failure, retry_at)
+            job, lambda: self._store.fail(job.id, token, failure, retry_at, claimed=job)
         )
         if stored is None:
             return

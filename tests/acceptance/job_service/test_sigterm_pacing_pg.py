@@ -3,13 +3,14 @@
 exit status 0.
 
 How the signal is made to land in that wait, without sleeping: a real job-service
-with 2 workers and --batch-interval 1 (at most one claim a second), and 4 jobs made
-due by one INSERT. Its first claim takes 2 jobs, every free slot; a claim that fills
-every slot is followed by the pacing wait at once (more may be due), and the wait
-lasts a second. The instant gateway answers at once, so the 2 jobs are COMPLETED
-within milliseconds of that claim: the test sends SIGTERM when it sees them
-COMPLETED, with the other 2 still due and 2 slots free, and checks afterwards (from
-the stored claim time) that the signal indeed came inside the wait.
+with 2 workers and --batch-interval 1 (at most one claim a second), and 6 jobs made
+due by one INSERT. Its first claim takes 4 jobs, every free slot (2 calls and 2
+claimed ahead of them, worker.py's claim_ahead); a claim that fills every slot is
+followed by the pacing wait at once (more may be due), and the wait lasts a second.
+The instant gateway answers at once, so the 4 jobs are COMPLETED within
+milliseconds of that claim: the test sends SIGTERM when it sees them COMPLETED, with
+the other 2 still due and slots free, and checks afterwards (from the stored claim
+time) that the signal indeed came inside the wait.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tests.support.processes import RunningService, running, start_gateway, star
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
 
 WORKERS = 2
+CLAIMED = 2 * WORKERS  # what one claim takes: a call slot each, as many ahead
 PACING = timedelta(seconds=1)  # --batch-interval, its largest allowed value
 
 
@@ -99,8 +101,8 @@ async def test_sigterm_during_the_pacing_wait_claims_nothing_more(
             database_url=postgres_database,
         )
         with running(service):
-            job_ids = await enqueue_in_one_statement(postgres_database, 2 * WORKERS)
-            await until_completed(service, job_ids, WORKERS)
+            job_ids = await enqueue_in_one_statement(postgres_database, CLAIMED + WORKERS)
+            await until_completed(service, job_ids, CLAIMED)
             signalled_at = datetime.now(UTC)
             service.proc.send_signal(signal.SIGTERM)
             exit_status = await asyncio.to_thread(service.stop)
@@ -111,7 +113,7 @@ async def test_sigterm_during_the_pacing_wait_claims_nothing_more(
     in_first_claim = [
         job for job in jobs if job.attempts[:1] and job.attempts[0].start_time == first_claim
     ]
-    assert len(in_first_claim) == WORKERS, "the first claim should have filled every slot"
+    assert len(in_first_claim) == CLAIMED, "the first claim should have filled every slot"
     assert signalled_at - first_claim < PACING - timedelta(seconds=0.2), (
         f"SIGTERM came {signalled_at - first_claim} after the claim: too late to test the wait"
     )
@@ -121,7 +123,7 @@ async def test_sigterm_during_the_pacing_wait_claims_nothing_more(
     ]
     assert not late, f"claimed after SIGTERM: {late}"
     assert Counter(job.status for job in jobs) == {
-        JobStatus.COMPLETED: WORKERS,
+        JobStatus.COMPLETED: CLAIMED,
         JobStatus.PENDING: WORKERS,
     }
     for job in jobs:

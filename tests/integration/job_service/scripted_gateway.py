@@ -73,10 +73,15 @@ class ScriptedGateway(gw_grpc.AiGatewayServiceServicer):
     stream_calls: int = 0
     streams_opened: int = 0
     largest_request: int = 0  # most calls one StreamCallsRequest carried
+    # Calls being answered now, and the most there ever were at once.
+    in_flight: int = 0
+    peak_in_flight: int = 0
 
     async def _script(self, job_id: str, attempt: int) -> status_pb2.Status | None:
         """Run the script for one call: None to answer normally, else the status to fail with."""
         self.calls[job_id] += 1
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         action = self.script(job_id, attempt)
         try:
             if isinstance(action, Hang):
@@ -89,6 +94,8 @@ class ScriptedGateway(gw_grpc.AiGatewayServiceServicer):
         except asyncio.CancelledError:
             self.cancelled.append(job_id)
             raise
+        finally:
+            self.in_flight -= 1
         if not isinstance(action, Fail):
             return None
         status = status_pb2.Status(code=action.code.value[0], message=action.message)

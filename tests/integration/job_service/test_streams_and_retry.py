@@ -39,14 +39,24 @@ def subscribed(hub: UpdateHub) -> asyncio.Event:
 async def test_stream_sends_snapshot_then_every_change_then_ends(
     start_service: StartService,
 ) -> None:
-    # One worker slot, taken by a held job: the watched job is PENDING when its stream
-    # starts. Each step then waits until the test has read the state before it, so no
-    # state can be folded into the next (a stream keeps only a job's latest state).
+    # One worker slot, taken by a held job, and the one job claimed ahead of it (a
+    # second blocker): the watched job is PENDING when its stream starts. Each step
+    # then waits until the test has read the state before it, so no state can be
+    # folded into the next (a stream keeps only a job's latest state).
     service = await start_service(workers=1)
     holds: dict[str, Held] = {}
     service.gateway.script = lambda job_id, _a: holds.setdefault(job_id, Held())
     blocker = (await service.stub.Enqueue(card_request("st-blocker", "Text."))).job
     await asyncio.wait_for(holds.setdefault(blocker.id, Held()).reached.wait(), 20)
+    ahead = (await service.stub.Enqueue(card_request("st-ahead", "Text."))).job
+    ahead_updates = service.stub.StreamJobUpdates(
+        pb.StreamJobUpdatesRequest(job_ids=[ahead.id]), timeout=20
+    )
+    async for update in ahead_updates:  # until it is claimed ahead
+        if update.job.status == pb.JOB_STATUS_PROCESSING:
+            ahead_updates.cancel()
+            break
+    holds.setdefault(ahead.id, Held()).release()  # answers as soon as it is called
     job = (await service.stub.Enqueue(card_request("st-1", "Text."))).job
     stream = aiter(
         service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[job.id]), timeout=20)
@@ -61,6 +71,10 @@ async def test_stream_sends_snapshot_then_every_change_then_ends(
         ("JOB_STATUS_PROCESSING", 1),
         ("JOB_STATUS_COMPLETED", 1),
     ]
+    # The job the worker published is whole (its input is not read back by the
+    # outcome write but taken from the claim): the same as GetJob's.
+    assert seen[-1].job == (await service.stub.GetJob(pb.GetJobRequest(job_id=job.id))).job
+    assert seen[-1].job.card_analysis_input.text == "Text."
 
 
 async def test_stream_of_a_finished_job_sends_its_state_and_ends(service: Service) -> None:
@@ -105,6 +119,8 @@ async def test_feed_streams_matching_changes(service: Service) -> None:
     first = await asyncio.wait_for(reader, 20)
     assert first.job.id == job.id and first.job.status == pb.JOB_STATUS_FAILED
     feed.cancel()
+    # The job the worker published is whole: its input included, as GetJob reads it.
+    assert first.job == (await service.stub.GetJob(pb.GetJobRequest(job_id=job.id))).job
 
 
 async def test_client_that_goes_away_is_cleaned_up(service: Service) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import pytest
@@ -167,6 +168,8 @@ async def test_claims_are_paced_under_load_but_a_lone_job_starts_at_once(
 
 
 async def test_concurrency_is_bounded(start_service: StartService) -> None:
+    """--workers bounds the gateway calls in flight; as many jobs again are claimed
+    ahead (PROCESSING, waiting for a slot: worker.py's claim_ahead)."""
     service = await start_service(workers=3)
     service.gateway.script = lambda _j, _a: Slow(0.2)
     ids = [(await service.stub.Enqueue(card_request(f"b-{i}", "Text."))).job.id for i in range(9)]
@@ -185,7 +188,8 @@ async def test_concurrency_is_bounded(start_service: StartService) -> None:
     final = await wait_terminal(service.stub, ids, timeout=30)
     sampler.cancel()
     assert {j.status for j in final.values()} == {pb.JOB_STATUS_COMPLETED}
-    assert peak == 3, "three slots, all used, never more"
+    assert service.gateway.peak_in_flight == 3, "three calls at once, never more"
+    assert peak == 6, "three calls and three jobs claimed ahead, never more"
     assert service.runtime.worker.in_flight == 0
 
 
@@ -216,13 +220,13 @@ async def test_shutdown_during_the_outcome_write_leaves_nothing_processing(
     writing = asyncio.Event()
 
     async def slow_complete(
-        job_id: str, token: str, result: dict[str, object], usage: object = None
+        job_id: str, token: str, result: dict[str, object], usage: object = None, **kw: Any
     ) -> object:
         writing.set()
         await asyncio.sleep(0.5)
-        return await original(job_id, token, result, usage)  # type: ignore[arg-type]
+        return await original(job_id, token, result, usage, **kw)  # type: ignore[arg-type]
 
-    store.complete = slow_complete  # type: ignore[method-assign]
+    store.complete = slow_complete  # type: ignore[method-assign,assignment]
     job = (await service.stub.Enqueue(card_request("cut", "Text."))).job
     await asyncio.wait_for(writing.wait(), 10)
     await service.runtime.worker.stop(0.05)

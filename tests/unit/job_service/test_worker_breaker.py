@@ -94,12 +94,14 @@ async def rig(
     max_pause: float = 1800.0,
     store: MemoryJobStore | None = None,
     gateway: SwitchedGateway | None = None,
+    claim_ahead: int = 0,
 ) -> AsyncIterator[Rig]:
     clock = running_loop().now
     store = store or MemoryJobStore(clock=clock)
     gateway = gateway or SwitchedGateway()
     config = WorkerConfig(
         concurrency=concurrency,
+        claim_ahead=claim_ahead,
         lease_seconds=30.0,
         poll_interval=1.0,
         backoff=BackoffPolicy(base_delay=1.0, max_delay=300.0),
@@ -312,3 +314,26 @@ async def test_a_call_in_flight_across_a_pause_opened_and_closed_elsewhere_is_no
         (job,) = await r.until_terminal()
         assert job.status is JobStatus.COMPLETED
         assert await r.charged() == 0
+
+
+@on_virtual_time
+async def test_jobs_claimed_ahead_get_no_call_once_their_type_is_paused() -> None:
+    limited = GatewayCallError(
+        "RESOURCE_EXHAUSTED", "RATE_LIMITED", "5 requests/s", retry_delay_seconds=30.0
+    )
+    async with rig(concurrency=2, claim_ahead=2) as r:
+        r.gateway.failure = limited
+        await r.enqueue(6)
+        await _wait(1)
+        (pause,) = await r.store.dispatch_pauses()
+        assert pause.reason is PauseReason.RATE_LIMITED
+        # The two calls that paused it; the two jobs claimed ahead were given back
+        # without a call and uncharged, as if claimed after the pause.
+        assert len(r.gateway.calls) == 2
+        jobs = await r.all_jobs()
+        assert all(j.status is JobStatus.PENDING for j in jobs)
+        assert sorted(j.attempt_count for j in jobs) == [0] * 4 + [1] * 2
+        r.gateway.failure = None
+        done = await r.until_terminal()
+        assert all(j.status is JobStatus.COMPLETED for j in done)
+        assert await r.charged("RESOURCE_EXHAUSTED") <= 2

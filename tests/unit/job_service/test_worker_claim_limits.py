@@ -31,14 +31,19 @@ class RecordingGateway:
     calls: list[tuple[float, JobType]] = field(default_factory=list)
     running: dict[JobType, int] = field(default_factory=dict)
     most_running: dict[JobType, int] = field(default_factory=dict)
+    in_flight: int = 0
+    most_in_flight: int = 0
 
     async def run(self, job: Job, deadline: float) -> GatewayAnswer:
         kind = job.job_type
         self.calls.append((asyncio.get_running_loop().time(), kind))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
         self.running[kind] = self.running.get(kind, 0) + 1
         self.most_running[kind] = max(self.most_running.get(kind, 0), self.running[kind])
         await asyncio.sleep(self.latency)
         self.running[kind] -= 1
+        self.in_flight -= 1
         return GatewayAnswer({"summary": "ok", "tags": [], "embedding": [1.0]})
 
 
@@ -73,8 +78,11 @@ async def run_jobs(
     limits: dict[JobType, TypeLimit],
     jobs: list[JobType],
     concurrency: int = 20,
+    claim_ahead: int = 0,
 ) -> list[Job]:
-    config = WorkerConfig(concurrency=concurrency, lease_seconds=30.0, limits=limits)
+    config = WorkerConfig(
+        concurrency=concurrency, claim_ahead=claim_ahead, lease_seconds=30.0, limits=limits
+    )
     done = asyncio.Event()
 
     def published(_jobs: Iterable[Job]) -> None:
@@ -137,3 +145,19 @@ async def test_no_limits_claims_as_before() -> None:
     await run_jobs(store, gateway, {}, [CARD] * 10)
     assert store.limited_claims == 0
     assert gateway.most_running[CARD] == 10
+
+
+@on_virtual_time
+async def test_claiming_ahead_keeps_the_limits_and_does_not_starve_a_limited_type() -> None:
+    # A backlog of an unlimited type keeps every slot busy and as many jobs claimed
+    # ahead; the limited type still takes the next slot that frees.
+    store = CountingStore(clock=running_loop().now)
+    gateway = RecordingGateway(latency=1.0)
+    limits = {CARD: TypeLimit(max_running=2, per_second=3)}
+    await run_jobs(store, gateway, limits, [TIL] * 40 + [CARD] * 6, concurrency=4, claim_ahead=4)
+    assert gateway.most_in_flight == 4  # --workers calls at once, never more
+    assert gateway.most_running[CARD] <= 2
+    card_calls = [t for t, kind in gateway.calls if kind is CARD]
+    assert max_in_any_second(card_calls) <= 3
+    last_til = max(t for t, kind in gateway.calls if kind is TIL)
+    assert max(card_calls) < last_til  # ran alongside the backlog, not after it

@@ -107,16 +107,28 @@ class ScriptedStore(MemoryJobStore):
         return await super().renew_leases(leases, lease_seconds)
 
     async def complete(
-        self, job_id: str, token: str, result: JsonDict, usage: AttemptUsage | None = None
+        self,
+        job_id: str,
+        token: str,
+        result: JsonDict,
+        usage: AttemptUsage | None = None,
+        *,
+        claimed: Job | None = None,
     ) -> Job:
         self.outcome_writes.append(("complete", job_id))
-        return await super().complete(job_id, token, result, usage)
+        return await super().complete(job_id, token, result, usage, claimed=claimed)
 
     async def fail(
-        self, job_id: str, token: str, failure: Failure, retry_at: datetime | None
+        self,
+        job_id: str,
+        token: str,
+        failure: Failure,
+        retry_at: datetime | None,
+        *,
+        claimed: Job | None = None,
     ) -> Job:
         self.outcome_writes.append(("fail", job_id))
-        return await super().fail(job_id, token, failure, retry_at)
+        return await super().fail(job_id, token, failure, retry_at, claimed=claimed)
 
     async def release(self, job_id: str, token: str) -> Job | None:
         self.outcome_writes.append(("release", job_id))
@@ -179,6 +191,7 @@ async def running(
     *,
     concurrency: int = 1,
     backoff: BackoffPolicy | None = None,
+    claim_ahead: int = 0,
 ) -> AsyncIterator[Service]:
     """A started worker (and the JobApplication that feeds it), stopped on exit."""
     clock = running_loop().now
@@ -187,6 +200,7 @@ async def running(
     published = Published()
     config = WorkerConfig(
         concurrency=concurrency,
+        claim_ahead=claim_ahead,
         lease_seconds=LEASE,
         poll_interval=1.0,
         backoff=backoff or BackoffPolicy(base_delay=2.0, max_delay=300.0),
@@ -404,3 +418,101 @@ async def test_shutdown_lets_calls_finish_within_the_grace_and_gives_back_the_re
     assert service.published.of(stuck.id, JobStatus.PENDING)[-1] == given_back
     # Nothing was claimed once the stop began, though a slot came free.
     assert jobs["waiting"].status is JobStatus.PENDING and jobs["waiting"].attempt_count == 0
+
+
+# -- claiming ahead (WorkerConfig.claim_ahead) ---------------------------------------
+
+
+async def statuses(service: Service, jobs: Sequence[Job]) -> dict[str, JobStatus]:
+    return {j.target_id: j.status for j in await service.store.get_many([j.id for j in jobs])}
+
+
+@on_virtual_time
+async def test_jobs_claimed_ahead_wait_for_a_call_slot_and_run_once_each() -> None:
+    holds = {f"t{i}": Hold() for i in range(5)}
+    async with running(lambda job: holds[job.target_id], concurrency=2, claim_ahead=2) as service:
+        jobs = [await service.enqueue(f"t{i}") for i in range(5)]
+        await service.gateway.until_called(2)
+        await asyncio.sleep(1.0)  # the claim loop ran again meanwhile
+        # Two calls (--workers), two more jobs claimed and waiting, one left PENDING.
+        assert len(service.gateway.calls) == 2
+        assert service.worker.in_flight == 4
+        assert list((await statuses(service, jobs)).values()).count(JobStatus.PROCESSING) == 4
+
+        first = service.gateway.calls[0][0]
+        holds[next(j.target_id for j in jobs if j.id == first)].released.set()
+        await service.gateway.until_called(3)  # a waiting job took the freed slot
+        assert len(service.gateway.calls) == 3
+        for hold in holds.values():
+            hold.released.set()
+        done = [await service.published.terminal(j.id) for j in jobs]
+
+    assert all(j.status is JobStatus.COMPLETED for j in done)
+    assert all(j.attempt_count == 1 for j in done)
+    assert sorted(job_id for job_id, _ in service.gateway.calls) == sorted(j.id for j in jobs)
+
+
+@on_virtual_time
+async def test_shutdown_gives_back_jobs_claimed_ahead_at_once_uncharged() -> None:
+    holds = {"running": Hold(), "ahead": Hold()}
+    async with running(lambda job: holds[job.target_id], concurrency=1, claim_ahead=1) as service:
+        running_job = await service.enqueue("running")
+        await service.gateway.until_called(1)
+        ahead = await service.enqueue("ahead")
+        await asyncio.sleep(1.0)
+        assert (await service.store.get(ahead.id)).status is JobStatus.PROCESSING
+        loop = running_loop()
+        loop.call_later(2.0, holds["running"].released.set)  # answers during the grace
+
+        await service.worker.stop(grace=5.0)
+        jobs = {j.target_id: j for j in await service.store.get_many([running_job.id, ahead.id])}
+
+    assert jobs["running"].status is JobStatus.COMPLETED
+    # Never called: back to PENDING, the attempt not charged, not left PROCESSING.
+    given_back = jobs["ahead"]
+    assert [job_id for job_id, _ in service.gateway.calls] == [running_job.id]
+    assert given_back.status is JobStatus.PENDING
+    assert given_back.attempt_count == 0 and given_back.attempts == ()
+    assert given_back.claim_token is None
+    # Given back when the stop began, not after the running call's answer.
+    assert service.store.outcome_writes.index(("release", ahead.id)) < (
+        service.store.outcome_writes.index(("complete", running_job.id))
+    )
+
+
+@on_virtual_time
+async def test_cancelling_a_job_claimed_ahead_makes_no_call() -> None:
+    holds = {"running": Hold(), "ahead": Hold()}
+    async with running(lambda job: holds[job.target_id], concurrency=1, claim_ahead=1) as service:
+        running_job = await service.enqueue("running")
+        await service.gateway.until_called(1)
+        ahead = await service.enqueue("ahead")
+        await asyncio.sleep(1.0)
+        await service.app.cancel(ahead.id, "user left")
+        await asyncio.sleep(1.0)
+        assert service.worker.in_flight == 1
+        holds["running"].released.set()
+        await service.published.terminal(running_job.id)
+        cancelled = await service.store.get(ahead.id)
+
+    assert [job_id for job_id, _ in service.gateway.calls] == [running_job.id]
+    assert cancelled.status is JobStatus.CANCELLED and cancelled.claim_token is None
+    assert ("release", ahead.id) not in service.store.outcome_writes
+
+
+@on_virtual_time
+async def test_lease_of_a_job_claimed_ahead_is_renewed_while_it_waits() -> None:
+    holds = {"running": Hold(), "ahead": Hold()}
+    holds["ahead"].released.set()
+    async with running(lambda job: holds[job.target_id], concurrency=1, claim_ahead=1) as service:
+        running_job = await service.enqueue("running")
+        await service.gateway.until_called(1)
+        ahead = await service.enqueue("ahead")
+        await asyncio.sleep(LEASE * 3)  # three leases long: renewed, never lost
+        waiting = await service.store.get(ahead.id)
+        assert waiting.status is JobStatus.PROCESSING and waiting.attempt_count == 1
+        holds["running"].released.set()
+        done = await service.published.terminal(ahead.id)
+
+    assert done.status is JobStatus.COMPLETED and done.attempt_count == 1
+    assert [job_id for job_id, _ in service.gateway.calls] == [running_job.id, ahead.id]
