@@ -3,7 +3,8 @@
 Exit codes (also in ``jobsctl --help``)::
 
     0  success
-    1  watch: the job ended FAILED or CANCELLED; retry-failed, prune: declined at the prompt
+    1  watch: the job ended FAILED or CANCELLED; retry-failed, prune: declined at the prompt;
+       enqueue-file: some line invalid or rejected
     2  usage error (unknown flag, bad value, missing confirmation)
     3  job not found
     4  invalid input or conflict (bad request, duplicate job, job already finished)
@@ -24,7 +25,7 @@ from typing import NoReturn
 
 from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.jobsctl import _connection, _failures, _prune, _render
+from clients.jobsctl import _connection, _enqueue_file, _failures, _prune, _render
 from clients.jobsctl._job_inputs import (
     InputError,
     add_enqueue_commands,
@@ -68,7 +69,8 @@ environment:
   a flag beats its variable; --token-file is safer than --token (ps, shell history)
 
 exit codes:
-  0 ok; 1 watched job ended FAILED/CANCELLED (or retry/prune declined); 2 usage error;
+  0 ok; 1 watched job ended FAILED/CANCELLED (or retry/prune declined, or an
+  enqueue-file line invalid or rejected); 2 usage error;
   3 job not found; 4 invalid input or conflict; 5 JobService unreachable (or TLS
   handshake failed); 6 other JobService error; 7 not authenticated;
   8 permission denied; 130 interrupted
@@ -198,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(usage)
     _failures.add_parser(commands)
     _prune.add_parser(commands)
+    _enqueue_file.add_parser(commands)
     return parser
 
 
@@ -408,6 +411,13 @@ def cmd_usage(client: JobsClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_enqueue_file(client: JobsClient, args: argparse.Namespace) -> int:
+    # A stop mid-file is told with the summary, not raised: the error is explained here.
+    return _enqueue_file.cmd_enqueue_file(
+        client, args, lambda error: _explain(error, client.settings)
+    )
+
+
 COMMANDS: dict[str, Callable[[JobsClient, argparse.Namespace], int]] = {
     "enqueue": cmd_enqueue,
     "get": cmd_get,
@@ -419,6 +429,7 @@ COMMANDS: dict[str, Callable[[JobsClient, argparse.Namespace], int]] = {
     "usage": cmd_usage,
     "failures": _failures.cmd_failures,
     "prune": _prune.cmd_prune,
+    "enqueue-file": cmd_enqueue_file,
 }
 
 

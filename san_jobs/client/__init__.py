@@ -14,6 +14,7 @@ from san.jobs.v1.job_service_pb2 import (
     CardAnalysisInput,
     CardAnalysisResult,
     DispatchPause,
+    EnqueueRequest,
     EnqueueResponse,
     GetJobStatsResponse,
     GetUsageResponse,
@@ -31,6 +32,7 @@ from san.jobs.v1.job_service_pb2 import (
 )
 
 from san_jobs.client._async_client import AsyncJobsClient
+from san_jobs.client._batch import EnqueueOutcome
 from san_jobs.client._channel import SERVICE_CONFIG, ChannelSettings, PemSource
 from san_jobs.client._client import JobsClient
 from san_jobs.client._errors import (
@@ -58,6 +60,8 @@ __all__ = [
     "ChannelSettings",
     "DispatchPause",
     "DuplicateJobError",
+    "EnqueueOutcome",
+    "EnqueueRequest",
     "EnqueueResponse",
     "FieldViolation",
     "GetJobStatsResponse",

@@ -13,7 +13,7 @@ import grpc
 from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from san_jobs.client import _requests
+from san_jobs.client import _batch, _requests
 from san_jobs.client._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
 from san_jobs.client._client import MAX_POLL_FAILURES, POLL_INTERVAL
 from san_jobs.client._errors import (
@@ -117,6 +117,34 @@ class AsyncJobsClient:
             return_existing=return_existing,
         )
         return await self._call(self._stub.Enqueue, request, timeout)
+
+    async def enqueue_many(
+        self,
+        requests: Iterable[pb.EnqueueRequest],
+        *,
+        batch_size: int = _batch.DEFAULT_BATCH_SIZE,
+        max_batch_bytes: int = _batch.DEFAULT_MAX_BATCH_BYTES,
+        timeout: float | None = None,
+        on_chunk: _batch.ChunkCallback | None = None,
+    ) -> list[_batch.EnqueueOutcome]:
+        """Store many jobs with BatchEnqueue, one call at a time: one outcome per
+        request, in order (see :meth:`JobsClient.enqueue_many`)."""
+        _batch.check_batch_size(batch_size)
+        results: list[_batch.EnqueueOutcome] = []
+        for chunk in _batch.chunks(requests, batch_size, max_batch_bytes):
+            try:
+                response = await self._call(
+                    self._stub.BatchEnqueue, pb.BatchEnqueueRequest(requests=chunk), timeout
+                )
+                answered = _batch.outcomes(response, len(chunk))
+            except JobsError as error:
+                if not _batch.too_large(chunk, error, max_batch_bytes):
+                    raise
+                answered = [_batch.EnqueueOutcome(error=error)]
+            if on_chunk is not None:
+                on_chunk(len(results), answered)
+            results.extend(answered)
+        return results
 
     async def get_job(self, job_id: str, *, timeout: float | None = None) -> pb.Job:
         """One job by id; :class:`JobNotFoundError` when unknown."""

@@ -13,7 +13,7 @@ import grpc
 from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from san_jobs.client import _requests
+from san_jobs.client import _batch, _requests
 from san_jobs.client._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
 from san_jobs.client._errors import (
     InvalidRequestError,
@@ -139,6 +139,44 @@ class JobsClient:
             return_existing=return_existing,
         )
         return self._call(self._stub.Enqueue, request, timeout)
+
+    def enqueue_many(
+        self,
+        requests: Iterable[pb.EnqueueRequest],
+        *,
+        batch_size: int = _batch.DEFAULT_BATCH_SIZE,
+        max_batch_bytes: int = _batch.DEFAULT_MAX_BATCH_BYTES,
+        timeout: float | None = None,
+        on_chunk: _batch.ChunkCallback | None = None,
+    ) -> list[_batch.EnqueueOutcome]:
+        """Store many jobs with BatchEnqueue: one :class:`EnqueueOutcome` per request,
+        in order. One bad request never fails the others.
+
+        Requests go ``batch_size`` (1 to 1,000) at a time, or fewer when they hold
+        more than ``max_batch_bytes``; ``timeout`` is per call. As :meth:`enqueue`
+        does, a request without request_id gets one and an unspecified job_type is
+        its input's (the caller's messages are not changed). ``on_chunk(start,
+        outcomes)`` hears each answered call, in order. A call failing as a whole
+        (JobService unreachable after the channel's retries, ...) raises its
+        :class:`JobsError`: the calls before it are stored (``on_chunk`` has seen
+        them); sending the rest again is safe for requests with their own request_id.
+        """
+        _batch.check_batch_size(batch_size)
+        results: list[_batch.EnqueueOutcome] = []
+        for chunk in _batch.chunks(requests, batch_size, max_batch_bytes):
+            try:
+                response = self._call(
+                    self._stub.BatchEnqueue, pb.BatchEnqueueRequest(requests=chunk), timeout
+                )
+                answered = _batch.outcomes(response, len(chunk))
+            except JobsError as error:
+                if not _batch.too_large(chunk, error, max_batch_bytes):
+                    raise
+                answered = [_batch.EnqueueOutcome(error=error)]
+            if on_chunk is not None:
+                on_chunk(len(results), answered)
+            results.extend(answered)
+        return results
 
     def get_job(self, job_id: str, *, timeout: float | None = None) -> pb.Job:
         """One job by id; :class:`JobNotFoundError` when unknown."""

@@ -27,6 +27,7 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 _DETAILS_KEY = "grpc-status-details-bin"
+_CODES = {code.value[0]: code for code in grpc.StatusCode}  # google.rpc.Status.code -> enum
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +149,19 @@ def error_from_status(
     what ``grpc_status.rpc_status.from_call`` reads too; reading it directly serves the
     sync and the asyncio client alike.
     """
-    status = _status_from_trailers(trailers)
+    return _error_from_details(code, message, _status_from_trailers(trailers))
+
+
+def error_from_status_message(status: status_pb2.Status) -> JobsError:
+    """Build the typed exception for a ``google.rpc.Status`` message as such (one
+    item's error inside a BatchEnqueue answer), the same way as for a failed call."""
+    code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
+    return _error_from_details(code, status.message, status)
+
+
+def _error_from_details(
+    code: grpc.StatusCode, message: str, status: status_pb2.Status
+) -> JobsError:
     message = status.message or message or code.name
     reason = ""
     metadata: dict[str, str] = {}

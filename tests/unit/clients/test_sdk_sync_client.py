@@ -74,6 +74,8 @@ def test_public_names_are_pinned() -> None:
             "ChannelSettings",
             "DispatchPause",
             "DuplicateJobError",
+            "EnqueueOutcome",
+            "EnqueueRequest",
             "EnqueueResponse",
             "FieldViolation",
             "GetJobStatsResponse",
