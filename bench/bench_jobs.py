@@ -108,7 +108,7 @@ ACTIVE_PROBE = pb.ListJobsRequest(
 
 
 async def _completed(stub: pb_grpc.JobServiceStub) -> int:
-    stats = await stub.GetJobStats(pb.GetJobStatsRequest())
+    stats = await stub.GetJobStats(pb.GetJobStatsRequest())  # type: ignore[misc]  # aio stub
     return sum(c.count for c in stats.counts if c.status == pb.JOB_STATUS_COMPLETED)
 
 
@@ -282,7 +282,7 @@ async def stream_memory(service: RunningService, count: int) -> float:
     watching one PENDING job, all open (each has sent its snapshot) at the same time."""
     async with grpc.aio.insecure_channel(service.address) as channel:
         stub = pb_grpc.JobServiceStub(channel)
-        ids = []
+        ids: list[str] = []
         for start in range(0, count, CALLERS):
             replies = await asyncio.gather(
                 *(
@@ -296,7 +296,7 @@ async def stream_memory(service: RunningService, count: int) -> float:
         calls = [stub.StreamJobUpdates(pb.StreamJobUpdatesRequest(job_ids=[i])) for i in ids]
         try:
             firsts = await asyncio.wait_for(asyncio.gather(*(c.read() for c in calls)), 60)
-            if any(f is grpc.aio.EOF or f.job.status != pb.JOB_STATUS_PENDING for f in firsts):
+            if any(f is grpc.aio.EOF or f.job.status != pb.JOB_STATUS_PENDING for f in firsts):  # type: ignore[attr-defined]
                 raise RuntimeError("a stream did not open on a PENDING job")
             await asyncio.sleep(1.0)
             after = _rss_bytes(service.proc.pid)
