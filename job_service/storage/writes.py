@@ -250,7 +250,7 @@ class JobWrites:
     async def _enqueue_one(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         sql = self._sql
         params = time_params(self._now()) | sql.enqueue_params.bind(
-            **_enqueue_args(new_job_id(), new)
+            **enqueue_row(new_job_id(), new)
         )
         # ON CONFLICT DO NOTHING: the unique indexes stop duplicates without an error;
         # the winner is then read. If it left the active states in between, nothing
@@ -443,28 +443,15 @@ def _joined(row: Any, kept: dict[str, Job]) -> Job | BaseException | None:
 
 
 def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
-    """The JSON row of `new` for the batched INSERT (`Statements.enqueue_rows`), built
-    directly: the generic `enqueue_rows.row(**_enqueue_args(...))`'s kwargs, key check
+    """ENQUEUE's arguments for `new` (the single INSERT binds them), which are also
+    its JSON row for the batched INSERT (`Statements.enqueue_rows`), used as they
+    are: the generic `enqueue_rows.row(**enqueue_row(...))`'s kwargs, key check
     and per-field loops were ~8 % of the job-service's CPU in a BatchEnqueue (issue
     15). The same row but for `request_params`, which goes in as the JSON object
     itself rather than as its JSON text: both databases read an object in a text
     field as its JSON text (jsonb_to_recordset, `->>`), which the INSERT casts to the
     column's JSON, so the batch's one json_text does what was a second one per row
     (a unit test checks the fields, the storage tests what is stored)."""
-    return {
-        "job_id": job_id,
-        "job_type": new.job_type.value,
-        "target_id": new.target_id,
-        "request_params": new.request_params,
-        "requested_by": new.requested_by,
-        "request_id": new.request_id,
-        "max_attempts": new.max_attempts,
-        "traceparent": new.traceparent,
-    }
-
-
-def _enqueue_args(job_id: str, new: NewJob) -> dict[str, Any]:
-    """ENQUEUE's arguments for `new`."""
     return {
         "job_id": job_id,
         "job_type": new.job_type.value,

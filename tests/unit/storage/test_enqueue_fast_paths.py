@@ -16,7 +16,7 @@ from job_service.domain import job_ids
 from job_service.domain.model import Job, JobStatus, JobType, NewJob
 from job_service.storage.rows import pending_job
 from job_service.storage.statements import Statements
-from job_service.storage.writes import _enqueue_args, enqueue_row
+from job_service.storage.writes import enqueue_row
 from job_service.transport import requests
 
 NOW = datetime(2025, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
@@ -90,7 +90,7 @@ def test_pending_job_stays_frozen() -> None:
 def test_enqueue_row_equals_the_generic_row(postgres: bool, new: NewJob) -> None:
     """The same fields, but request_params as the object rather than its JSON text
     (writes.enqueue_row says why)."""
-    generic = Statements(postgres, "test").enqueue_rows.row(**_enqueue_args(JOB_ID, new))
+    generic = Statements(postgres, "test").enqueue_rows.row(**enqueue_row(JOB_ID, new))
     row = enqueue_row(JOB_ID, new)
     assert row.keys() == generic.keys()
     assert row["request_params"] == json.loads(generic["request_params"])
