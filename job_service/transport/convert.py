@@ -210,6 +210,22 @@ def fill_fresh_job(message: pb.Job, job: Job, created: Timestamp) -> bool:
     return True
 
 
+def job_identity_pb(job: pb.Job) -> pb.Job:
+    """`job` cut to what names it and says where it stands: id, type, status, target_id,
+    request_id and its create and update times (a BatchEnqueue answer that would not
+    fit otherwise: every field but target_id and request_id is of bounded size)."""
+    identity = pb.Job(
+        id=job.id,
+        job_type=job.job_type,
+        status=job.status,
+        target_id=job.target_id,
+        request_id=job.request_id,
+    )
+    identity.create_time.CopyFrom(job.create_time)
+    identity.update_time.CopyFrom(job.update_time)
+    return identity
+
+
 def pause_to_pb(pause: DispatchPause) -> pb.DispatchPause:
     return pb.DispatchPause(
         job_type=JOB_TYPE_TO_PB[pause.job_type],

@@ -10,6 +10,11 @@ BadRequest before the servicer sees it.
 The field is found by parsing the payload again as a "twin" of the request type
 whose string fields are bytes fields (same numbers, so the same wire format), then
 looking for the value that is not UTF-8.
+
+A batch request (AIP-233: its one field a repeated message, as BatchEnqueueRequest's
+`requests`) is not refused for one bad item: its items are read one by one, and it
+becomes a `PartlyDecodedBatch`, the good items in place and each bad one named, so
+that the servicer answers the bad ones alone ("one bad item never fails the batch").
 """
 
 from __future__ import annotations
@@ -35,6 +40,16 @@ class UndecodableRequest:
     """What the lenient deserializer gives for bytes that are not a valid request."""
 
     violation: FieldViolation
+
+
+@dataclass(frozen=True, slots=True)
+class PartlyDecodedBatch:
+    """A batch request with items that are not valid messages: `request` holds every
+    item, an empty message in place of each bad one; `undecodable` maps a bad item's
+    index to its violation (the field path within the item)."""
+
+    request: Message
+    undecodable: dict[int, FieldViolation]
 
 
 @functools.cache
@@ -106,24 +121,84 @@ def _find_bad_utf8(descriptor: Any, twin: Message, prefix: str) -> str | None:
     return None
 
 
+def _batch_items_field(descriptor: Any) -> Any | None:
+    """The items field of a batch request (its only field, a repeated message), else None."""
+    if len(descriptor.fields) != 1:
+        return None
+    (field,) = descriptor.fields
+    if field.is_repeated and field.type == FieldDescriptor.TYPE_MESSAGE:
+        return field
+    return None
+
+
+@functools.cache
+def _raw_items_class(descriptor: Any) -> type[Message]:
+    """A message of one field, `repeated bytes`, numbered as `descriptor`'s items
+    field: the same wire format, each item left as its bytes."""
+    items = _batch_items_field(descriptor)
+    assert items is not None, descriptor.full_name  # only called for a batch request
+    file = descriptor_pb2.FileDescriptorProto(
+        name=f"raw_items/{descriptor.full_name}.proto", package="raw_items", syntax="proto3"
+    )
+    message = file.message_type.add(name="RawItems")
+    message.field.add(
+        name=items.name,
+        number=items.number,
+        type=FieldDescriptor.TYPE_BYTES,
+        label=FieldDescriptor.LABEL_REPEATED,
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("raw_items.RawItems"))
+
+
+def _item_by_item(
+    message_class: type[Message], items: Any, data: bytes
+) -> PartlyDecodedBatch | None:
+    """The batch `data` read item by item (None: not even its items can be told apart)."""
+    try:
+        raw = _raw_items_class(message_class.DESCRIPTOR).FromString(data)
+    except DecodeError:
+        return None
+    item_class = message_factory.GetMessageClass(items.message_type)
+    decoded: list[Message] = []
+    undecodable: dict[int, FieldViolation] = {}
+    for index, item_bytes in enumerate(getattr(raw, items.name)):
+        try:
+            item = item_class.FromString(item_bytes)
+        except DecodeError:
+            item = item_class()
+            undecodable[index] = _violation(items.message_type, item_bytes)
+        decoded.append(item)
+    request = message_class()
+    getattr(request, items.name).extend(decoded)
+    return PartlyDecodedBatch(request, undecodable)
+
+
+def _violation(descriptor: Any, data: bytes) -> FieldViolation:
+    field = _bad_utf8_field(descriptor, data)
+    if field is None:
+        return FieldViolation("request", f"is not a valid {descriptor.full_name} message")
+    return FieldViolation(field, "is not valid UTF-8 (a lone surrogate, or bad bytes)")
+
+
 def lenient_deserializer(
     message_class: type[Message],
-) -> Callable[[bytes], Message | UndecodableRequest]:
-    """`message_class.FromString`, giving an UndecodableRequest instead of raising."""
+) -> Callable[[bytes], Message | UndecodableRequest | PartlyDecodedBatch]:
+    """`message_class.FromString`, giving an UndecodableRequest instead of raising
+    (for a batch request with bad items, a PartlyDecodedBatch)."""
     descriptor = message_class.DESCRIPTOR
+    items = _batch_items_field(descriptor)
 
-    def deserialize(data: bytes) -> Message | UndecodableRequest:
+    def deserialize(data: bytes) -> Message | UndecodableRequest | PartlyDecodedBatch:
         try:
             return message_class.FromString(data)
         except DecodeError:
-            field = _bad_utf8_field(descriptor, data)
-            if field is None:
-                return UndecodableRequest(
-                    FieldViolation("request", f"is not a valid {descriptor.full_name} message")
-                )
-            return UndecodableRequest(
-                FieldViolation(field, "is not valid UTF-8 (a lone surrogate, or bad bytes)")
-            )
+            if items is not None:
+                partly = _item_by_item(message_class, items, data)
+                if partly is not None:
+                    return partly
+            return UndecodableRequest(_violation(descriptor, data))
 
     return deserialize
 

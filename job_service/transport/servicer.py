@@ -7,7 +7,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from san.jobs.v1 import job_service_pb2 as pb
@@ -16,7 +16,7 @@ from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from job_service.app import JobApplication
 from job_service.auth.roles import current_caller
 from job_service.domain.dispatch import DispatchPause
-from job_service.domain.errors import JobNotFoundError
+from job_service.domain.errors import FieldViolation, JobNotFoundError
 from job_service.domain.failure_groups import MAX_FAILURE_GROUPS
 from job_service.domain.freshness import supersedes
 from job_service.domain.limits import (
@@ -34,7 +34,7 @@ from job_service.transport.convert import (
     stats_to_pb,
     usage_totals_to_pb,
 )
-from job_service.transport.decoding import add_lenient_service
+from job_service.transport.decoding import PartlyDecodedBatch, add_lenient_service
 from job_service.transport.errors import stream_errors, unary_errors
 from job_service.transport.pages import fit_page
 from job_service.transport.pause_cache import PauseCache
@@ -73,6 +73,8 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         self._pauses = pauses or PauseCache(lambda: app.store.dispatch_pauses())
         # What a ListJobs page's jobs may take of the send limit (--max-message-bytes).
         self._page_budget_bytes = max_message_bytes - LIST_PAGE_HEADROOM_BYTES
+        # A BatchEnqueue answer is the whole message: it may take all of the limit.
+        self._max_message_bytes = max_message_bytes
         self._limits = limits
         self._default_max_attempts = default_max_attempts
         self._stream_gate = stream_gate
@@ -96,19 +98,26 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
 
     @unary_errors
     async def BatchEnqueue(
-        self, request: pb.BatchEnqueueRequest, context: Context
+        self, request: pb.BatchEnqueueRequest | PartlyDecodedBatch, context: Context
     ) -> pb.BatchEnqueueResponse:
         caller = current_caller.get()
+        undecodable: dict[int, FieldViolation] = {}
+        if isinstance(request, PartlyDecodedBatch):  # items that are not messages
+            undecodable = request.undecodable
+            request = cast(pb.BatchEnqueueRequest, request.request)
         decoded = batch.decode(
             request,
             self._limits,
             self._default_max_attempts,
             requested_by=None if caller is None else caller.name,
             traceparent=current_traceparent(),
+            answer_budget_bytes=self._max_message_bytes,
+            undecodable=undecodable,
         )
         outcomes = await self._app.enqueue_many(decoded.items) if decoded.items else []
         # The pauses once for the whole answer, not once per job.
-        return batch.response(decoded, outcomes, await self._pauses.current())
+        pauses = await self._pauses.current()
+        return batch.response(decoded, outcomes, pauses, self._max_message_bytes)
 
     @unary_errors
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:

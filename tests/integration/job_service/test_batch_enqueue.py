@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import grpc
 import pytest
 from san.jobs.v1 import job_service_pb2 as pb
 
-from tests.integration.job_service.conftest import Service
-from tests.integration.job_service.scripted_gateway import Hang
-from tests.support.jobs_api import card_request, list_all
+from tests.integration.job_service.conftest import Service, StartService
+from tests.integration.job_service.scripted_gateway import Fail, Hang
+from tests.support.jobs_api import card_request, list_all, wait_terminal
 from tests.support.rich_errors import rich_error, status_error
 
 ACTIVE = (pb.JOB_STATUS_PENDING, pb.JOB_STATUS_PROCESSING)
@@ -223,22 +224,119 @@ async def test_every_item_failing_with_many_violations_still_fits_the_answer(
     print(f"\nanswer of {response.ByteSize():,} bytes for a request of {request.ByteSize():,}")
 
 
-async def test_bad_utf8_in_one_item_is_invalid_argument_naming_it(service: Service) -> None:
-    """protobuf cannot parse a request holding a string that is not UTF-8, so the
-    whole call is refused (no item can be read), naming the item and its field."""
-    lone_surrogate = b"\xed\xa0\x80"
-    raw = batch(
-        card_request("fine-0", "x"), card_request("fine-1", "x"), card_request("scrap-1", "x")
-    ).SerializeToString()
-    payload = raw.replace(b"scrap-1", b"scr" + lone_surrogate + b"p")
-    raw_call = service.channel.unary_unary(
+def raw_batch_call(service: Service) -> Any:
+    """BatchEnqueue taking bytes as they are: what a client that does not check
+    UTF-8 (C++, or a hand-written encoder) can send."""
+    return service.channel.unary_unary(
         "/san.jobs.v1.JobService/BatchEnqueue",
         request_serializer=lambda b: b,
         response_deserializer=pb.BatchEnqueueResponse.FromString,
     )
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await raw_call(payload, timeout=10)
-    rich = rich_error(caught.value)
+
+
+async def test_bad_utf8_in_one_item_fails_that_item_alone(service: Service) -> None:
+    """protobuf cannot parse a message holding a string that is not UTF-8: the batch
+    is read item by item, and only the bad item is refused, naming its field."""
+    service.gateway.script = lambda _job, _attempt: Hang()
+    lone_surrogate = b"\xed\xa0\x80"
+    raw = batch(
+        card_request("fine-0", "x"), card_request("scrap-1", "x"), card_request("fine-2", "x")
+    ).SerializeToString()
+    payload = raw.replace(b"scrap-1", b"scr" + lone_surrogate + b"p")
+
+    response = await raw_batch_call(service)(payload, timeout=10)
+
+    first, bad, last = response.results
+    rich = status_error(bad.error)
     assert rich.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert list(rich.field_violations) == ["requests[2].target_id"]
+    assert list(rich.field_violations) == ["requests[1].target_id"]
+    assert "UTF-8" in rich.field_violations["requests[1].target_id"]
+    stored = sorted(j.target_id for j in await list_all(service.stub))
+    assert (
+        stored
+        == ["fine-0", "fine-2"]
+        == sorted([created(first).target_id, created(last).target_id])
+    )
+
+
+async def test_an_item_that_is_not_a_message_fails_alone_and_a_broken_batch_whole(
+    service: Service,
+) -> None:
+    service.gateway.script = lambda _job, _attempt: Hang()
+    good = card_request("good", "x").SerializeToString()
+    # Field 1 (requests), length-delimited: the good item, then 3 bytes that are no
+    # EnqueueRequest (field 2 says 5 bytes follow, 1 does).
+    payload = b"\x0a" + bytes([len(good)]) + good + b"\x0a\x03\x12\x05x"
+    response = await raw_batch_call(service)(payload, timeout=10)
+    assert created(response.results[0]).target_id == "good"
+    rich = status_error(response.results[1].error)
+    assert rich.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert list(rich.field_violations) == ["requests[1].request"]
+
+    # A batch whose items cannot even be told apart is refused whole, naming none.
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await raw_batch_call(service)(b"\x0a\x50" + good, timeout=10)
+    whole = rich_error(caught.value)
+    assert whole.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert list(whole.field_violations) == ["request"]
+    assert [j.target_id for j in await list_all(service.stub)] == ["good"]
+
+
+SMALL_LIMIT = 64 * 1024  # the smallest --max-message-bytes
+
+
+async def test_a_resent_batch_of_finished_jobs_fits_the_answer_whatever_they_hold(
+    start_service: StartService,
+) -> None:
+    """Resending a keyed batch after its jobs ended answers each with its existing job;
+    60 failed jobs hold ~2 KB each (error and attempt), more than a 64 KiB answer
+    holds. Stored and then unanswerable would leave the caller resending a batch that
+    can never succeed: when the whole answer would not fit, existing jobs come
+    without their stored content (GetJob has it), and the call succeeds."""
+    service = await start_service(max_message_bytes=SMALL_LIMIT)
+    why = "the provider refused: " + "reason " * 300
+    service.gateway.script = lambda _job, _attempt: Fail(grpc.StatusCode.INVALID_ARGUMENT, why)
+    request = batch(
+        *(card_request(f"f-{i}", "text", request_id=f"k-{i}", max_attempts=1) for i in range(60))
+    )
+    ids = [created(r).id for r in (await service.stub.BatchEnqueue(request)).results]
+    ended = await wait_terminal(service.stub, ids, timeout=30)
+    assert {job.status for job in ended.values()} == {pb.JOB_STATUS_FAILED}
+    full = (await service.stub.GetJob(pb.GetJobRequest(job_id=ids[0]))).job
+    assert 60 * full.ByteSize() > SMALL_LIMIT  # the whole jobs would not fit
+
+    again = await service.stub.BatchEnqueue(request)
+
+    assert again.ByteSize() <= SMALL_LIMIT
+    jobs = [deduplicated(r) for r in again.results]
+    assert [j.id for j in jobs] == ids
+    assert {(j.status, j.job_type) for j in jobs} == {
+        (pb.JOB_STATUS_FAILED, pb.JOB_TYPE_CARD_ANALYSIS)
+    }
+    assert [(j.target_id, j.request_id) for j in jobs] == [(f"f-{i}", f"k-{i}") for i in range(60)]
+
+
+async def test_a_batch_whose_answer_would_outgrow_the_limit_is_refused_before_storing(
+    start_service: StartService,
+) -> None:
+    """An answer repeats each item's target and request_id and adds the job's id,
+    times and the caller's trace: items of tiny inputs just under the request limit
+    make an answer over it. Refused whole, before anything is stored (INVALID_ARGUMENT
+    naming `requests`, saying how many items fit), never stored and then unanswerable."""
+    service = await start_service(max_message_bytes=SMALL_LIMIT)
+    service.gateway.script = lambda _job, _attempt: Hang()
+    items = [
+        card_request("t" * 200 + str(i), "x", request_id="r" * 200 + str(i)) for i in range(150)
+    ]
+    request = batch(*items)
+    assert request.ByteSize() < SMALL_LIMIT
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await service.stub.BatchEnqueue(request)
+    error = rich_error(caught.value)
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert list(error.field_violations) == ["requests"]
+    assert "--max-message-bytes" in error.field_violations["requests"]
     assert await list_all(service.stub) == []
+    # Fewer of the same items go through, and their whole answer arrives.
+    response = await service.stub.BatchEnqueue(batch(*items[:60]))
+    assert len({created(r).id for r in response.results}) == 60
