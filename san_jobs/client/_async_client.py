@@ -131,13 +131,16 @@ class AsyncJobsClient:
         request, in order (see :meth:`JobsClient.enqueue_many`)."""
         _batch.check_batch_size(batch_size)
         results: list[_batch.EnqueueOutcome] = []
-        for chunk in _batch.chunks(requests, batch_size, max_batch_bytes):
+        calls = _batch.Chunks(requests, batch_size, max_batch_bytes)
+        for chunk in calls:
             try:
                 response = await self._call(
                     self._stub.BatchEnqueue, pb.BatchEnqueueRequest(requests=chunk), timeout
                 )
                 answered = _batch.outcomes(response, len(chunk))
             except JobsError as error:
+                if calls.split_if_refused(chunk, error):
+                    continue  # sent again as two calls
                 if not _batch.too_large(chunk, error, max_batch_bytes):
                     raise
                 answered = [_batch.EnqueueOutcome(error=error)]

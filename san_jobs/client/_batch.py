@@ -109,6 +109,39 @@ def chunks(
         yield chunk
 
 
+class Chunks:
+    """The calls of one enqueue_many: ``chunks(...)`` in order, and a call the server
+    refused as too large for its answer given back as two halves, sent next in place
+    of it (nothing of a refused call is stored, so its halves are sent as new)."""
+
+    def __init__(self, requests: Iterable[pb.EnqueueRequest], batch_size: int, max_bytes: int):
+        self._source = chunks(requests, batch_size, max_bytes)
+        self._again: list[list[pb.EnqueueRequest]] = []
+
+    def __iter__(self) -> Iterator[list[pb.EnqueueRequest]]:
+        return self
+
+    def __next__(self) -> list[pb.EnqueueRequest]:
+        if self._again:
+            return self._again.pop()
+        return next(self._source)
+
+    def split_if_refused(self, chunk: Sequence[pb.EnqueueRequest], error: JobsError) -> bool:
+        """True (and the halves queued) when ``error`` refused ``chunk`` as a whole for
+        its size: INVALID_ARGUMENT naming only ``requests``, as JobService does for a
+        batch whose answer could outgrow its --max-message-bytes (enqueue_many never
+        sends an empty or over-long batch, the other reasons to name it)."""
+        refused = (
+            isinstance(error, InvalidRequestError)
+            and len(chunk) > 1
+            and [v.field for v in error.field_violations] == ["requests"]
+        )
+        if refused:
+            half = len(chunk) // 2
+            self._again += [list(chunk[half:]), list(chunk[:half])]  # popped from the end
+        return refused
+
+
 def too_large(chunk: Sequence[pb.EnqueueRequest], error: JobsError, max_bytes: int) -> bool:
     """True when ``error`` failed a call of one request over ``max_bytes``: that is the
     request's own outcome (as Enqueue of it would fail), not the whole call's."""

@@ -156,20 +156,25 @@ class JobsClient:
         more than ``max_batch_bytes``; ``timeout`` is per call. As :meth:`enqueue`
         does, a request without request_id gets one and an unspecified job_type is
         its input's (the caller's messages are not changed). ``on_chunk(start,
-        outcomes)`` hears each answered call, in order. A call failing as a whole
+        outcomes)`` hears each answered call, in order. A call JobService refuses
+        because its answer could outgrow the server's message limit is sent again
+        as two smaller ones, down to single requests. A call failing as a whole
         (JobService unreachable after the channel's retries, ...) raises its
         :class:`JobsError`: the calls before it are stored (``on_chunk`` has seen
         them); sending the rest again is safe for requests with their own request_id.
         """
         _batch.check_batch_size(batch_size)
         results: list[_batch.EnqueueOutcome] = []
-        for chunk in _batch.chunks(requests, batch_size, max_batch_bytes):
+        calls = _batch.Chunks(requests, batch_size, max_batch_bytes)
+        for chunk in calls:
             try:
                 response = self._call(
                     self._stub.BatchEnqueue, pb.BatchEnqueueRequest(requests=chunk), timeout
                 )
                 answered = _batch.outcomes(response, len(chunk))
             except JobsError as error:
+                if calls.split_if_refused(chunk, error):
+                    continue  # sent again as two calls
                 if not _batch.too_large(chunk, error, max_batch_bytes):
                     raise
                 answered = [_batch.EnqueueOutcome(error=error)]

@@ -22,7 +22,7 @@ from san_jobs.client import (
 )
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Hang
-from tests.support.jobs_api import card_request
+from tests.support.jobs_api import card_request, list_all
 from tests.support.tcp_proxy import TcpProxy
 
 
@@ -125,6 +125,46 @@ async def test_a_request_over_the_server_limit_is_its_own_outcome(
     assert outcomes[0].ok and outcomes[2].ok
     assert outcomes[1].error is not None
     assert outcomes[1].error.code.name == "RESOURCE_EXHAUSTED"
+
+
+def long_keyed(count: int) -> list[EnqueueRequest]:
+    """Requests of tiny inputs and long keys: 150 of them fit under 64 KiB, their
+    answer does not (JobService refuses the call before storing anything)."""
+    return [
+        card_request(f"{i:03d}" + "t" * 200, "x", request_id=f"{i:03d}" + "r" * 200)
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("client_kind", ["async", "sync"])
+async def test_a_call_refused_for_its_answer_size_is_sent_again_in_halves(
+    start_service: StartService, client_kind: str
+) -> None:
+    service = await start_service(max_message_bytes=64 * 1024)
+    service.gateway.script = lambda _job, _attempt: Hang()
+    requests = long_keyed(150)
+    calls: list[tuple[int, int]] = []
+
+    def heard(start: int, got: Sequence[EnqueueOutcome]) -> None:
+        calls.append((start, len(got)))
+
+    if client_kind == "async":
+        async with AsyncJobsClient(service.runtime.address) as client:
+            outcomes = await client.enqueue_many(requests, on_chunk=heard)
+    else:
+
+        def run() -> list[EnqueueOutcome]:
+            with JobsClient(service.runtime.address) as sync_client:
+                return sync_client.enqueue_many(requests, on_chunk=heard)
+
+        outcomes = await asyncio.to_thread(run)
+
+    assert calls == [(0, 75), (75, 75)]  # 150 refused whole, then two halves
+    assert [o.job.target_id for o in outcomes if o.job is not None] == [
+        r.target_id for r in requests
+    ]
+    assert not any(o.deduplicated or o.error for o in outcomes)
+    assert len(await list_all(service.stub)) == 150
 
 
 async def test_batch_size_is_checked_before_any_call() -> None:
