@@ -156,7 +156,8 @@ def response(
     Each result is filled in place: a message passed to a constructor is copied, and
     a 500-job answer would copy every job three times. When the answer would take
     more than `budget_bytes` (an existing job brings its result and attempts, a paused
-    type its waiting_for), every job in it is cut to its identity."""
+    type its waiting_for), every job in it is cut to its identity, and if that is not
+    enough, the existing ones lose their target_id and request_id too."""
     answer = pb.BatchEnqueueResponse()
     results = answer.results
     outcome_at = dict(zip(batch.positions, outcomes, strict=True))
@@ -194,8 +195,21 @@ def response(
                 size,
                 budget_bytes,
             )
-            for result in results:
-                if result.HasField("response"):
-                    job_message = result.response.job
-                    job_message.CopyFrom(job_identity_pb(job_message))
+            _cut_to_identities(results, keep_keys=True)
+            if answer.ByteSize() > budget_bytes:
+                # An existing job's target_id and request_id may be longer than the
+                # item's (it was found by the other key): the bound holds without them.
+                _cut_to_identities(results, keep_keys=False)
     return answer
+
+
+def _cut_to_identities(results: Sequence[pb.BatchEnqueueResult], *, keep_keys: bool) -> None:
+    """Each job of `results` as its identity; without `keep_keys`, an existing job's
+    (deduplicated) without target_id and request_id too."""
+    for result in results:
+        if result.HasField("response"):
+            job_message = result.response.job
+            job_message.CopyFrom(job_identity_pb(job_message))
+            if not keep_keys and result.response.deduplicated:
+                job_message.ClearField("target_id")
+                job_message.ClearField("request_id")

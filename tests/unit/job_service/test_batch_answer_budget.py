@@ -180,3 +180,46 @@ def test_a_paused_type_s_waiting_for_is_cut_with_the_rest_when_over() -> None:
     cut = batch.response(decoded, _fresh(decoded), pauses, budget)
     assert cut.ByteSize() <= budget
     assert not cut.results[0].response.job.HasField("waiting_for")
+
+
+def test_existing_jobs_found_by_the_other_key_lose_their_keys_when_still_over() -> None:
+    """An item with a short target and request_id can be answered with an existing
+    job found by its request_id whose target is long (or the other way round): beyond
+    the bound even as an identity, so such jobs come without their keys."""
+    request = pb.BatchEnqueueRequest(
+        requests=[
+            pb.EnqueueRequest(
+                job_type=pb.JOB_TYPE_CARD_ANALYSIS,
+                target_id=f"t{i}",
+                request_id=f"r{i}",
+                card_analysis_input=pb.CardAnalysisInput(text="x"),
+            )
+            for i in range(50)
+        ]
+    )
+    decoded = batch.decode(
+        request, EnqueueLimits(), 3, requested_by=None, traceparent=None, answer_budget_bytes=BIG
+    )
+    outcomes: list[EnqueueOutcome] = []
+    for new, _ in decoded.items:
+        stored = dataclasses.replace(
+            pending_job(new_job_id(), new, NOW),
+            target_id="가" * MAX_TARGET_ID_CHARS,
+            request_id="나" * MAX_REQUEST_ID_CHARS,
+        )
+        outcomes.append((stored, True))
+    budget = batch.answer_bound_bytes(decoded)
+    assert batch.response(decoded, outcomes, {}, BIG).ByteSize() > budget
+
+    cut = batch.response(decoded, outcomes, {}, budget)
+
+    assert cut.ByteSize() <= budget
+    for result, (job, _) in zip(cut.results, outcomes, strict=True):  # type: ignore[misc]
+        got = result.response.job
+        assert (got.id, got.status, got.target_id, got.request_id) == (
+            job.id,
+            pb.JOB_STATUS_PENDING,
+            "",
+            "",
+        )
+        assert result.response.deduplicated
