@@ -119,15 +119,21 @@ class JobServiceServicer:
         are stored even when others are not. request_id makes each item idempotent,
         so a batch whose answer was lost can be sent again as it was.
 
-        Errors of the whole call: INVALID_ARGUMENT when requests is empty or holds
-        more than 1,000 items, or when the message cannot be parsed at all (a string
-        that is not UTF-8: the BadRequest names requests[i].field); RESOURCE_EXHAUSTED
-        from gRPC when the request is over the server's --max-message-bytes;
+        Errors of the whole call: INVALID_ARGUMENT naming requests when it is empty,
+        holds more than 1,000 items, or could get an answer over the server's
+        --max-message-bytes (checked before anything is stored; the message says how
+        many items fit), or when its items cannot even be told apart;
+        RESOURCE_EXHAUSTED from gRPC when the request is over --max-message-bytes;
         UNAVAILABLE when the database failed: some items may be stored, so send the
         batch again (with a request_id per item that is idempotent; without one, the
         one-active-job-per-target rule answers ALREADY_EXISTS for the stored items).
-        Item errors (INVALID_ARGUMENT, ALREADY_EXISTS, INTERNAL with an error id) are
-        in the results, never here.
+        Item errors (INVALID_ARGUMENT, a string that is not UTF-8 included,
+        ALREADY_EXISTS, INTERNAL with an error id) are in the results, never here.
+        An answer that would not fit --max-message-bytes (existing jobs bring their
+        results and attempts) carries each job as its identity only: id, job_type,
+        status, target_id, request_id and its times (an existing job found by the
+        item's other key, if still needed, without target_id and request_id);
+        GetJob gives the rest.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
