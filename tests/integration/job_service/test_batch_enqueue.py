@@ -340,3 +340,34 @@ async def test_a_batch_whose_answer_would_outgrow_the_limit_is_refused_before_st
     # Fewer of the same items go through, and their whole answer arrives.
     response = await service.stub.BatchEnqueue(batch(*items[:60]))
     assert len({created(r).id for r in response.results}) == 60
+
+
+async def test_many_undecodable_items_each_fail_alone_and_too_many_fail_whole(
+    service: Service,
+) -> None:
+    """1,000 items, each with a string that is not UTF-8: 1,000 answers naming each
+    item, nothing stored; 1,001 such items: the whole call, naming requests. The server
+    serves on."""
+    lone_surrogate = b"\xed\xa0\x80"
+    bad = (
+        card_request("scrap-x", "x")
+        .SerializeToString()
+        .replace(b"scrap-x", b"scr" + lone_surrogate + b"x")
+    )
+    item = b"\x0a" + bytes([len(bad)]) + bad
+
+    response = await raw_batch_call(service)(item * 1_000, timeout=30)
+
+    assert len(response.results) == 1_000
+    for index in (0, 999):
+        rich = status_error(response.results[index].error)
+        assert rich.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert list(rich.field_violations) == [f"requests[{index}].target_id"]
+    assert await list_all(service.stub) == []
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await raw_batch_call(service)(item * 1_001, timeout=30)
+    whole = rich_error(caught.value)
+    assert whole.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert list(whole.field_violations) == ["requests"]
+    assert created((await service.stub.BatchEnqueue(batch(card_request("after", "x")))).results[0])
