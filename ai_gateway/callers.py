@@ -25,13 +25,14 @@ import hashlib
 import hmac
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from ai_gateway.errors import Unauthenticated
+from san_shared.client_identity import certificate_name
 
 logger = logging.getLogger(__name__)
 
@@ -182,17 +183,6 @@ def bearer_token(metadata: Metadata) -> str | None:
             if value[: len(_BEARER)].lower() == _BEARER:
                 return value[len(_BEARER) :].strip()
             return ""  # another scheme: a credential, but never a valid one
-    return None
-
-
-def certificate_name(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
-    """The verified client certificate's common name, else its first subject
-    alternative name; None without a certificate."""
-    for key in ("x509_common_name", "x509_subject_alternative_name"):
-        for value in auth_context.get(key, ()):
-            name = value.decode("utf-8", "replace").strip()
-            if name:
-                return name
     return None
 
 
