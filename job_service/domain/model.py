@@ -178,6 +178,9 @@ class Job:
     # The W3C traceparent of the Enqueue call (None: not traced): the parent of each
     # attempt's span. Internal, never in the API.
     traceparent: str | None = None
+    # The namespace of the job's keys (request_id, the active (job_type, target_id)):
+    # see NewJob.tenant. Internal, never in the API.
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +195,11 @@ class NewJob:
     max_attempts: int
     # The W3C traceparent of the Enqueue call's span, stored with the job.
     traceparent: str | None = None
+    # Whose keys these are: request_id and the active (job_type, target_id) are unique
+    # per tenant. Under --auth token the authenticated caller's name (the requested_by
+    # it is bound to), so one caller can neither see nor block another's keys; under
+    # --auth off "" (one tenant: every caller shares the keys, as before issue 22).
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,9 +44,11 @@ class JobStore(Protocol):
     async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         """Insert a PENDING job and commit. Returns (job, deduplicated).
 
-        A known `request_id` returns its job (deduplicated=True). An active job for
-        (job_type, target_id), detected by the partial unique index, raises
-        DuplicateJobError, or with RETURN_EXISTING returns that job."""
+        The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
+        job (deduplicated=True); an active job of the tenant for (job_type,
+        target_id), detected by the partial unique index, raises DuplicateJobError, or
+        with RETURN_EXISTING returns that job. Another tenant's jobs are never found,
+        named or returned."""
         ...
 
     async def enqueue_many(
@@ -55,9 +57,9 @@ class JobStore(Protocol):
         """Each item as `enqueue` would store it, in order: one outcome per item, and
         an item's own error as its outcome (never raised). Items are resolved in
         order, so a later item deduplicates to an earlier one of the same call (same
-        request_id, or same active (job_type, target_id)). Storage trouble for the
-        whole call (StorageUnavailableError) is raised: some items may then be stored,
-        which their request_id makes safe to send again."""
+        tenant and request_id, or same tenant and active (job_type, target_id)).
+        Storage trouble for the whole call (StorageUnavailableError) is raised: some
+        items may then be stored, which their request_id makes safe to send again."""
         ...
 
     async def get(self, job_id: str) -> Job:
@@ -181,7 +183,8 @@ class JobStore(Protocol):
         max_attempts becomes attempt_count + extra_attempts (a fresh round), the
         error fields stay until the next outcome, failed_at is cleared. Each job
         moves at most once however many calls race. A job whose (job_type,
-        target_id) already has an active job is skipped with a reason."""
+        target_id) already has an active job of the same tenant is skipped with a
+        reason."""
         ...
 
     async def stats(self) -> JobStats:

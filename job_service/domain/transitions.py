@@ -293,6 +293,7 @@ ENQUEUE = Transition(
             "requested_by": Arg("requested_by"),
             "request_id": Arg("request_id"),
             "traceparent": Arg("traceparent"),
+            "tenant": Arg("tenant"),
             "attempt_count": Lit(0),
             "max_attempts": Arg("max_attempts"),
             "created_at": Now(),
@@ -308,6 +309,7 @@ ENQUEUE = Transition(
         "request_id",
         "max_attempts",
         "traceparent",
+        "tenant",
     ),
 )
 

@@ -5,8 +5,9 @@ contract suite (tests/integration/storage), beside SQLite and PostgreSQL.
 What a write does to a job comes from the transition declarations alone
 (domain/transitions.py, applied by apply_transition.py). What they do not declare is
 written here and matches SqlJobStore: which jobs a call picks (claim order, filters,
-keyset pages), the unique rules (request_id; one active job per job type and target),
-RetryFailed's skip reasons, stats, next_due_at, and the table's CHECK constraints.
+keyset pages), the unique rules (within a tenant: request_id; one active job per job
+type and target), RetryFailed's skip reasons, stats, next_due_at, and the table's CHECK
+constraints.
 
 Single-process asyncio: each method yields once on entry (as a database round trip
 would), then runs to its end without another await, so every call is atomic. Stores
@@ -205,12 +206,14 @@ class MemoryJobStore:
         row = self._rows.get(call.args["job_id"])
         return row if row is not None and applies(transition, row, call) else None
 
-    def _active_holder(self, job_type: Any, target_id: str) -> Row | None:
+    def _active_holder(self, job_type: Any, target_id: str, tenant: str) -> Row | None:
+        """The active job of (job_type, target_id) in `tenant` (the keys are a tenant's)."""
         for row in self._rows.values():
             if (
                 status_of(row) in ACTIVE_STATUSES
                 and row["job_type"] == job_type
                 and row["target_id"] == target_id
+                and row["tenant"] == tenant
             ):
                 return row
         return None
@@ -234,12 +237,13 @@ class MemoryJobStore:
         return outcomes
 
     def _enqueue_now(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
-        # The unique indexes, in the order SqlJobStore resolves a refused insert.
+        # The unique indexes, in the order SqlJobStore resolves a refused insert; each
+        # within the caller's tenant.
         if new.request_id is not None:
             for row in self._rows.values():
-                if row["request_id"] == new.request_id:
+                if row["request_id"] == new.request_id and row["tenant"] == new.tenant:
                     return _job(row), True
-        holder = self._active_holder(new.job_type, new.target_id)
+        holder = self._active_holder(new.job_type, new.target_id, new.tenant)
         if holder is not None:
             if on_duplicate is OnDuplicate.RETURN_EXISTING:
                 return _job(holder), True
@@ -253,6 +257,7 @@ class MemoryJobStore:
             "request_id": new.request_id,
             "max_attempts": new.max_attempts,
             "traceparent": new.traceparent,
+            "tenant": new.tenant,
         }
         return self._write(ENQUEUE, None, self._call(args)), False
 
@@ -481,9 +486,9 @@ class MemoryJobStore:
         )[: max(0, limit)]
         to_move: list[Row] = []
         skipped: list[tuple[str, str]] = []
-        claimed_slots: dict[tuple[Any, str], str] = {}
+        claimed_slots: dict[tuple[Any, str, str], str] = {}
         for row in candidates:
-            slot = (row["job_type"], row["target_id"])
+            slot = (row["job_type"], row["target_id"], row["tenant"])
             holder = self._active_holder(*slot)
             holder_id = holder["id"] if holder is not None else claimed_slots.get(slot)
             if holder_id is not None:

@@ -65,19 +65,22 @@ class OperatorQueries:
             queries.job_filter(job_filter, db.pg), limit, lock=db.pg and not dry_run
         )
         async with db.single() if dry_run else db.tx() as conn:
+            # A job's slot is its tenant's (job_type, target_id): another tenant's
+            # active job of the same target holds no slot of its.
             candidates = [
-                (r.id, r.job_type, r.target_id) for r in await conn.execute(candidates_stmt)
+                (r.id, (r.tenant or "", r.job_type, r.target_id))
+                for r in await conn.execute(candidates_stmt)
             ]
-            active = await self._active_by_target(conn, {c[2] for c in candidates})
+            active = await self._active_by_target(conn, {c[1][2] for c in candidates})
             to_move: list[str] = []
             skipped: list[tuple[str, str]] = []
-            for job_id, job_type, target_id in candidates:
-                holder = active.get((job_type, target_id))
+            for job_id, slot in candidates:
+                holder = active.get(slot)
                 if holder is not None:
                     skipped.append((job_id, active_holder_reason(holder)))
                 else:
-                    # Two FAILED jobs of one target: the first (oldest failure) goes.
-                    active[(job_type, target_id)] = job_id
+                    # Two FAILED jobs of one slot: the first (oldest failure) goes.
+                    active[slot] = job_id
                     to_move.append(job_id)
             if dry_run or not to_move:
                 return RetryOutcome(len(candidates), tuple(to_move), tuple(skipped))
@@ -92,12 +95,12 @@ class OperatorQueries:
 
     async def _active_by_target(
         self, conn: AsyncConnection, target_ids: set[str]
-    ) -> dict[tuple[str, str], str]:
-        """The active job of each (job_type, target_id) among these targets."""
-        found: dict[tuple[str, str], str] = {}
+    ) -> dict[tuple[str, str, str], str]:
+        """The active job of each (tenant, job_type, target_id) among these targets."""
+        found: dict[tuple[str, str, str], str] = {}
         for chunk in chunks(sorted(target_ids)):
             for row in await conn.execute(queries.active_for_targets(chunk)):
-                found[(row.job_type, row.target_id)] = row.id
+                found[(row.tenant or "", row.job_type, row.target_id)] = row.id
         return found
 
     async def _move_failed(
@@ -133,11 +136,16 @@ class OperatorQueries:
         return moved
 
     async def _active_holder(self, conn: AsyncConnection, job_id: str) -> str | None:
-        """The id of the active job holding the (job_type, target_id) slot of `job_id`."""
+        """The id of the active job holding the (tenant, job_type, target_id) slot of
+        `job_id`."""
         job = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
         if not job:
             return None
-        params = {"p_job_type": job[0].job_type.value, "p_target_id": job[0].target_id}
+        params = {
+            "p_job_type": job[0].job_type.value,
+            "p_target_id": job[0].target_id,
+            "p_tenant": job[0].tenant,
+        }
         holders = await self._db.jobs(conn, self._sql.active_for_target, params)
         return holders[0].id if holders else None
 

@@ -27,6 +27,7 @@ KEPT_COLUMNS = frozenset(
         "request_id",
         "created_at",
         "traceparent",
+        "tenant",
     }
 )
 
@@ -75,4 +76,5 @@ def outcome_job(row: Mapping[str, Any], kept: Job) -> Job:
         claim_token=row["claim_token"],
         attempts=tuple(JobAttempt.from_json(a) for a in attempts),
         traceparent=kept.traceparent,
+        tenant=kept.tenant,
     )

@@ -84,7 +84,7 @@ def retry_candidates(conds: Sequence[ColumnElement[bool]], limit: int, lock: boo
     With `lock` (PostgreSQL, for real), concurrent callers split them between them
     instead of queueing on each other's row locks (or deadlocking on lock order)."""
     stmt = (
-        select(t.c.id, t.c.job_type, t.c.target_id)
+        select(t.c.id, t.c.job_type, t.c.target_id, t.c.tenant)
         .where(*status_test(s for s in RETRY_FAILED.sources if s is not None), *conds)
         .order_by(t.c.failed_at, t.c.id)
         .limit(max(0, limit))
@@ -93,8 +93,9 @@ def retry_candidates(conds: Sequence[ColumnElement[bool]], limit: int, lock: boo
 
 
 def active_for_targets(target_ids: Sequence[str]) -> Any:
-    """The active jobs of these targets: (id, job_type, target_id)."""
-    return select(t.c.id, t.c.job_type, t.c.target_id).where(
+    """The active jobs of these targets, of every tenant: (id, job_type, target_id,
+    tenant)."""
+    return select(t.c.id, t.c.job_type, t.c.target_id, t.c.tenant).where(
         *status_test(ACTIVE_STATUSES), t.c.target_id.in_(target_ids)
     )
 

@@ -67,6 +67,8 @@ def row_to_job(row: RowMapping) -> Job:
         claim_token=row["claim_token"],
         attempts=tuple(JobAttempt.from_json(a) for a in attempts),
         traceparent=row.get("traceparent"),
+        # Never NULL once written: migration 0011's trigger fills in older code's rows.
+        tenant=row.get("tenant") or "",
     )
 
 
@@ -111,6 +113,7 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
         set_claim_token,
         set_attempts,
         set_traceparent,
+        set_tenant,
     ) = _JOB_SLOT_SETTERS
     job = _new_job(Job)
     set_id(job, job_id)
@@ -138,4 +141,5 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
     set_claim_token(job, None)
     set_attempts(job, ())
     set_traceparent(job, new.traceparent)
+    set_tenant(job, new.tenant)
     return job

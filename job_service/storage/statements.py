@@ -76,7 +76,9 @@ class Statements:
         self.enqueue_params: Params = sql.params(ENQUEUE)
         self.enqueue = sql.finish(
             insert.values(sql.insert_values(ENQUEUE, self.enqueue_params))
-            # Both unique indexes (active target, request_id), no error, no abort.
+            # Both unique indexes (a tenant's active target, its request_id), no error,
+            # no abort. No conflict target: any unique index refuses the row, so code
+            # of before 0011 (whose indexes were others) writes the same way.
             .on_conflict_do_nothing(),
             ENQUEUE,
         )
@@ -96,20 +98,28 @@ class Statements:
         )
 
         # -- jobs by key ---------------------------------------------------------------
+        # The keys are a tenant's (tables.py, migration 0011): every lookup by key
+        # names the tenant (p_tenant), so another tenant's job is never found, named
+        # or returned by one.
+        tenant = t.c.tenant == p_str("p_tenant")
         self.by_id = select(t).where(t.c.id == p_str("p_id"))
-        self.by_request_id = select(t).where(t.c.request_id == p_str("p_request_id"))
+        self.by_request_id = select(t).where(t.c.request_id == p_str("p_request_id"), tenant)
         self.active_for_target = select(t).where(
-            t.c.job_type == p_str("p_job_type"), t.c.target_id == p_str("p_target_id"), ACTIVE
+            t.c.job_type == p_str("p_job_type"),
+            t.c.target_id == p_str("p_target_id"),
+            tenant,
+            ACTIVE,
         )
         self.by_ids = select(t).where(t.c.id.in_(bindparam("p_ids", expanding=True)))
         # BatchEnqueue's rows the INSERT left out, looked up per chunk rather than one
         # by one (a resent batch of 500 keyed items: 1 SELECT instead of ~1,000).
         self.by_request_ids = select(t).where(
-            t.c.request_id.in_(bindparam("p_request_ids", expanding=True))
+            t.c.request_id.in_(bindparam("p_request_ids", expanding=True)), tenant
         )
         self.active_for_targets = select(t).where(
             t.c.job_type == p_str("p_job_type"),
             t.c.target_id.in_(bindparam("p_target_ids", expanding=True)),
+            tenant,
             ACTIVE,
         )
 
@@ -216,8 +226,8 @@ class Statements:
             .where(buckets.c.job_type == p_str("p_job_type"))
             .values(tokens=bindparam("p_tokens", type_=Float), refilled_at=p_time("p_now"))
         )
-        # A type's jobs running now: a range of uq_async_jobs_active_target (job_type
-        # leads it; only active rows are in it).
+        # A type's jobs running now: a range of uq_async_jobs_tenant_active_target
+        # (job_type leads it; only active rows are in it).
         self.running_of_type = select(func.count()).where(
             t.c.job_type == p_str("p_job_type"),
             t.c.status == JobStatus.PROCESSING.value,

@@ -125,6 +125,11 @@ async_jobs = Table(
     # The W3C traceparent of the Enqueue call (NULL: untraced), the parent of each
     # attempt's span (migration 0008; 55 characters is version 00's exact length).
     Column("traceparent", String(55), nullable=True),
+    # The namespace of the keys (migration 0011): request_id and the active
+    # (job_type, target_id) are unique per tenant. Under --auth token the caller's
+    # token name, under --auth off "" (NewJob.tenant). Nullable only for code older
+    # than 0011, which does not write it: a trigger then fills it in (see 0011).
+    Column("tenant", String(256), nullable=True),
     CheckConstraint(f"status IN ({_words([s.value for s in JobStatus])})", name="status"),
     # No CHECK on job_type: the types live in the registry (domain/job_types.py), the
     # API accepts only registered names, and a new type needs no migration (0004).
@@ -135,20 +140,25 @@ async_jobs = Table(
     CheckConstraint("(status = 'PROCESSING') = (claim_token IS NOT NULL)", name="claimed"),
     # due_at is what transitions.due_at() derives from the status (migration 0005).
     CheckConstraint(DUE_AT_CHECK_SQL, name="due_at"),
-    # At most one PENDING or PROCESSING job per (job_type, target_id): duplicates are
-    # stopped here, not by a read-then-write.
+    # At most one PENDING or PROCESSING job per (job_type, target_id) of a tenant:
+    # duplicates are stopped here, not by a read-then-write. job_type leads (a type's
+    # running jobs are a range of it), tenant last (a target's active jobs, of every
+    # tenant, are a range too: RetryFailed, an operator's SQL).
     Index(
-        "uq_async_jobs_active_target",
+        "uq_async_jobs_tenant_active_target",
         "job_type",
         "target_id",
+        "tenant",
         unique=True,
         sqlite_where=text(ACTIVE_SQL),
         postgresql_where=text(ACTIVE_SQL),
     ),
-    # The idempotency key: most jobs have none, and only keys are indexed.
+    # The idempotency key, per tenant: most jobs have none, and only keys are indexed.
+    # request_id leads, so a lookup by the key alone is a range of it too.
     Index(
-        "uq_async_jobs_request_id",
+        "uq_async_jobs_tenant_request_id",
         "request_id",
+        "tenant",
         unique=True,
         sqlite_where=text(HAS_REQUEST_ID_SQL),
         postgresql_where=text(HAS_REQUEST_ID_SQL),
@@ -224,6 +234,8 @@ api_tokens = Table(
     Column("token_hash", String(64), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("revoked_at", UtcDateTime, nullable=True),
+    # Migration 0012: when the token stops working by itself; NULL: never.
+    Column("expires_at", UtcDateTime, nullable=True),
     CheckConstraint(f"role IN ({_words(list(TOKEN_ROLES))})", name="role"),
     Index("uq_api_tokens_token_hash", "token_hash", unique=True),
     Index(

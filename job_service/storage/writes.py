@@ -112,20 +112,22 @@ class JobWrites:
         """BatchEnqueue's items: one INSERT per MAX_BATCH of them (the coalesced
         enqueues' statement, `_enqueue_batch`), then each row it did not insert
         resolved alone, in request order, as `enqueue` resolves one. An item that
-        repeats an earlier item's request_id or (job_type, target_id) is held out of
-        the INSERT, so that the earlier one is the one stored and the later one is
-        resolved against it (which row of one INSERT wins is not defined)."""
+        repeats an earlier item's request_id or (job_type, target_id), in the same
+        tenant, is held out of the INSERT, so that the earlier one is the one stored
+        and the later one is resolved against it (which row of one INSERT wins is not
+        defined)."""
         outcomes: list[EnqueueOutcome | None] = [None] * len(items)
-        seen_keys: set[tuple[str, str]] = set()
-        seen_request_ids: set[str] = set()
+        seen_keys: set[tuple[str, str, str]] = set()
+        seen_request_ids: set[tuple[str, str]] = set()
         fresh: list[int] = []  # indexes of the items the INSERT carries
         for index, (new, _) in enumerate(items):
-            key = (new.job_type.value, new.target_id)
-            if key in seen_keys or new.request_id in seen_request_ids:
+            key = (new.tenant, new.job_type.value, new.target_id)
+            keyed = None if new.request_id is None else (new.tenant, new.request_id)
+            if key in seen_keys or keyed in seen_request_ids:
                 continue  # resolved after the INSERT, against the earlier item
             seen_keys.add(key)
-            if new.request_id is not None:
-                seen_request_ids.add(new.request_id)
+            if keyed is not None:
+                seen_request_ids.add(keyed)
             fresh.append(index)
         for start in range(0, len(fresh), MAX_BATCH):
             chunk = fresh[start : start + MAX_BATCH]
@@ -143,34 +145,22 @@ class JobWrites:
         self, items: Sequence[tuple[NewJob, OnDuplicate]], chunk: list[int]
     ) -> list[EnqueueOutcome]:
         """The outcomes of items the INSERT did not store, as `_enqueue_one` would
-        give them, from two lookups for the whole chunk: the jobs of their
-        request_ids, then the active jobs of the targets of the rest (a resent batch
-        of keyed items: one SELECT per chunk, not two or three round trips each).
-        What neither finds (its job left the active states since the INSERT, or its
-        own row was refused) is enqueued alone, in request order."""
-        by_request_id: dict[str, Job] = {}
-        active: dict[tuple[str, str], Job] = {}
-        keyed = [items[i][0].request_id for i in chunk if items[i][0].request_id is not None]
-        async with self._db.single() as conn:
-            if keyed:
-                found = await self._db.jobs(
-                    conn, self._sql.by_request_ids, {"p_request_ids": keyed}
-                )
-                by_request_id = {job.request_id: job for job in found if job.request_id}
-            targets: dict[str, set[str]] = {}
-            for index in chunk:
-                new = items[index][0]
-                if new.request_id is None or new.request_id not in by_request_id:
-                    targets.setdefault(new.job_type.value, set()).add(new.target_id)
-            for job_type, target_ids in targets.items():
-                params = {"p_job_type": job_type, "p_target_ids": sorted(target_ids)}
-                for job in await self._db.jobs(conn, self._sql.active_for_targets, params):
-                    active[job.job_type.value, job.target_id] = job
+        give them, from two lookups for the whole chunk (per tenant: a BatchEnqueue's
+        items are all its caller's, so one each): the jobs of their request_ids, then
+        the active jobs of the targets of the rest (a resent batch of keyed items: one
+        SELECT per chunk, not two or three round trips each). What neither finds (its
+        job left the active states since the INSERT, or its own row was refused) is
+        enqueued alone, in request order."""
+        by_request_id, active = await self._existing_for([items[index][0] for index in chunk])
         outcomes: list[EnqueueOutcome] = []
         for index in chunk:
             new, on_duplicate = items[index]
-            same = by_request_id.get(new.request_id) if new.request_id is not None else None
-            existing = same or active.get((new.job_type.value, new.target_id))
+            same = (
+                by_request_id.get((new.tenant, new.request_id))
+                if new.request_id is not None
+                else None
+            )
+            existing = same or active.get((new.tenant, new.job_type.value, new.target_id))
             if same is not None:
                 outcomes.append((same, True))
             elif existing is not None and on_duplicate is OnDuplicate.RETURN_EXISTING:
@@ -180,6 +170,38 @@ class JobWrites:
             else:
                 outcomes.append(await self._enqueue_alone(new, on_duplicate))
         return outcomes
+
+    async def _existing_for(
+        self, news: Sequence[NewJob]
+    ) -> tuple[dict[tuple[str, str], Job], dict[tuple[str, str, str], Job]]:
+        """The stored jobs that hold the keys of `news`, each within its tenant: by
+        (tenant, request_id), and the active ones of the rest by (tenant, job_type,
+        target_id). One lookup of each kind per tenant and job type."""
+        by_request_id: dict[tuple[str, str], Job] = {}
+        active: dict[tuple[str, str, str], Job] = {}
+        keyed: dict[str, list[str]] = {}  # tenant -> its request ids
+        for new in news:
+            if new.request_id is not None:
+                keyed.setdefault(new.tenant, []).append(new.request_id)
+        async with self._db.single() as conn:
+            for tenant, request_ids in keyed.items():
+                params = {"p_request_ids": request_ids, "p_tenant": tenant}
+                for job in await self._db.jobs(conn, self._sql.by_request_ids, params):
+                    if job.request_id is not None:
+                        by_request_id[tenant, job.request_id] = job
+            targets: dict[tuple[str, str], set[str]] = {}  # (tenant, job_type) -> targets
+            for new in news:
+                if new.request_id is None or (new.tenant, new.request_id) not in by_request_id:
+                    targets.setdefault((new.tenant, new.job_type.value), set()).add(new.target_id)
+            for (tenant, job_type), target_ids in targets.items():
+                params = {
+                    "p_job_type": job_type,
+                    "p_target_ids": sorted(target_ids),
+                    "p_tenant": tenant,
+                }
+                for job in await self._db.jobs(conn, self._sql.active_for_targets, params):
+                    active[tenant, job.job_type.value, job.target_id] = job
+        return by_request_id, active
 
     async def _enqueue_alone(self, new: NewJob, on_duplicate: OnDuplicate) -> EnqueueOutcome:
         """One item by `_enqueue_one`; its own error (a duplicate, its data refused)
@@ -222,13 +244,16 @@ class JobWrites:
         row holds exactly what was sent, so its Job is built here rather than decoded
         from the database."""
         ids = new_job_ids(len(batch))
-        # Rows sorted by (job_type, target_id) (stable: among equal keys the earlier
-        # caller still goes first and wins): every enqueue INSERT, of any instance,
-        # then takes the unique index's entries in one order, so two INSERTs sharing
-        # targets wait for each other instead of deadlocking (two BatchEnqueues of the
-        # same targets in opposite orders did, on PostgreSQL).
+        # Rows sorted by the active-target index's key (job_type, target_id, tenant)
+        # (stable: among equal keys the earlier caller still goes first and wins):
+        # every enqueue INSERT, of any instance, then takes the unique index's entries
+        # in one order, so two INSERTs sharing targets wait for each other instead of
+        # deadlocking (two BatchEnqueues of the same targets in opposite orders did, on
+        # PostgreSQL). The callers of one batch may be several tenants: each row
+        # carries its own, and the indexes judge each row within its tenant.
         order = sorted(
-            range(len(batch)), key=lambda i: (batch[i].job_type.value, batch[i].target_id)
+            range(len(batch)),
+            key=lambda i: (batch[i].job_type.value, batch[i].target_id, batch[i].tenant),
         )
         rows = [enqueue_row(ids[i], batch[i]) for i in order]
         now = self._now()
@@ -260,16 +285,24 @@ class JobWrites:
                 inserted = await self._db.jobs(conn, sql.enqueue, params)
                 if inserted:
                     return inserted[0], False
+                # The winner is looked for in the caller's tenant only: the indexes
+                # refuse a row for its own tenant's keys alone.
                 if new.request_id is not None:
                     same = await self._db.jobs(
-                        conn, sql.by_request_id, {"p_request_id": new.request_id}
+                        conn,
+                        sql.by_request_id,
+                        {"p_request_id": new.request_id, "p_tenant": new.tenant},
                     )
                     if same:
                         return same[0], True
                 active = await self._db.jobs(
                     conn,
                     sql.active_for_target,
-                    {"p_job_type": new.job_type.value, "p_target_id": new.target_id},
+                    {
+                        "p_job_type": new.job_type.value,
+                        "p_target_id": new.target_id,
+                        "p_tenant": new.tenant,
+                    },
                 )
                 if active:
                     if on_duplicate is OnDuplicate.RETURN_EXISTING:
@@ -461,4 +494,5 @@ def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
         "request_id": new.request_id,
         "max_attempts": new.max_attempts,
         "traceparent": new.traceparent,
+        "tenant": new.tenant,
     }

@@ -70,9 +70,10 @@ def decode(
     undecodable: Mapping[int, FieldViolation] | None = None,
 ) -> DecodedBatch:
     """Each item as Enqueue decodes it; with `requested_by` (the authenticated
-    caller) and `traceparent` (this call's span) set on every valid item, as Enqueue
-    sets them. An empty or too long batch is InvalidRequestError for the whole call,
-    and so is one whose answer might not fit in `answer_budget_bytes`. `undecodable`:
+    caller, also each item's tenant) and `traceparent` (this call's span) set on
+    every valid item, as Enqueue sets them. An empty or too long batch is
+    InvalidRequestError for the whole call, and so is one whose answer might not fit
+    in `answer_budget_bytes`. `undecodable`:
     the items that were not valid messages (decoding.PartlyDecodedBatch), each
     invalid with its violation."""
     count = len(request.requests)
@@ -95,8 +96,10 @@ def decode(
         if requested_by is not None or traceparent is not None:
             new = dataclasses.replace(
                 new,
-                # Who asks is who authenticated, whatever the request says.
+                # Who asks is who authenticated, whatever the request says; and its
+                # keys are its own (NewJob.tenant).
                 requested_by=new.requested_by if requested_by is None else requested_by,
+                tenant=new.tenant if requested_by is None else requested_by,
                 # This call's span, stored with each job: its attempts join its trace.
                 traceparent=new.traceparent if traceparent is None else traceparent,
             )

@@ -233,6 +233,7 @@ def new_job(
         set_request_id,
         set_max_attempts,
         set_traceparent,
+        set_tenant,
     ) = _NEW_JOB_SLOT_SETTERS
     new = _allocate_new_job(NewJob)
     set_job_type(new, job_type)
@@ -242,6 +243,7 @@ def new_job(
     set_request_id(new, request_id)
     set_max_attempts(new, max_attempts)
     set_traceparent(new, None)
+    set_tenant(new, "")  # --auth off's; the servicer sets the caller's under --auth token
     return new
 
 

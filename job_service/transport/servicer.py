@@ -84,8 +84,9 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         new, on_duplicate = requests.enqueue(request, self._limits, self._default_max_attempts)
         caller = current_caller.get()
         if caller is not None:
-            # Who asks is who authenticated, whatever the request says.
-            new = dataclasses.replace(new, requested_by=caller.name)
+            # Who asks is who authenticated, whatever the request says; and its keys
+            # (request_id, the active target) are its own (NewJob.tenant).
+            new = dataclasses.replace(new, requested_by=caller.name, tenant=caller.name)
         traceparent = current_traceparent()
         if traceparent is not None:
             # This call's span, stored with the job: its attempts join the caller's trace.

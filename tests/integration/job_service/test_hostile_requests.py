@@ -41,8 +41,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from san.jobs.v1 import job_service_pb2 as pb
 
-from tests.integration.job_service.conftest import Service
+from job_service.auth.roles import Role
+from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Fail, Hang
+from tests.integration.job_service.test_auth_roles import add_token, bearer
 from tests.support.jobs_api import card_request, wait_terminal
 
 # The answers a caller may get: OK, or a code that says what the caller did wrong.
@@ -796,3 +798,239 @@ async def test_every_rpc_answers_hostile_requests_with_a_callers_code(
         for (rpc, code, what), example in sorted(found.bad.items())
     )
     assert not found.bad, f"[{database}] answers a caller must never get:\n{wrong}"
+
+
+# -- a second, authenticated tenant (issue 22) ----------------------------------------
+
+# Examples per RPC a submitter may call, as bob against alice's jobs and keys. Fewer
+# than above: this run is about whose job an answer names, not about each field.
+TENANT_EXAMPLES = {
+    "Enqueue": 120,
+    "BatchEnqueue": 30,
+    "GetJob": 20,
+    "ListJobs": 20,
+    "CancelJob": 20,
+    "StreamJobUpdates": 20,
+    "GetUsage": 10,
+}
+# A submitter's live feed (StreamJobUpdates without ids) is refused for its role.
+TENANT_ALLOWED = ALLOWED | {grpc.StatusCode.PERMISSION_DENIED}
+_UUID_TEXT = re.compile(
+    r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+)
+
+
+def _uuids_in(data: bytes) -> set[str]:
+    """The job ids a request or an answer names, in any spelling, canonical."""
+    return {str(uuid.UUID(m)) for m in _UUID_TEXT.findall(data.decode(errors="replace"))}
+
+
+@dataclass
+class TenantFindings:
+    examples: Counter[str] = field(default_factory=Counter)
+    # (rpc, what) -> one request that got it
+    bad: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def record(self, rpc: str, request: Any, code: grpc.StatusCode, answer: bytes) -> None:
+        self.examples[rpc] += 1
+        if code not in TENANT_ALLOWED:
+            self.bad.setdefault((rpc, f"code {code.name}"), _describe(request))
+
+
+class TenantClient(Client):
+    """Client's calls, each with `metadata` (bob's token), answering the answer's bytes:
+    the response, or the error's message and every trailing metadata value (the
+    google.rpc.Status details with ErrorInfo among them)."""
+
+    def __init__(self, address: str, metadata: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(address)
+        self.metadata = metadata
+
+    def call(self, rpc: str, response_type: type[Message], request: Any) -> tuple[Any, bytes]:
+        call = self.channel.unary_unary(
+            f"/san.jobs.v1.JobService/{rpc}",
+            request_serializer=_wire,
+            response_deserializer=response_type.FromString,
+        )
+        try:
+            response = call(request, timeout=CALL_TIMEOUT, metadata=self.metadata)
+        except grpc.RpcError as error:
+            return error.code(), _error_bytes(error)  # type: ignore[attr-defined]
+        return grpc.StatusCode.OK, response.SerializeToString()
+
+    def stream_bytes(self, request: Any, expected: int | None) -> tuple[Any, bytes]:
+        """(code, every message's bytes) of a StreamJobUpdates call, read as `stream`."""
+        call = self.channel.unary_stream(
+            "/san.jobs.v1.JobService/StreamJobUpdates",
+            request_serializer=_wire,
+            response_deserializer=pb.StreamJobUpdatesResponse.FromString,
+        )(request, timeout=CALL_TIMEOUT, metadata=self.metadata)
+        timer = threading.Timer(FEED_PEEK_SECONDS if expected is None else 10.0, call.cancel)
+        timer.start()
+        seen: list[bytes] = []
+        try:
+            for message in call:
+                seen.append(message.SerializeToString())
+                if expected is not None and len(seen) >= expected:
+                    call.cancel()
+                    break
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                return grpc.StatusCode.OK, b"".join(seen)
+            return error.code(), b"".join(seen) + _error_bytes(error)  # type: ignore[attr-defined]
+        finally:
+            timer.cancel()
+        return grpc.StatusCode.OK, b"".join(seen)
+
+
+def _error_bytes(error: Any) -> bytes:
+    parts = [(error.details() or "").encode()]
+    for _key, value in error.trailing_metadata() or ():
+        parts.append(value if isinstance(value, bytes) else str(value).encode())
+    return b"".join(parts)
+
+
+def run_as_second_tenant(
+    address: str, metadata: tuple[tuple[str, str], ...], pool: Pool, others: set[str]
+) -> TenantFindings:
+    """Hypothesis over each RPC a submitter may call, as the second tenant: no answer
+    may name one of `others` (the first tenant's job ids) that the request did not."""
+    client = TenantClient(address, metadata)
+    found = TenantFindings()
+
+    def check(rpc: str, request: Any, code: grpc.StatusCode, answer: bytes) -> None:
+        found.record(rpc, request, code, answer)
+        named = (_uuids_in(answer) & others) - _uuids_in(_wire(request))
+        if named:
+            found.bad.setdefault((rpc, "names another tenant's job"), _describe(request))
+
+    def unary(rpc: str, response: type[Message]) -> Callable[[Any], None]:
+        def run(request: Any) -> None:
+            code, answer = client.call(rpc, response, request)
+            check(rpc, request, code, answer)
+
+        return run
+
+    def stream(request: pb.StreamJobUpdatesRequest | bytes) -> None:
+        if isinstance(request, bytes):
+            expected = _expected_for_raw(request)
+        else:
+            expected = _expected_messages(request)
+        code, answer = client.stream_bytes(request, expected)
+        check("StreamJobUpdates", request, code, answer)
+
+    # The keys the first tenant holds, always tried: its request ids and active
+    # targets, with either duplicate rule, alone and in a batch.
+    keys = [
+        card_request(target, "text", request_id=rid, on_duplicate=rule)
+        for target in ("active-0", "t-fresh")
+        for rid in ("", "rid-1", "rid-2")
+        for rule in (pb.ON_DUPLICATE_REJECT, pb.ON_DUPLICATE_RETURN_EXISTING)
+    ]
+    raw = raw_requests()
+    runs: list[tuple[str, Callable[[Any], None], st.SearchStrategy[Any], list[Any]]] = [
+        (
+            "Enqueue",
+            unary("Enqueue", pb.EnqueueResponse),
+            st.one_of(enqueue_requests(pool), raw),
+            keys,
+        ),
+        (
+            "BatchEnqueue",
+            unary("BatchEnqueue", pb.BatchEnqueueResponse),
+            st.one_of(batch_enqueue_requests(pool), raw),
+            [pb.BatchEnqueueRequest(requests=keys)],
+        ),
+        (
+            "GetJob",
+            unary("GetJob", pb.GetJobResponse),
+            st.builds(pb.GetJobRequest, job_id=ids(pool.job_ids)),
+            [],
+        ),
+        ("ListJobs", unary("ListJobs", pb.ListJobsResponse), list_requests(pool), []),
+        (
+            "CancelJob",
+            unary("CancelJob", pb.CancelJobResponse),
+            st.builds(pb.CancelJobRequest, job_id=ids(pool.job_ids), reason=short_text()),
+            [],
+        ),
+        ("StreamJobUpdates", stream, stream_requests(pool), []),
+        ("GetUsage", unary("GetUsage", pb.GetUsageResponse), usage_requests(), []),
+    ]
+    try:
+        for rpc, run, strategy, always in runs:
+            test = given(strategy)(
+                settings(
+                    max_examples=TENANT_EXAMPLES[rpc],
+                    deadline=None,
+                    derandomize=True,
+                    database=None,
+                    suppress_health_check=list(HealthCheck),
+                )(run)
+            )
+            for request in always:
+                test = example(request)(test)
+            test()
+    finally:
+        client.close()
+    return found
+
+
+async def _seed_first_tenant(service: Service, metadata: tuple[tuple[str, str], ...]) -> Pool:
+    """The first tenant's jobs: FAILED ones, then active ones (the gateway hangs) that
+    hold the request ids and targets the strategies draw from."""
+    stub = service.stub
+    service.gateway.script = lambda _job, _attempt: Fail(
+        grpc.StatusCode.INVALID_ARGUMENT, "seeded failure"
+    )
+    failed = [
+        (
+            await stub.Enqueue(
+                card_request(f"failed-{i}", "Seeded text.", request_id=f"rid-f{i}"),
+                metadata=metadata,
+            )
+        ).job.id
+        for i in range(3)
+    ]
+    for job_id in failed:
+        for _ in range(400):
+            got = await stub.GetJob(pb.GetJobRequest(job_id=job_id), metadata=metadata)
+            if got.job.status == pb.JOB_STATUS_FAILED:
+                break
+            await asyncio.sleep(0.05)
+    service.gateway.script = lambda _job, _attempt: Hang()
+    active = [
+        (
+            await stub.Enqueue(
+                card_request(f"active-{i}", "Seeded text.", request_id=f"rid-{i + 1}"),
+                metadata=metadata,
+            )
+        ).job.id
+        for i in range(3)
+    ]
+    page = await stub.ListJobs(pb.ListJobsRequest(page_size=1), metadata=metadata)
+    return Pool(
+        job_ids=failed + active,
+        targets=[f"failed-{i}" for i in range(3)] + [f"active-{i}" for i in range(3)],
+        page_tokens=[page.next_page_token],
+    )
+
+
+@pytest.mark.timeout(300)
+async def test_no_answer_to_a_second_tenant_names_the_first_tenants_jobs(
+    start_service: StartService, database_url: str
+) -> None:
+    service = await start_service(auth="token", workers=2)
+    alice = bearer(await add_token(service, "alice", Role.SUBMITTER))
+    bob = bearer(await add_token(service, "bob", Role.SUBMITTER))
+    pool = await _seed_first_tenant(service, alice)
+    found = await asyncio.to_thread(
+        run_as_second_tenant, service.runtime.address, bob, pool, set(pool.job_ids)
+    )
+    assert set(found.examples) == set(TENANT_EXAMPLES)
+    database = database_url.split(":", 1)[0]
+    wrong = "\n".join(
+        f"  {rpc} -> {what}\n      e.g. {example}"
+        for (rpc, what), example in sorted(found.bad.items())
+    )
+    assert not found.bad, f"[{database}] answers the second tenant must never get:\n{wrong}"

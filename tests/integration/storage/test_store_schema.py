@@ -35,8 +35,8 @@ async def test_migrated_schema_equals_the_models(database_url: str) -> None:
                 return {ix["name"] for ix in inspect(sync_conn).get_indexes("async_jobs")}
 
             assert await conn.run_sync(index_names) >= {
-                "uq_async_jobs_active_target",
-                "uq_async_jobs_request_id",
+                "uq_async_jobs_tenant_active_target",
+                "uq_async_jobs_tenant_request_id",
                 "ix_async_jobs_due",
                 "ix_async_jobs_failed_at",
             }
@@ -67,7 +67,12 @@ async def test_migrated_schema_equals_the_models(database_url: str) -> None:
             }
             assert await conn.run_sync(checks) == modelled
             assert "ck_async_jobs_claimed" in modelled
-            assert expected["uq_async_jobs_request_id"] == {"request_id", "is", "not", "null"}
+            assert expected["uq_async_jobs_tenant_request_id"] == {
+                "request_id",
+                "is",
+                "not",
+                "null",
+            }
     finally:
         await engine.dispose()
 
