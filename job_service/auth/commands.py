@@ -1,11 +1,14 @@
 """`job-service tokens create|list|revoke`: manage JobService's bearer tokens.
 
-    job-service tokens create NAME --role {submitter,viewer,operator} [--database-url URL]
+    job-service tokens create NAME --role {submitter,viewer,operator} [--expires-in 90d]
+                              [--database-url URL]
     job-service tokens list [--database-url URL]
     job-service tokens revoke NAME [--database-url URL]
 
 `create` prints the token on stdout, alone (TOKEN=$(job-service tokens create ...)),
-and only then: the database keeps its hash. The database is migrated first, so a new
+and only then: the database keeps its hash. With --expires-in (7d, 12h, 30m, 90s, or
+seconds) the token stops working by itself that long after it is made; `list` shows
+when (EXPIRES, "-" for never). The database is migrated first, so a new
 one works. --database-url defaults to SAN_JOBS_DATABASE_URL, then to the service's
 default. Exit codes: 0 done, 1 refused or failed (one line on stderr), 2 bad usage.
 """
@@ -17,7 +20,7 @@ import asyncio
 import re
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,6 +28,7 @@ from pydantic import ValidationError
 from job_service.auth.roles import Role
 from job_service.auth.tokens import new_token, token_hash
 from job_service.domain.errors import StorageError
+from job_service.domain.retention import parse_retention
 from job_service.settings import ENV_PREFIX, JobServiceSettings
 from job_service.storage.engine import create_engine
 from job_service.storage.migrate import migrate
@@ -34,6 +38,7 @@ from san_shared.sqlite_files import prepare_sqlite_url
 
 # A name becomes every job's requested_by and appears in logs: plain characters only.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
+NEVER_WORDS = frozenset({"never", "off", "forever"})
 
 
 class CommandError(Exception):
@@ -46,6 +51,19 @@ def _name(value: str) -> str:
             "1 to 128 characters: letters, digits and . _ @ : - (not first)"
         )
     return value
+
+
+def _expires_in(value: str) -> float | None:
+    """Seconds until a new token expires, None for never (the same durations as the
+    retention flags: 90d, 12h, 30m, 1d12h, seconds; `never`)."""
+    try:
+        seconds = parse_retention(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).replace(", or off", ", or never")) from None
+    if seconds is None and value.strip().lower() not in NEVER_WORDS:
+        # parse_retention reads 0 as "keep forever"; a token meant to last 0 s is a typo.
+        raise argparse.ArgumentTypeError(f"expected a duration above 0, or never; got {value!r}")
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("name", type=_name, help="who the token is: every job's requested_by")
     create.add_argument("--role", required=True, choices=[role.value for role in Role])
+    create.add_argument(
+        "--expires-in",
+        dest="expires_in",
+        type=_expires_in,
+        default=None,
+        metavar="DURATION",
+        help="the token stops working this long after now: 90d, 12h, 30m, 90s "
+        "(default never; revoke it any time)",
+    )
     commands.add_parser("list", parents=[database], help="every token (never the secret)")
     revoke = commands.add_parser("revoke", parents=[database], help="refuse a token from now on")
     revoke.add_argument("name", type=_name)
@@ -86,12 +113,17 @@ def _when(moment: datetime | None) -> str:
 
 
 def format_tokens(tokens: Sequence[StoredToken]) -> str:
-    """The `tokens list` table: name, role, created, revoked (UTC)."""
-    rows = [("NAME", "ROLE", "CREATED", "REVOKED")]
-    rows += [(t.name, t.role, _when(t.created_at), _when(t.revoked_at)) for t in tokens]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    """The `tokens list` table: name, role, created, revoked, expires (UTC; "-": not
+    revoked, never expires). EXPIRES is last so scripts reading the first four
+    columns read what they did before it existed."""
+    rows = [("NAME", "ROLE", "CREATED", "REVOKED", "EXPIRES")]
+    rows += [
+        (t.name, t.role, _when(t.created_at), _when(t.revoked_at), _when(t.expires_at))
+        for t in tokens
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
-        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]])
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
         for row in rows
     )
 
@@ -109,12 +141,17 @@ async def run_command(args: argparse.Namespace) -> str:
     try:
         if args.action == "create":
             token = new_token()
+            now = datetime.now(UTC)
+            expires_at = (
+                None if args.expires_in is None else now + timedelta(seconds=args.expires_in)
+            )
             try:
-                await store.add(args.name, args.role, token_hash(token))
+                await store.add(args.name, args.role, token_hash(token), now, expires_at=expires_at)
             except TokenNameTakenError as error:
                 raise CommandError(str(error)) from None
+            until = "" if expires_at is None else f", expires {_when(expires_at)}"
             print(
-                f"token for {args.name} ({args.role}); it is shown only now:",
+                f"token for {args.name} ({args.role}{until}); it is shown only now:",
                 file=sys.stderr,
             )
             return token

@@ -1,20 +1,28 @@
 """The gRPC server interceptor that authenticates every call and applies the role
 table (roles.py) before any handler runs.
 
-Health answers anyone. Every other call needs `authorization: Bearer TOKEN` naming a
-live token: without one it ends UNAUTHENTICATED; with a role the table does not allow,
-PERMISSION_DENIED (both with an ErrorInfo in domain jobs.san). An allowed call runs
-with `current_caller` set, which the servicer reads to scope a submitter to its own
-jobs and to write its name as requested_by.
+Health answers anyone. Under --auth token every other call needs `authorization:
+Bearer TOKEN` naming a live token: without one it ends UNAUTHENTICATED; with a role
+the table does not allow, PERMISSION_DENIED (both with an ErrorInfo in domain
+jobs.san). With --tls-client-names a client certificate not on the list is
+PERMISSION_DENIED first; under --auth off a listed one is the caller, with the role
+the list gives it (certificates.py). An allowed call runs with `current_caller` set,
+which the servicer reads to scope a submitter to its own jobs, to write its name as
+requested_by, and to count its streams.
+
+A server stream opened with a token is checked again every cache period while it is
+open, and ends UNAUTHENTICATED once the token is revoked or expired (stream_checks.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias
 
 import grpc
 
+from job_service.auth.certificates import CertificateAllowList, caller_certificate
 from job_service.auth.roles import (
     ANY_ROLE_SERVICES,
     OPEN_SERVICES,
@@ -25,6 +33,7 @@ from job_service.auth.roles import (
     current_caller,
     wants_every_job,
 )
+from job_service.auth.stream_checks import OpenStream, Recheck, StreamChecks
 from job_service.auth.tokens import TokenVerifier
 from job_service.domain.errors import PermissionDeniedError, UnauthenticatedError
 from job_service.transport.errors import abort
@@ -47,11 +56,34 @@ def bearer_token(metadata: Any) -> str | None:
     return None
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Authenticates each call with `verifier` and checks the role table."""
+Check: TypeAlias = Callable[[Any, Context], Awaitable[Caller]]
 
-    def __init__(self, verifier: TokenVerifier) -> None:
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Authenticates each call with `verifier` (bearer tokens, --auth token) and/or
+    `certificates` (--tls-client-names), and checks the role table."""
+
+    def __init__(
+        self,
+        verifier: TokenVerifier | None,
+        certificates: CertificateAllowList | None = None,
+    ) -> None:
+        if verifier is None and certificates is None:
+            raise ValueError("nothing to authenticate with: no tokens, no certificates")
         self._verifier = verifier
+        self._certificates = certificates
+        self._streams = (
+            None
+            if verifier is None
+            else StreamChecks(
+                lambda token: verifier.verify(token, fresh=True), verifier.cache_seconds
+            )
+        )
+
+    @property
+    def stream_checks(self) -> StreamChecks | None:
+        """The open token streams checked again each period (None without tokens)."""
+        return self._streams
 
     async def intercept_service(
         self,
@@ -64,18 +96,27 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             return handler
         token = bearer_token(handler_call_details.invocation_metadata)
         check = self._check(token, service, rpc)
-        return _guarded(handler, rpc, check)
+        # A server stream with a token is checked again while it lasts (stream_checks.py).
+        recheck = None
+        if self._streams is not None and token and handler.unary_stream is not None:
+            recheck = self._streams.for_token(token, rpc)
+        return _guarded(handler, rpc, check, recheck)
 
-    def _check(
-        self, token: str | None, service: str, rpc: str
-    ) -> Callable[[Any], Awaitable[Caller]]:
+    def _check(self, token: str | None, service: str, rpc: str) -> Check:
         """The check to run once the request is read: who calls, and may they."""
 
-        async def check(request: Any) -> Caller:
-            stored = await self._verifier.verify(token) if token else None
-            if stored is None:
-                raise UnauthenticatedError()
-            role = Role(stored.role)
+        async def check(request: Any, context: Context) -> Caller:
+            name: str | None = None
+            role: Role | None = None
+            if self._certificates is not None:  # a certificate not on the list: refused
+                name = caller_certificate(context)
+                role = self._certificates.role_of(name, rpc)
+            if self._verifier is not None:  # the token says who calls, not the certificate
+                stored = await self._verifier.verify(token) if token else None
+                if stored is None:
+                    raise UnauthenticatedError()
+                name, role = stored.name, Role(stored.role)
+            assert name is not None and role is not None  # one of the two is configured
             if service == JOB_SERVICE:
                 scope = access(rpc, role)
             elif service in ANY_ROLE_SERVICES:
@@ -86,14 +127,38 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 raise PermissionDeniedError(rpc, role.value)
             if scope is Access.OWN and wants_every_job(rpc, request):
                 raise PermissionDeniedError(rpc, role.value, "only jobs named by id")
-            return Caller(stored.name, role, scope)
+            return Caller(name, role, scope)
 
         return check
 
 
-def _guarded(handler: Handler, rpc: str, check: Callable[[Any], Awaitable[Caller]]) -> Handler:
+_END = object()  # the handler has no more responses
+_REVOKED = object()  # the wait was cancelled by stream.end()
+
+
+async def _next_or_end(responses: AsyncIterator[Any], stream: OpenStream) -> Any:
+    """The handler's next response; _END when it has no more; _REVOKED when
+    `stream.end()` cancelled the wait (the cancellation is taken back: the caller
+    ends the call itself)."""
+    stream.waiting = True
+    try:
+        return await anext(responses)
+    except StopAsyncIteration:
+        return _END
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not stream.ended or task is None:
+            raise  # a cancel of grpc's (client gone, server stopping): not ours
+        task.uncancel()
+        return _REVOKED
+    finally:
+        stream.waiting = False
+
+
+def _guarded(handler: Handler, rpc: str, check: Check, recheck: Recheck | None) -> Handler:
     """`handler` with `check` run first: its Caller set for the handler, or the call
-    ended with the status of what it raised."""
+    ended with the status of what it raised. A server stream with `recheck` ends
+    UNAUTHENTICATED once its token no longer verifies."""
     options: dict[str, Any] = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
@@ -103,7 +168,7 @@ def _guarded(handler: Handler, rpc: str, check: Callable[[Any], Awaitable[Caller
 
         async def unary_call(request: Any, context: Context) -> Any:
             try:
-                caller = await check(request)
+                caller = await check(request, context)
             except Exception as error:
                 await abort(rpc, error, context)
                 raise AssertionError("unreachable") from None
@@ -116,13 +181,32 @@ def _guarded(handler: Handler, rpc: str, check: Callable[[Any], Awaitable[Caller
 
         async def streaming_call(request: Any, context: Context) -> AsyncIterator[Any]:
             try:
-                caller = await check(request)
+                caller = await check(request, context)
             except Exception as error:
                 await abort(rpc, error, context)
                 return
             current_caller.set(caller)
-            async for response in streaming(request, context):
-                yield response
+            responses = streaming(request, context)
+            if recheck is None:
+                async for response in responses:
+                    yield response
+                return
+            # The loop of `async for`, written out: the wait for each response is
+            # marked, so a revocation can cancel it (and only it).
+            stream = recheck.open(caller.name)
+            try:
+                while not stream.ended:
+                    response = await _next_or_end(responses, stream)
+                    if response is _END:
+                        return
+                    if response is not _REVOKED:
+                        yield response
+            finally:
+                recheck.close(stream)
+            # Revoked or expired. The handler's claims (subscription, stream slot) go
+            # now, not when it is collected.
+            await responses.aclose()
+            await abort(rpc, UnauthenticatedError(), context)
 
         return grpc.unary_stream_rpc_method_handler(streaming_call, **options)
     # Client streaming (server reflection): the request is not at hand; check first.
@@ -130,17 +214,14 @@ def _guarded(handler: Handler, rpc: str, check: Callable[[Any], Awaitable[Caller
 
 
 def _guarded_request_streams(
-    handler: Handler,
-    rpc: str,
-    check: Callable[[Any], Awaitable[Caller]],
-    options: dict[str, Any],
+    handler: Handler, rpc: str, check: Check, options: dict[str, Any]
 ) -> Handler:
     if handler.stream_stream is not None:
         bidi: Any = handler.stream_stream
 
         async def bidi_call(requests: Any, context: Context) -> AsyncIterator[Any]:
             try:
-                caller = await check(None)
+                caller = await check(None, context)
             except Exception as error:
                 await abort(rpc, error, context)
                 return
@@ -153,7 +234,7 @@ def _guarded_request_streams(
 
     async def client_call(requests: Any, context: Context) -> Any:
         try:
-            caller = await check(None)
+            caller = await check(None, context)
         except Exception as error:
             await abort(rpc, error, context)
             raise AssertionError("unreachable") from None

@@ -15,8 +15,9 @@ service descriptor, so a new RPC cannot be served without a rule.
     PruneJobs         no                 no           yes
     ListFailureGroups no                 yes          yes
 
-"Own" jobs are those whose requested_by is the caller's token name; another's job
-is NOT_FOUND to a submitter (so ids cannot be probed), never PERMISSION_DENIED.
+"Own" jobs are those whose requested_by is the caller's name (its token's, or under
+--auth off its listed client certificate's); another's job is NOT_FOUND to a
+submitter (so ids cannot be probed), never PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class Caller:
         return self.name if self.scope is Access.OWN else None
 
 
-# Set by the interceptor for the handler of each call (None under --auth off).
+# Set by the interceptor for the handler of each call (None under --auth off without
+# --tls-client-names).
 current_caller: ContextVar[Caller | None] = ContextVar("current_caller", default=None)
 
 

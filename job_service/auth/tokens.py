@@ -9,7 +9,12 @@ read back is compared with hmac.compare_digest, so no comparison leaks timing.
 
 Revocation: a verdict (valid or not) is cached for at most CACHE_SECONDS (2 s), so a
 token revoked in the database is refused by every instance within that time plus one
-lookup, without a restart or any message between instances.
+lookup, without a restart or any message between instances. Open streams are checked
+again at that period too (auth/stream_checks.py), with a fresh look-up.
+
+Expiry (`tokens create --expires-in`): a token past its expires_at is refused like a
+revoked one, at once: the expiry travels with the cached verdict and is compared with
+the wall clock on every check.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import hmac
 import secrets
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Protocol
 
 from job_service.auth.roles import Role
@@ -58,12 +64,17 @@ class TokenLookup(Protocol):
         ...
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 class TokenVerifier:
     """Says who a bearer token belongs to: the live token's name and role, or None.
 
     Verdicts are cached for `ttl` seconds (at most `max_entries` of them, the oldest
     dropped first), bad tokens too, so a flood of made-up tokens costs one look-up
-    each per `ttl` at most. Concurrent checks of one token share one look-up."""
+    each per `ttl` at most. Concurrent checks of one token share one look-up.
+    `clock` times the cache; `wall_clock` (UTC) is what expiry is compared with."""
 
     def __init__(
         self,
@@ -72,23 +83,32 @@ class TokenVerifier:
         ttl: float = CACHE_SECONDS,
         max_entries: int = CACHE_ENTRIES,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = _utc_now,
     ) -> None:
         self._store = store
         self._ttl = ttl
         self._max_entries = max_entries
         self._clock = clock
+        self._wall_clock = wall_clock
         self._cache: dict[str, tuple[float, StoredToken | None]] = {}
         self._pending: dict[str, asyncio.Future[StoredToken | None]] = {}
 
-    async def verify(self, token: str) -> StoredToken | None:
-        """The live token `token` is, or None (unknown, malformed or revoked).
-        Storage errors propagate (the caller answers UNAVAILABLE)."""
+    @property
+    def cache_seconds(self) -> float:
+        """How long a verdict is trusted: the longest a revoked token still works."""
+        return self._ttl
+
+    async def verify(self, token: str, *, fresh: bool = False) -> StoredToken | None:
+        """The live token `token` is, or None (unknown, malformed, revoked or expired).
+        `fresh`: look it up again whatever the cache holds (an open stream's periodic
+        check, so that it ends within one period of a revocation). Storage errors
+        propagate (the caller answers UNAVAILABLE)."""
         if not looks_like_token(token):
             return None
         digest = token_hash(token)
         cached = self._cache.get(digest)
-        if cached is not None and cached[0] > self._clock():
-            return cached[1]
+        if not fresh and cached is not None and cached[0] > self._clock():
+            return self._unexpired(cached[1])
         # One look-up per token at a time, in a task of its own: a caller that gives
         # up (a cancelled RPC) does not cancel it for the others waiting on it.
         look_up = self._pending.get(digest)
@@ -96,7 +116,13 @@ class TokenVerifier:
             look_up = asyncio.ensure_future(self._look_up(digest))
             self._pending[digest] = look_up
             look_up.add_done_callback(lambda done: self._settle(digest, done))
-        return await asyncio.shield(look_up)
+        return self._unexpired(await asyncio.shield(look_up))
+
+    def _unexpired(self, verdict: StoredToken | None) -> StoredToken | None:
+        # The clock is read only for a token that can expire: most never do.
+        if verdict is None or verdict.expires_at is None:
+            return verdict
+        return None if verdict.expired(self._wall_clock()) else verdict
 
     def _settle(self, digest: str, done: asyncio.Future[StoredToken | None]) -> None:
         del self._pending[digest]

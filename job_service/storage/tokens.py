@@ -38,14 +38,21 @@ class StoredToken:
     role: str
     created_at: datetime
     revoked_at: datetime | None
+    expires_at: datetime | None = None  # None: never
 
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
 
+    def expired(self, now: datetime) -> bool:
+        """True once `now` has reached the token's expiry."""
+        return self.expires_at is not None and now >= self.expires_at
+
 
 def _token(row: RowMapping) -> StoredToken:
-    return StoredToken(row["name"], row["role"], row["created_at"], row["revoked_at"])
+    return StoredToken(
+        row["name"], row["role"], row["created_at"], row["revoked_at"], row["expires_at"]
+    )
 
 
 class SqlTokenStore:
@@ -54,18 +61,42 @@ class SqlTokenStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def add(self, name: str, role: str, token_hash: str, now: datetime | None = None) -> None:
-        """Store a new live token; TokenNameTakenError if `name` has one already."""
+    async def add(
+        self,
+        name: str,
+        role: str,
+        token_hash: str,
+        now: datetime | None = None,
+        *,
+        expires_at: datetime | None = None,
+    ) -> None:
+        """Store a new live token, valid until `expires_at` (None: until revoked);
+        TokenNameTakenError if `name` has a live one already.
+
+        A token of `name` that has expired is retired first (its revoked_at set to
+        its expiry, when it stopped working): an expired name can be given a new
+        token without a `revoke`, as a revoked one can."""
+        moment = now or datetime.now(UTC)
         values = {
             "id": str(uuid.uuid4()),
             "name": name,
             "role": role,
             "token_hash": token_hash,
-            "created_at": now or datetime.now(UTC),
+            "created_at": moment,
+            "expires_at": expires_at,
         }
         try:
             with storage_errors():
                 async with self._engine.begin() as conn:
+                    await conn.execute(
+                        update(t)
+                        .where(
+                            t.c.name == name,
+                            t.c.revoked_at.is_(None),
+                            t.c.expires_at <= moment,
+                        )
+                        .values(revoked_at=t.c.expires_at)
+                    )
                     await conn.execute(insert(t).values(**values))
         except StorageFailureError as error:
             # The partial unique index on live names said no (SQLSTATE class 23).

@@ -1,5 +1,11 @@
-"""Bounds on open StreamJobUpdates streams: in total, per peer, per connection, and
+"""Bounds on open StreamJobUpdates streams: in total, per caller, per connection, and
 smaller bounds for live feeds.
+
+"Per peer" (the flags' word) means per caller: the authenticated identity when there
+is one (a token's name under --auth token, a client certificate's name under mutual
+TLS), so co-tenants behind one address (one NAT, one machine) have a bound each and
+one caller cannot use up another's; the client's address only when the call carries
+no identity (--auth off without client certificates). See `peer_key`.
 
 Every open stream holds a subscription (memory, a slot in the HTTP/2 connection) and
 every change is offered to it; a live feed (no `job_ids`) is offered *every* change,
@@ -28,6 +34,8 @@ from urllib.parse import unquote
 import grpc
 from google.rpc import code_pb2  # ships no type stubs
 
+from job_service.auth.certificates import caller_certificate
+from job_service.auth.roles import current_caller
 from job_service.transport.errors import DOMAIN
 from san_shared import rich_status
 
@@ -36,6 +44,9 @@ REASON = "TOO_MANY_STREAMS"
 # Peer strings come from grpc, not the caller, but a unix socket path can be long:
 # keep error details short whatever they hold.
 SUBJECT_CHARS = 200
+# How a per-caller key made from an identity starts: an address never does, so a token
+# named like an address ("127.0.0.1") does not share that address's bound.
+IDENTITY_PREFIX = "caller:"
 
 
 @dataclass(frozen=True)
@@ -50,12 +61,26 @@ class StreamLimits:
 
 
 def peer_key(context: grpc.aio.ServicerContext[Any, Any]) -> str:
-    """Who the caller is, for per-peer limits: today the client's IP address.
-
-    The one place that decides it: once callers authenticate, this returns the
-    token's name instead.
-    """
+    """Who the caller is, for per-caller ("per peer") limits: "caller:NAME" for an
+    authenticated caller (the token's or the listed certificate's name the
+    interceptor set, else the name of the client certificate mutual TLS verified),
+    else the client's address (peer_host). The one place that decides it."""
+    caller = current_caller.get()
+    if caller is not None:
+        return IDENTITY_PREFIX + caller.name
+    certificate = caller_certificate(context)
+    if certificate is not None:
+        return IDENTITY_PREFIX + certificate
     return peer_host(context.peer())
+
+
+def _subject(peer: str) -> str:
+    """A per-caller key as a QuotaFailure subject: "caller:NAME" or "peer:ADDRESS"."""
+    return peer if peer.startswith(IDENTITY_PREFIX) else f"peer:{peer}"
+
+
+def _per(peer: str) -> str:
+    return "caller" if peer.startswith(IDENTITY_PREFIX) else "peer"
 
 
 def connection_key(context: grpc.aio.ServicerContext[Any, Any]) -> str:
@@ -162,15 +187,15 @@ class StreamGate:
             raise StreamRefusedError(
                 "max-streams-per-peer",
                 limits.max_streams_per_peer,
-                f"peer:{peer}",
-                "streams per peer",
+                _subject(peer),
+                f"streams per {_per(peer)}",
             )
         if feed and self._feeds_by_peer[peer] >= limits.max_feeds_per_peer:
             raise StreamRefusedError(
                 "max-feeds-per-peer",
                 limits.max_feeds_per_peer,
-                f"peer:{peer}",
-                "live feeds (streams without job_ids) per peer",
+                _subject(peer),
+                f"live feeds (streams without job_ids) per {_per(peer)}",
             )
         if feed and self._feeds >= limits.max_feeds:
             raise StreamRefusedError(
@@ -207,5 +232,5 @@ class StreamGate:
         return self._feeds
 
     def open_for_peer(self, peer: str) -> int:
-        """Streams open for one peer."""
+        """Streams open for one per-caller key (peer_key: "caller:NAME" or an address)."""
         return self._by_peer.get(peer, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -52,8 +53,8 @@ async def test_create_list_revoke_through_the_command(
     code, out, err = await tokens(database_url, "list")
     assert code == 0, err
     header, row = out.strip().splitlines()
-    assert header.split() == ["NAME", "ROLE", "CREATED", "REVOKED"]
-    assert row.split()[:2] == ["web-1", "submitter"] and row.split()[3] == "-"
+    assert header.split() == ["NAME", "ROLE", "CREATED", "REVOKED", "EXPIRES"]
+    assert row.split()[:2] == ["web-1", "submitter"] and row.split()[3:] == ["-", "-"]
     assert token not in out and hashlib.sha256(token.encode()).hexdigest() not in out
 
     code, out, err = await tokens(database_url, "create", "web-1", "--role", "viewer")
@@ -88,8 +89,51 @@ async def test_create_list_revoke_through_the_command(
         (["create", "x", "--role", "admin"], "invalid choice: 'admin'"),
         (["create", "bad name", "--role", "viewer"], "1 to 128 characters"),
         (["create", "x"], "--role"),
+        (["create", "x", "--role", "viewer", "--expires-in", "soon"], "expected a duration"),
+        (["create", "x", "--role", "viewer", "--expires-in", "0"], "above 0, or never"),
     ],
 )
 async def test_bad_usage_is_exit_2(database_url: str, args: list[str], message: str) -> None:
     code, _, err = await tokens(database_url, *args)
     assert code == 2 and message in err
+
+
+async def test_a_token_made_with_an_expiry_lists_it_and_stops_working_then(
+    database_url: str, start_service: StartService
+) -> None:
+    made = datetime.now(UTC)
+    code, out, err = await tokens(
+        database_url, "create", "ci", "--role", "viewer", "--expires-in", "3s"
+    )
+    assert code == 0, err
+    token = out.strip()
+    assert "expires " in err
+    code, out, err = await tokens(
+        database_url, "create", "web-2", "--role", "submitter", "--expires-in", "90d"
+    )
+    assert code == 0, err
+
+    code, out, err = await tokens(database_url, "list")
+    assert code == 0, err
+    expires = {line.split()[0]: line.split()[4] for line in out.strip().splitlines()[1:]}
+    in_90_days = datetime.strptime(expires["web-2"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert abs(in_90_days - (made + timedelta(days=90))) < timedelta(minutes=5)
+    assert expires["ci"] != "-"
+
+    service = await start_service(auth="token")
+    md = (("authorization", f"Bearer {token}"),)
+    stats = pb.GetJobStatsRequest()
+    expiry = datetime.strptime(expires["ci"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    if datetime.now(UTC) < expiry - timedelta(seconds=0.5):  # a slow machine may be past it
+        await service.stub.GetJobStats(stats, metadata=md, timeout=10)
+    # Refused once it has expired; poll, bounded.
+    for _ in range(100):
+        try:
+            await service.stub.GetJobStats(stats, metadata=md, timeout=10)
+        except grpc.aio.AioRpcError as error:
+            assert error.code() is grpc.StatusCode.UNAUTHENTICATED
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("an expired token was still accepted 10 s after it was made")
+    assert datetime.now(UTC) >= expiry - timedelta(seconds=1)  # not refused before its time
