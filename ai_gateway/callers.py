@@ -4,9 +4,15 @@ share, and the refusal of callers it does not know.
 Two ways to be known, either one enough:
 
 * mutual TLS (``--tls-client-ca``): the client certificate's subject common name
-  (its first subject alternative name when it has no CN) is the identity;
+  (its first subject alternative name when it has no CN) is the identity, when it is
+  one of ``--tls-client-names`` (default ``job-service``). The CA may sign others
+  (``make certs`` signs the operator's and san-web's certificates with the same CA): a
+  certificate it signed under another name is PERMISSION_DENIED, so that nobody
+  reaches the models, and spends the API key, past JobService's limits and audit;
 * a bearer token (``authorization: Bearer TOKEN``) listed in ``--caller-tokens-file``:
-  the token's NAME is the identity.
+  the token's NAME is the identity. The file is itself the list of who may call, so
+  ``--tls-client-names`` does not apply to a token: a listed token is admitted over
+  any certificate.
 
 When neither is configured (the loopback default, ``make run``) authentication is
 off and the identity is the peer's address without its port. ``x-client-id`` is
@@ -31,8 +37,9 @@ from pathlib import Path
 
 import grpc
 
-from ai_gateway.errors import Unauthenticated
-from san_shared.client_identity import certificate_name
+from ai_gateway.errors import MAX_ECHO, PermissionDenied, Unauthenticated, echo
+from san_shared.client_identity import ClientNames, certificate_name
+from san_shared.secret_files import warn_if_shared
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +48,8 @@ MAX_TOKENS_FILE_BYTES = 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9._@:-]{1,64}")
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: fits a header value
 _BEARER = "bearer "
+DEFAULT_CLIENT_NAMES = ClientNames(frozenset({"job-service"}))
+"""JobService's certificate name as ``make certs`` (scripts/dev_certs.py) writes it."""
 
 Metadata = grpc.aio.Metadata | Iterable[tuple[str, str | bytes]]
 
@@ -110,6 +119,7 @@ class CallerTokens:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._callers = read_caller_tokens(path)
+        warn_if_shared(path, "caller tokens file")
 
     def __len__(self) -> int:
         return len(self._callers)
@@ -138,11 +148,18 @@ class CallerTokens:
 class Authenticator:
     """Turns a call's credentials into the caller's identity, or refuses the call."""
 
-    def __init__(self, tokens: CallerTokens | None = None, client_certificates: bool = False):
+    def __init__(
+        self,
+        tokens: CallerTokens | None = None,
+        client_certificates: bool = False,
+        client_names: ClientNames = DEFAULT_CLIENT_NAMES,
+    ):
         """``tokens``: the callers of --caller-tokens-file; ``client_certificates``: the
-        server requires client certificates (mutual TLS). Neither: authentication off."""
+        server requires client certificates (mutual TLS), of which those named in
+        ``client_names`` are admitted. Neither: authentication off."""
         self.tokens = tokens
         self.client_certificates = client_certificates
+        self.client_names = client_names
 
     @property
     def enabled(self) -> bool:
@@ -164,6 +181,8 @@ class Authenticator:
         if self.client_certificates:
             name = certificate_name(context.auth_context())
             if name is not None:
+                if not self.client_names.admits(name):
+                    raise self._not_admitted(name)
                 return name
         wanted = " or ".join(
             what
@@ -174,6 +193,13 @@ class Authenticator:
             if on
         )
         raise Unauthenticated(f"the AI gateway needs {wanted}")
+
+    def _not_admitted(self, name: str) -> PermissionDenied:
+        token = " (or a caller token)" if self.tokens is not None else ""
+        return PermissionDenied(
+            f"the client certificate {echo(name)} is not one the AI gateway admits{token}",
+            metadata={"certificateName": name[:MAX_ECHO]},
+        )
 
 
 def bearer_token(metadata: Metadata) -> str | None:

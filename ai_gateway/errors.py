@@ -16,6 +16,7 @@ Hierarchy (and what each carries besides its message and ``metadata``)::
     ├── DeadlineExceeded
     ├── MalformedResponse
     ├── Unauthenticated
+    ├── PermissionDenied
     └── InternalError           (a bug: the caller learns only that it happened)
 """
 
@@ -115,6 +116,11 @@ class Unauthenticated(GatewayError):
 
     The message says what was missing, never which part of a token was wrong.
     """
+
+
+class PermissionDenied(GatewayError):
+    """The caller is known (its certificate is signed by the trusted CA) but is not one
+    the gateway admits (``--tls-client-names``, see :mod:`ai_gateway.callers`)."""
 
 
 class InternalError(GatewayError):

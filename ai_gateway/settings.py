@@ -11,12 +11,14 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ai_gateway.callers import read_caller_tokens
+from ai_gateway.callers import DEFAULT_CLIENT_NAMES, read_caller_tokens
 from ai_gateway.faults import FaultConfig
 from san_shared.cli_settings import HostPort
+from san_shared.client_identity import ClientNames
 from san_shared.event_loop import EventLoopName
 from san_shared.json_logs import LogFormat
 from san_shared.otlp_settings import check_otlp_endpoint
+from san_shared.secret_files import warn_if_shared
 from san_shared.tls_settings import tls_pair_problem
 
 ENV_PREFIX = "SAN_GATEWAY_"
@@ -80,6 +82,14 @@ class GatewaySettings(BaseSettings):
     tls_client_ca: Path | None = Field(
         None, description="mutual TLS: require client certificates signed by this PEM CA"
     )
+    # The CA may sign more than JobService's certificate (make certs signs the
+    # operator's and san-web's too): being signed is not enough to call.
+    tls_client_names: str = Field(
+        str(DEFAULT_CLIENT_NAMES),
+        description="mutual TLS: the client certificate names (common name, else first "
+        "SAN) admitted, comma-separated; others get PERMISSION_DENIED; * admits any",
+        json_schema_extra={"metavar": "NAME,..."},
+    )
     insecure: bool = Field(
         False,
         description="listen beyond loopback without TLS and caller authentication anyway "
@@ -134,6 +144,20 @@ class GatewaySettings(BaseSettings):
             read_caller_tokens(path)  # a bad file is refused at startup, in one line
         return path
 
+    @field_validator("tls_client_names")
+    @classmethod
+    def _check_client_names(cls, text: str) -> str:
+        ClientNames.parse(text)
+        return text
+
+    @model_validator(mode="after")
+    def _check_client_names_need_mutual_tls(self) -> GatewaySettings:
+        # Given without mutual TLS there are no certificates to sort: an allow-list
+        # that silently does nothing would be read as a protection.
+        if "tls_client_names" in self.model_fields_set and self.tls_client_ca is None:
+            raise ValueError("--tls-client-names needs --tls-client-ca (mutual TLS)")
+        return self
+
     @model_validator(mode="after")
     def _check_fallback(self) -> GatewaySettings:
         if self.fallback_backend is not None and self.fallback_backend == self.backend:
@@ -151,10 +175,16 @@ class GatewaySettings(BaseSettings):
         """True when the gateway listens with TLS."""
         return self.tls_cert is not None
 
+    def client_names(self) -> ClientNames:
+        """The client certificate names admitted under mutual TLS."""
+        return ClientNames.parse(self.tls_client_names)
+
     def api_key(self) -> SecretStr:
         """The upstream API key: from the key file when one is set, else the setting."""
         if self.openai_api_key_file is not None:
-            return SecretStr(read_key_file(self.openai_api_key_file))
+            key = read_key_file(self.openai_api_key_file)
+            warn_if_shared(self.openai_api_key_file, "API key file")
+            return SecretStr(key)
         return self.openai_api_key
 
     def faults(self) -> FaultConfig:

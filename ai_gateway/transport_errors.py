@@ -12,6 +12,7 @@ carries :func:`to_status_proto` in its result, and the call record names the cod
     DeadlineExceeded        DEADLINE_EXCEEDED  DEADLINE_EXCEEDED
     MalformedResponse       INTERNAL           MALFORMED_RESPONSE
     Unauthenticated         UNAUTHENTICATED    UNAUTHENTICATED
+    PermissionDenied        PERMISSION_DENIED  PERMISSION_DENIED
     InternalError           INTERNAL           (no ErrorInfo: a bug, told only in the log)
 
 The ErrorInfo's metadata is the error's ``metadata``, as it is.
@@ -30,6 +31,7 @@ from ai_gateway.errors import (
     InternalError,
     InvalidRequest,
     MalformedResponse,
+    PermissionDenied,
     RateLimited,
     TokenLimitExceeded,
     Unauthenticated,
@@ -50,6 +52,7 @@ WIRE: dict[type[GatewayError], tuple[int, str | None]] = {
     DeadlineExceeded: (code_pb2.DEADLINE_EXCEEDED, "DEADLINE_EXCEEDED"),
     MalformedResponse: (code_pb2.INTERNAL, "MALFORMED_RESPONSE"),
     Unauthenticated: (code_pb2.UNAUTHENTICATED, "UNAUTHENTICATED"),
+    PermissionDenied: (code_pb2.PERMISSION_DENIED, "PERMISSION_DENIED"),
     InternalError: (code_pb2.INTERNAL, None),
 }
 

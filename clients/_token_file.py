@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
+
+from san_shared.secret_files import shared_secret_warning
 
 
 class TokenFileError(Exception):
@@ -30,14 +31,7 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
 def token_file_warning(path: str | os.PathLike[str]) -> str | None:
     """A one-line warning when others than the owner may read ``path`` (as ssh says of
     a private key), or None. The file is still used: refusing would break set-ups that
-    share a token through a group on purpose."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None  # read_token_file reports it
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        return (
-            f"token file {os.fspath(path)} is accessible by others "
-            f"(mode {stat.S_IMODE(mode):04o}); run: chmod 600 {os.fspath(path)}"
-        )
-    return None
+    share a token through a group on purpose. The clients print it their own way
+    (jobsctl on stderr, san-web in its log); the services log theirs
+    (san_shared.secret_files)."""
+    return shared_secret_warning(path, "token file")

@@ -31,22 +31,15 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from san_shared.safe_text import mask_secrets
+from san_shared.safe_text import escape_json_unsafe, mask_secrets
 
 LogFormat = Literal["text", "json"]
 """The values of --log-format: ``text`` (the default, for people) or ``json``."""
 
 # A job id in a message, as the code writes it: "job_id=<uuid>".
 _JOB_ID = re.compile(r"\bjob_id=([0-9A-Za-z-]+)")
-# Characters JSON allows raw inside a string that some line readers would break on or
-# a UTF-8 stream could not encode (the encoder already escapes C0, quote, backslash).
-_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 # A JSON string literal for a str, quotes included, non-ASCII kept (C-accelerated).
 _string: Callable[[str], str] = json.encoder.encode_basestring
-
-
-def _escape_unsafe(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
 
 
 def job_id_of(record: logging.LogRecord, message: str) -> str | None:
@@ -100,9 +93,9 @@ class JsonFormatter(logging.Formatter):
         if exc:
             line += f',"exc":{_string(mask_secrets(exc))}'
         line += "}"
-        if not line.isprintable():  # checked in C; rare: a C1, U+2028 or surrogate inside
-            line = _UNSAFE.sub(_escape_unsafe, line)
-        return line
+        # Characters JSON allows raw inside a string that some line readers would break
+        # on, a UTF-8 stream could not encode, or a terminal would obey (U+202E).
+        return escape_json_unsafe(line)
 
     def _exception_text(self, record: logging.LogRecord) -> str:
         if record.exc_info and not record.exc_text:

@@ -28,6 +28,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
+from san_shared.secret_files import warn_if_shared
+
 log = logging.getLogger(__name__)
 
 
@@ -110,6 +112,7 @@ class ReloadableServerCertificates:
     def __init__(self, files: ServerFiles) -> None:
         self.files = files
         self.initial = read_server_configuration(files)
+        warn_if_shared(files.key, "TLS private key file")
         self._lock = threading.Lock()
         self._reload_requested = False
         self._failure_logged = False
@@ -193,6 +196,7 @@ def channel_credentials(
         chain = read_file(cert, "certificate file")
         private_key = read_file(key, "private key file")
         check_pair(chain, cert, private_key, key)
+        warn_if_shared(key, "TLS private key file")
     return grpc.ssl_channel_credentials(
         root_certificates=root, private_key=private_key, certificate_chain=chain
     )

@@ -65,6 +65,10 @@ DEFAULT_RETRY_AFTER = 1.0
 # The most of an upstream answer the gateway reads: a chat or embedding answer is a
 # few KiB to a few hundred; an endless or huge body must not fill the gateway's memory.
 MAX_UPSTREAM_BODY_BYTES = 8 * 1024 * 1024
+# What the log keeps of an upstream's error message; it is masked over a little more,
+# so that a key-like string across the cut is recognised whole.
+MAX_DETAIL_CHARS = 300
+_KEY_LIKE_MARGIN = 256
 # Numbers read from an upstream message (a context length) above this are not believed.
 _MAX_UPSTREAM_NUMBER = 10**9
 
@@ -257,13 +261,10 @@ class OpenAIBackend:
         status = response.status_code
         if status < 400:
             return
-        detail = _error_detail(response)
         # The upstream's words are for the operator (masked), never for the caller.
+        detail = _error_detail(response, self._mask)
         logger.warning(
-            "upstream %s answered HTTP %d: %s",
-            response.request.url.path,
-            status,
-            self._mask(detail),
+            "upstream %s answered HTTP %d: %s", response.request.url.path, status, detail
         )
         said = f"HTTP {status} from the upstream API"
         if status == 429:
@@ -389,10 +390,13 @@ def _error_code(response: httpx.Response) -> str:
     return str(_error_json(response).get("code") or "")
 
 
-def _error_detail(response: httpx.Response) -> str:
+def _error_detail(response: httpx.Response, mask: SecretMasker) -> str:
+    """The upstream's error message, masked, on one line of at most MAX_DETAIL_CHARS."""
     message = _error_json(response).get("message")
-    text = str(message) if message else response.text
-    return " ".join(text.split())[:300] or response.reason_phrase
+    text = " ".join((str(message) if message else response.text).split())
+    # Masked before it is cut: a key cut in two would leave its first part unmasked.
+    window = text[: MAX_DETAIL_CHARS + mask.longest + _KEY_LIKE_MARGIN]
+    return mask(window)[:MAX_DETAIL_CHARS] or response.reason_phrase
 
 
 def _context_numbers(message: str) -> tuple[int | None, int | None]:

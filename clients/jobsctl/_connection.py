@@ -14,6 +14,7 @@ from san_jobs.client import ChannelSettings, JobsClient, ServiceUnavailableError
 from san_jobs.client._channel import read_pem
 from san_shared.cli_settings import env_of, flags_given, settings_of
 from san_shared.exposure import is_loopback
+from san_shared.secret_files import shared_secret_warning
 
 ENV_TOKEN = env_of(JobsctlSettings, "token")
 ENV_TOKEN_FILE = env_of(JobsctlSettings, "token_file")
@@ -92,6 +93,9 @@ def resolve(args: argparse.Namespace) -> Connection:
     ca = _pem(settings.tls_ca, "--tls-ca")
     cert = _pem(settings.tls_cert, "--tls-cert")
     key = _pem(settings.tls_key, "--tls-key")
+    key_file = settings.tls_key
+    if key_file and (warning := shared_secret_warning(key_file, "TLS private key file")):
+        warnings.append(warning)
     if (cert is None) != (key is None):
         raise SettingsError("--tls-cert and --tls-key go together (mutual TLS needs both)")
     try:

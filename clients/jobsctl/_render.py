@@ -9,7 +9,6 @@ would otherwise drive the reader's terminal.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -35,7 +34,7 @@ from clients._display import (
 from clients.jobsctl._values import format_age
 from san_jobs.client import JobsError
 from san_jobs.client._job_types import job_result
-from san_shared.safe_text import escape_control, safe_text
+from san_shared.safe_text import escape_control, escape_json_unsafe, safe_text
 
 STATUS_STYLE = {
     "PENDING": "yellow",
@@ -44,11 +43,6 @@ STATUS_STYLE = {
     "FAILED": "red",
     "CANCELLED": "magenta",
 }
-
-
-# What json.dumps(ensure_ascii=False) leaves raw: DEL, C1 controls, the Unicode line
-# separators and lone surrogates (it escapes C0 itself).
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def plain(text: str) -> str:
@@ -78,11 +72,10 @@ def to_dict(message: Message) -> dict[str, Any]:
 
 
 def print_json(value: Any, stream: TextIO | None = None) -> None:
-    """`value` as one line of JSON: Korean stays readable, every control character
-    is a \\u escape (no raw C1 or U+2028 reaches the terminal or the next program)."""
-    text = json.dumps(value, ensure_ascii=False)
-    # Outside strings JSON is plain ASCII, so every match is inside a string.
-    text = _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """`value` as one line of JSON: Korean stays readable, every control and format
+    character is a \\u escape (no raw C1, U+2028 or U+202E reaches the terminal or the
+    next program)."""
+    text = escape_json_unsafe(json.dumps(value, ensure_ascii=False))
     out = stream or sys.stdout
     out.write(text + "\n")
     out.flush()

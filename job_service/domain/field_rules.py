@@ -13,9 +13,12 @@ from dataclasses import dataclass
 
 from job_service.domain.errors import FieldViolation
 from job_service.domain.limits import DEFAULT_MAX_TEXT_CHARS
+from san_shared.safe_text import FORMAT_CHARACTERS
 
-# C0 and C1 control characters (Unicode category Cc).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0 and C1 control characters (Unicode category Cc) and format characters (Cf): an
+# invisible U+202E RIGHT-TO-LEFT OVERRIDE in a target id makes what follows read
+# backwards wherever the id is shown, and an id is never free text.
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{FORMAT_CHARACTERS}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +45,8 @@ def check_identifier(
         out.append(
             FieldViolation(
                 field,
-                f"must not contain control characters (found U+{ord(match.group()):04X} "
+                "must not contain control or format characters "
+                f"(found U+{ord(match.group()):04X} "
                 f"at index {match.start()})",
             )
         )

@@ -121,12 +121,16 @@ def test_mutual_tls_refuses_a_client_without_a_certificate_and_serves_a_signed_o
     with running(start_gateway(tmp_path, *args)) as gateway:
         with grpc.secure_channel(gateway.address, client_credentials(certs, None)) as anonymous:
             assert refused(anonymous) == grpc.StatusCode.UNAVAILABLE
+        request = ai_gateway_pb2.AnalyzeContentRequest(text="Queues hold jobs. Workers run them.")
+        # Signed by the CA but not JobService's (--tls-client-names' default): health
+        # answers, the models do not.
         with grpc.secure_channel(gateway.address, client_credentials(certs, "operator")) as known:
             assert health_status(known) == health_pb2.HealthCheckResponse.SERVING
-            reply = ai_gateway_pb2_grpc.AiGatewayServiceStub(known).AnalyzeContent(
-                ai_gateway_pb2.AnalyzeContentRequest(text="Queues hold jobs. Workers run them."),
-                timeout=10,
-            )
+            with pytest.raises(grpc.RpcError) as caught:
+                ai_gateway_pb2_grpc.AiGatewayServiceStub(known).AnalyzeContent(request, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+        with grpc.secure_channel(gateway.address, client_credentials(certs, "job-service")) as js:
+            reply = ai_gateway_pb2_grpc.AiGatewayServiceStub(js).AnalyzeContent(request, timeout=10)
             assert reply.summary
 
 

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import uvicorn
 from starlette.applications import Starlette
@@ -46,6 +47,18 @@ def _echo_key(status: int, authorization: str, headers: dict[str, str] | None = 
     )
 
 
+def _echo_key_encoded(authorization: str) -> Response:
+    """A 401 whose plain-text body echoes the key URL-encoded and JSON-escaped, as an
+    upstream quoting the query string or its own JSON might."""
+    key = authorization.removeprefix("Bearer ")
+    json_escaped = json.dumps(key)[1:-1].replace("/", "\\/")
+    body = (
+        f"invalid key: GET /v1?key={quote(key, safe='')} "
+        f"form: api_key={quote_plus(key)} json: {json_escaped}"
+    )
+    return PlainTextResponse(body, status_code=401)
+
+
 async def _endless() -> Any:
     for _ in range(64):  # chunked, no length: 1 MiB pieces, far past any cap
         yield b" " * (1024 * 1024)
@@ -70,6 +83,8 @@ async def _behave(model: str, authorization: str = "") -> Response | None:
     ``echo-key-STATUS``: that HTTP status, the body echoing the API key;
     ``retry-after=VALUE``: a 429 with that Retry-After header (and the key echoed).
     """
+    if model == "echo-key-encoded":
+        return _echo_key_encoded(authorization)
     if model.startswith("echo-key-"):
         return _echo_key(int(model.removeprefix("echo-key-")), authorization)
     if model.startswith("retry-after="):

@@ -29,6 +29,7 @@ from ai_gateway.gateway import Gateway
 from ai_gateway.limits import ConcurrencyLimiter, RateLimiter
 from ai_gateway.servicer import AiGatewayServicer
 from ai_gateway.settings import GatewaySettings
+from san_shared.client_identity import ClientNames
 from san_shared.tls import channel_credentials, server_credentials
 from scripts.dev_certs import write_dev_certs
 
@@ -204,7 +205,12 @@ async def test_mutual_tls_client_certificate_names_the_caller(certs: Path, tmp_p
         min_deadline=0.0,
     )
     servicer = AiGatewayServicer(
-        gateway, log, StreamLimits(), Authenticator(client_certificates=True)
+        gateway,
+        log,
+        StreamLimits(),
+        Authenticator(
+            client_certificates=True, client_names=ClientNames.parse("job-service,operator")
+        ),
     )
     server = grpc.aio.server()
     pb_grpc.add_AiGatewayServiceServicer_to_server(servicer, server)
