@@ -9,19 +9,18 @@ import signal
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 from opentelemetry.sdk.trace import TracerProvider
-from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
+from san.aigateway.v1 import ai_gateway_pb2
 
 from ai_gateway.backends.base import Backend
 from ai_gateway.backends.instant import InstantBackend
 from ai_gateway.backends.local.backend import LocalBackend
 from ai_gateway.backends.openai import OpenAIBackend
 from ai_gateway.bounds import StreamLimits
-from ai_gateway.callers import Authenticator, CallerTokens
+from ai_gateway.callers import Authenticator, CallerTokens, peer_host
 from ai_gateway.calllog import CallLog
+from ai_gateway.decoding import add_servicer
 from ai_gateway.fallback import Fallback, PrimaryCircuit
 from ai_gateway.faults import FaultInjector
 from ai_gateway.gateway import Gateway
@@ -30,10 +29,12 @@ from ai_gateway.metrics import GatewayMetrics
 from ai_gateway.result_cache import ResultCache
 from ai_gateway.servicer import AiGatewayServicer
 from ai_gateway.settings import BackendName, GatewaySettings
-from san_shared import tls
+from ai_gateway.transport_errors import DOMAIN
+from san_shared import health, memory_return, reflection, tls
 from san_shared.exposure import exposure_problem
 from san_shared.grpc_metrics import GrpcServerMetrics
-from san_shared.metrics_http import MetricsListenError, MetricsServer
+from san_shared.metrics_http import MetricsListenError, MetricsServer, metrics_exposure_problem
+from san_shared.open_rpcs import PeerStreamCap
 from san_shared.tracing import start_tracing
 
 logger = logging.getLogger("ai_gateway")
@@ -52,6 +53,10 @@ SERVER_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
 ]
+# Health and reflection streams (they need no credential) open at once, per client
+# address and in all: a few per JobService instance, and nothing a stranger can grow.
+OPEN_STREAMS_PER_PEER = 32
+OPEN_STREAMS_TOTAL = 512
 
 
 def server_options(settings: GatewaySettings) -> list[tuple[str, int]]:
@@ -108,7 +113,11 @@ def make_authenticator(settings: GatewaySettings) -> Authenticator:
     certificate when the server requires one (--tls-client-ca); else anyone."""
     path = settings.caller_tokens_file
     tokens = CallerTokens(path) if path is not None else None
-    return Authenticator(tokens, client_certificates=settings.tls_client_ca is not None)
+    return Authenticator(
+        tokens,
+        client_certificates=settings.tls_client_ca is not None,
+        client_names=settings.client_names(),
+    )
 
 
 class StartupError(RuntimeError):
@@ -125,7 +134,7 @@ def check_exposure(settings: GatewaySettings) -> None:
         tls=settings.serves_tls(),
         authenticated=settings.tls_client_ca is not None or settings.caller_tokens_file is not None,
         insecure=settings.insecure,
-    )
+    ) or metrics_exposure_problem(settings.metrics_listen, insecure=settings.insecure)
     if problem:
         raise StartupError(problem)
 
@@ -190,7 +199,17 @@ class GatewayServer:
         if self.tracing is not None:
             interceptors.append(self.tracing.interceptor())
         self.server = grpc.aio.server(interceptors=interceptors, options=server_options(settings))
-        self.health = HealthServicer()
+        # Health and reflection need no credential: requests and streams bounded
+        # (san_shared.health), streams capped per address; the memory of a large
+        # refused request goes back to the system (san_shared.memory_return).
+        memory_return.return_large_blocks()
+        self.open_streams = PeerStreamCap(
+            OPEN_STREAMS_PER_PEER,
+            OPEN_STREAMS_TOTAL,
+            DOMAIN,
+            lambda context: peer_host(context.peer()),
+        )
+        self.health = health.HealthServicer(self.open_streams)
         self.authenticator = make_authenticator(settings)
         self.servicer = AiGatewayServicer(
             self.gateway,
@@ -200,10 +219,12 @@ class GatewayServer:
             tracer=None if self.tracing is None else self.tracing.tracer,
             metrics=self.metrics,
         )
-        ai_gateway_pb2_grpc.add_AiGatewayServiceServicer_to_server(self.servicer, self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        add_servicer(self.servicer, self.server)  # bad bytes: INVALID_ARGUMENT (decoding.py)
+        self.health.add_to_server(self.server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, "grpc.health.v1.Health", reflection.SERVICE_NAME), self.server
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            self.server,
+            self.open_streams,
         )
         self.port = 0
 
@@ -216,7 +237,9 @@ class GatewayServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         if self.metrics is not None and self.settings.metrics_listen is not None:
-            self.metrics_server = MetricsServer(self.settings.metrics_listen, self.metrics.registry)
+            self.metrics_server = MetricsServer(
+                self.settings.metrics_listen, self.metrics.registry, insecure=self.settings.insecure
+            )
             try:
                 self.metrics_server.start()
             except MetricsListenError as error:

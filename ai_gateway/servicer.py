@@ -20,6 +20,7 @@ from ai_gateway.bounds import StreamLimits
 from ai_gateway.callers import Authenticator
 from ai_gateway.calllog import CallLog
 from ai_gateway.calls import ANALYZE, EMBED, RECALL, TIL, CallKind, CallRunner
+from ai_gateway.decoding import UndecodableRequest, refusal
 from ai_gateway.errors import GatewayError
 from ai_gateway.gateway import CallInfo, Gateway
 from ai_gateway.metrics import CallMetrics
@@ -121,13 +122,18 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
         if pending:
             await asyncio.wait(pending)
 
-    async def _unary(self, kind: CallKind[Req, Resp], request: Req, context: Context) -> Resp:
-        """Run one call; a gateway error ends the RPC with its rich status."""
+    async def _unary(
+        self, kind: CallKind[Req, Resp], request: Req | UndecodableRequest, context: Context
+    ) -> Resp:
+        """Run one call; a gateway error ends the RPC with its rich status (an
+        undecodable request: INVALID_ARGUMENT, once the caller is known)."""
         handler = _current_task()
         self._handlers.add(handler)
         try:
             # Refused before anything is counted: an unknown caller spends no one's budget.
             call = call_info(kind.method, context, self._authenticator.identify(context))
+            if isinstance(request, UndecodableRequest):
+                raise refusal(request, kind.method, call.caller)
             remaining: float | None = context.time_remaining()
             if remaining is not None and remaining > _NO_DEADLINE:
                 remaining = None

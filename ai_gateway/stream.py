@@ -47,6 +47,7 @@ from ai_gateway.bounds import (
     StreamLimits,
 )
 from ai_gateway.calls import CALL_KINDS, CallKind, CallRunner
+from ai_gateway.decoding import UndecodableRequest, refusal
 from ai_gateway.errors import (
     BackendUnavailable,
     FieldViolation,
@@ -184,6 +185,8 @@ class CallStream:
             request = await self._context.read()
             if request is _EOF:
                 return
+            if isinstance(request, UndecodableRequest):
+                raise refusal(request, STREAM_METHOD, self._caller)  # ends the stream
             if request.calls:
                 self._check_calls(request.calls)
             # Cancels first: a call started and cancelled in the same message never

@@ -11,12 +11,12 @@ import signal
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 from opentelemetry.sdk.trace import TracerProvider
 from san.jobs.v1 import job_service_pb2
 
 from job_service.app import JobApplication
+from job_service.auth.certificates import CertificateAllowList
 from job_service.auth.interceptor import AuthInterceptor
 from job_service.auth.tokens import TokenVerifier
 from job_service.count_folding import CountFolder
@@ -35,14 +35,15 @@ from job_service.storage.notify import PgChangeListener
 from job_service.storage.repository import SqlJobStore
 from job_service.storage.schema_version import SchemaMismatch, prepare_schema
 from job_service.storage.tokens import SqlTokenStore
+from job_service.transport.open_streams import address_admission
 from job_service.transport.servicer import JobServiceServicer, add_job_service_to_server
 from job_service.transport.stream_limits import StreamGate, StreamLimits
 from job_service.updates import UpdateHub
 from job_service.worker import Worker, WorkerConfig
-from san_shared import tls
+from san_shared import health, memory_return, reflection, tls
 from san_shared.exposure import exposure_problem
 from san_shared.grpc_metrics import GrpcServerMetrics
-from san_shared.metrics_http import MetricsListenError, MetricsServer
+from san_shared.metrics_http import MetricsListenError, MetricsServer, metrics_exposure_problem
 from san_shared.safe_text import mask_secrets, safe_text
 from san_shared.sqlite_files import prepare_sqlite_url
 from san_shared.trace_logging import install_trace_ids
@@ -107,11 +108,16 @@ class StartupError(Exception):
 def auth_interceptors(
     settings: JobServiceSettings, store: SqlJobStore
 ) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
-    """--auth token: the interceptor that checks every call's bearer token and role
-    (job_service.auth), reading api_tokens through the job store's engine."""
-    if not settings.checks_tokens():
+    """--auth token and/or --tls-client-names: the interceptor that checks every
+    call's bearer token (read from api_tokens through the job store's engine) or
+    client certificate, and its role (job_service.auth)."""
+    verifier = TokenVerifier(SqlTokenStore(store.engine)) if settings.checks_tokens() else None
+    certificates = (
+        CertificateAllowList(settings.tls_client_names) if settings.checks_certificates() else None
+    )
+    if verifier is None and certificates is None:
         return []
-    return [AuthInterceptor(TokenVerifier(SqlTokenStore(store.engine)))]
+    return [AuthInterceptor(verifier, certificates)]
 
 
 def tracing_interceptors(
@@ -143,7 +149,7 @@ def check_exposure(settings: JobServiceSettings) -> None:
         tls=settings.serves_tls(),
         authenticated=is_authenticated(settings),
         insecure=settings.insecure,
-    )
+    ) or metrics_exposure_problem(settings.metrics_listen, insecure=settings.insecure)
     if problem:
         raise StartupError(problem)
 
@@ -295,15 +301,17 @@ class JobServiceRuntime:
             ),
             self.server,
         )
-        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        # Health needs no token: its requests and streams are bounded (san_shared.health),
+        # its streams counted in the per-peer bound by address; the memory of a large
+        # refused request goes back to the system (san_shared.memory_return).
+        memory_return.return_large_blocks()
+        open_streams = address_admission(self.stream_gate)
+        self.health = health.HealthServicer(open_streams)
+        self.health.add_to_server(self.server)
         reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
             self.server,
+            open_streams,
         )
         self.listener: PgChangeListener | None = None
         # Readiness (the JobService name) follows the database; "" (liveness) does not.
@@ -355,7 +363,9 @@ class JobServiceRuntime:
         self.metrics.watch_stats(self.store.stats, asyncio.get_running_loop())
         self.metrics.watch_pauses(self.worker.paused_types)
         self.metrics.watch_streams(lambda: self.stream_gate.open_streams)
-        self.metrics_server = MetricsServer(self.settings.metrics_listen, self.metrics.registry)
+        self.metrics_server = MetricsServer(
+            self.settings.metrics_listen, self.metrics.registry, insecure=self.settings.insecure
+        )
         self.metrics_server.start()
         log.info("metrics at %s", self.metrics_server.url)
 

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from job_service.auth.roles import Role
 from job_service.domain.claim_limits import TypeLimit, parse_rate
 from job_service.domain.job_types import JobType, default_deadlines, job_type_named
 from job_service.domain.limits import (
@@ -27,6 +28,7 @@ from san_shared.event_loop import EventLoopName
 from san_shared.exposure import is_loopback
 from san_shared.json_logs import LogFormat
 from san_shared.otlp_settings import check_otlp_endpoint
+from san_shared.secret_files import warn_if_shared
 from san_shared.tls_settings import tls_pair_problem
 
 ENV_PREFIX = "SAN_JOBS_"
@@ -203,6 +205,15 @@ class JobServiceSettings(BaseSettings):
     tls_client_ca: Path | None = Field(
         None, description="mutual TLS: require client certificates signed by this PEM CA"
     )
+    # job_service/auth/certificates.py. Unset: any certificate of the CA is admitted.
+    tls_client_names: dict[str, Role] = Field(
+        default_factory=dict,
+        description="mutual TLS: admit only the client certificate named NAME (its "
+        "common name, else first subject alternative name), repeatable; others get "
+        "PERMISSION_DENIED. Under --auth off (say so beyond loopback) it is the caller "
+        "(requested_by) with that role; under --auth token the token decides",
+        json_schema_extra={"metavar": "NAME=ROLE"},
+    )
     gateway_tls_ca: Path | None = Field(
         None, description="call the gateway over TLS, trusting this PEM CA"
     )
@@ -237,8 +248,13 @@ class JobServiceSettings(BaseSettings):
         return path
 
     def gateway_token(self) -> str | None:
-        """The bearer token for the gateway (from --gateway-token-file), or None."""
-        return None if self.gateway_token_file is None else read_token_file(self.gateway_token_file)
+        """The bearer token for the gateway (from --gateway-token-file), or None; a
+        file others may read is logged (once)."""
+        if self.gateway_token_file is None:
+            return None
+        token = read_token_file(self.gateway_token_file)
+        warn_if_shared(self.gateway_token_file, "gateway token file")
+        return token
 
     @model_validator(mode="after")
     def _resolve_auth(self) -> JobServiceSettings:
@@ -258,7 +274,14 @@ class JobServiceSettings(BaseSettings):
         )
         if problem:
             raise ValueError(problem)
+        if self.tls_client_names and self.tls_client_ca is None:
+            raise ValueError("--tls-client-names needs --tls-client-ca (mutual TLS)")
         return self
+
+    def checks_certificates(self) -> bool:
+        """True when only the client certificates named by --tls-client-names are
+        admitted (and, under --auth off, are the callers)."""
+        return bool(self.tls_client_names)
 
     def serves_tls(self) -> bool:
         """True when the service listens with TLS."""
