@@ -31,7 +31,7 @@ def auth_options(args: argparse.Namespace, listen_host: str, *, tls: bool) -> di
         "auth": AuthSettings(mode=args.auth, secure_cookie=tls),
         "allowed_hosts": allowed,
         "login_throttle": LoginThrottle(
-            max_failures_per_user=args.login_max_failures,
+            free_failures=args.login_max_failures,
             max_failures_per_address=args.login_max_failures_per_address,
             window=DEFAULT_WINDOW_SECONDS,
         ),

@@ -31,6 +31,11 @@ from clients.web._errors import error_response
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_MEDIA_TYPE = "application/json"
+# What ``await request.json()`` raises on a body it cannot read: ValueError covers
+# malformed JSON and bad UTF-8 (JSONDecodeError, UnicodeDecodeError) and an integer of
+# more than 4,300 digits (Python's limit on int() of a string, which was a 500);
+# RecursionError is deep nesting. Each is the caller's 422, never a 500.
+UNREADABLE_JSON = (ValueError, RecursionError)
 
 
 class BodyGuard:

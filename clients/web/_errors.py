@@ -27,14 +27,18 @@ def error_response(
     return JSONResponse(error_document(code, message), status_code=status, headers=headers)
 
 
-def raw_error_response(status: int, code: str, message: str) -> bytes:
+def raw_error_response(
+    status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None
+) -> bytes:
     """A whole HTTP/1.1 error answer as bytes, ending the connection (``connection:
     close``): for the protocol layer, which has no request to answer through."""
     body = json.dumps(error_document(code, message)).encode()
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         "content-type: application/json\r\n"
         f"content-length: {len(body)}\r\n"
+        f"{extra}"
         "connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body

@@ -1,7 +1,8 @@
 """san-web over HTTPS: what the ``--tls-cert/--tls-key/--tls-client-ca`` and
 ``--insecure`` settings mean under the secure-by-default rule of
-``san_shared.exposure``, and the certificate re-read on SIGHUP (rotation without a
-restart)."""
+``san_shared.exposure``, the server context they make (handed to san-web's own HTTP
+protocol, which runs the handshake under a deadline: :mod:`clients.web._protocol`),
+and the certificate re-read on SIGHUP (rotation without a restart)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import asyncio
 import logging
 import signal
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import uvicorn
 
 from san_shared.exposure import exposure_problem
 
@@ -24,9 +23,24 @@ class HttpsSettingsError(Exception):
     """A TLS or exposure setting that stops the start (one line, names the flag)."""
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """The certificate files and the live server context made from them."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None
+    context: ssl.SSLContext
+
+
 def _check_loads(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
-    """A server context from the files, or a one-line error saying which is wrong."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    """A server context from the files, or a one-line error saying which is wrong.
+
+    A bare server context (TLS 1.2 at least, Python's defaults), not
+    ``create_default_context(CLIENT_AUTH)``: that one also trusts the system's CAs,
+    which would admit any publicly issued client certificate under --tls-client-ca."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as error:
@@ -40,6 +54,7 @@ def _check_loads(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContex
             raise HttpsSettingsError(
                 f"--tls-client-ca {client_ca}: cannot use it ({_reason(error)})"
             ) from None
+        context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 
@@ -50,9 +65,9 @@ def _reason(error: OSError) -> str:
     return str(error.strerror or error)
 
 
-def ssl_options(args: argparse.Namespace, *, authenticated: bool) -> dict[str, Any]:
-    """uvicorn.Config's TLS keyword arguments (none for plain HTTP), after checking
-    the files load and that san-web may listen where ``--listen`` says."""
+def server_tls(args: argparse.Namespace, *, authenticated: bool) -> ServerTls | None:
+    """The HTTPS settings (None for plain HTTP), after checking the files load and
+    that san-web may listen where ``--listen`` says."""
     cert, key, client_ca = args.tls_cert, args.tls_key, args.tls_client_ca
     if (cert is None) != (key is None):
         raise HttpsSettingsError("--tls-cert and --tls-key go together")
@@ -64,39 +79,30 @@ def ssl_options(args: argparse.Namespace, *, authenticated: bool) -> dict[str, A
     if problem:
         raise HttpsSettingsError(problem)
     if cert is None:
-        return {}
-    _check_loads(cert, key, client_ca)
-    options: dict[str, Any] = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
-    if client_ca is not None:
-        options |= {"ssl_ca_certs": str(client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-    return options
+        return None
+    return ServerTls(cert, key, client_ca, _check_loads(cert, key, client_ca))
 
 
-def reload_certificate(config: uvicorn.Config) -> bool:
+def reload_certificate(tls: ServerTls) -> bool:
     """Load the certificate and key files again into the live server context, for the
     connections that come next; True when they were. A pair that does not load (a
     half-written file, a key of another certificate) leaves the old one serving: it is
     tried on a throwaway context first, because a failed load into the live one could
     leave the new certificate beside the old key."""
-    context = config.ssl
-    if context is None or not config.ssl_certfile:
-        return False
-    cert, key = Path(str(config.ssl_certfile)), Path(str(config.ssl_keyfile))
-    client_ca = Path(config.ssl_ca_certs) if config.ssl_ca_certs else None
     try:
-        _check_loads(cert, key, client_ca)
+        _check_loads(tls.cert, tls.key, tls.client_ca)
     except HttpsSettingsError as error:
         log.warning("SIGHUP: keeping the current certificate: %s", error)
         return False
-    context.load_cert_chain(cert, key)
-    if client_ca is not None:
-        context.load_verify_locations(client_ca)  # adds; CAs trusted before stay trusted
-    log.warning("SIGHUP: certificate reloaded from %s", cert)
+    tls.context.load_cert_chain(tls.cert, tls.key)
+    if tls.client_ca is not None:
+        tls.context.load_verify_locations(tls.client_ca)  # adds; CAs trusted before stay
+    log.warning("SIGHUP: certificate reloaded from %s", tls.cert)
     return True
 
 
-def reload_on_sighup(config: uvicorn.Config) -> None:
+def reload_on_sighup(tls: ServerTls | None) -> None:
     """Re-read the certificate files on SIGHUP (call from the running server)."""
-    if config.ssl is None:
+    if tls is None:
         return
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_certificate, config)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_certificate, tls)

@@ -11,6 +11,7 @@ from pathlib import Path
 from clients._token_file import TokenFileError, read_token_file, token_file_warning
 from san_jobs.client import AsyncJobsClient, ChannelSettings
 from san_jobs.client._channel import DEFAULT_TIMEOUT, read_pem
+from san_shared.secret_files import shared_secret_warning
 
 
 class LinkSettingsError(Exception):
@@ -80,6 +81,8 @@ def load_link(
         warning = token_file_warning(token_file)
         if warning:
             warnings.append(warning)
+    if tls_key and (key_warning := shared_secret_warning(tls_key, "TLS private key file")):
+        warnings.append(key_warning)
     return JobServiceLink(
         tls_ca=_pem(tls_ca, "--job-service-tls-ca"),
         tls_cert=_pem(tls_cert, "--job-service-tls-cert"),

@@ -30,7 +30,6 @@ san-web calls JobService with its own token (``--job-service-token-file``): unde
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,6 +47,7 @@ from clients._display import (
     status_name,
 )
 from clients.web._auth import current_user
+from clients.web._body_guard import UNREADABLE_JSON
 from clients.web._errors import error_response, invalid
 from clients.web._store import ScrapStore
 from san_jobs.client import (
@@ -249,7 +249,7 @@ async def failures(request: Request) -> Response:
 async def _json_object(request: Request) -> dict[str, Any] | JSONResponse:
     try:
         body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except UNREADABLE_JSON:
         return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
     if not isinstance(body, dict):
         return invalid("the body must be a JSON object", ("body", "is not a JSON object"))

@@ -17,6 +17,30 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 USERNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 # argon2 takes any length, but hashing a megabyte per attempt is a cheap way to burn CPU.
 MAX_PASSWORD_CHARS = 1024
+# Set when a password is set (users create, users passwd), never at login: accounts made
+# before the rule keep working. Length is what resists guessing (NIST SP 800-63B asks
+# for at least 8, 15 for a password alone; 12 here, with the checks below); no rules
+# about character classes, which push people to "Password1!".
+MIN_PASSWORD_CHARS = 12
+MIN_DISTINCT_CHARS = 5
+# Names of this service: a password made of them is among the first guesses.
+SERVICE_WORDS = ("san-web", "sanweb")
+# The most common passwords of 12 characters or more in published breach lists (the
+# shorter ones are refused by length already); compared case-insensitively.
+COMMON_PASSWORDS = frozenset(
+    {
+        "123456789012", "1234567890123", "12345678901234", "123456789012345",
+        "1234567890qwerty", "123456789abc", "1234qwerasdf", "1q2w3e4r5t6y",
+        "1q2w3e4r5t6y7u8i", "1qaz2wsx3edc", "1qaz2wsx3edc4rfv", "abc123abc123",
+        "abcd1234abcd", "abcdefghijkl", "administrator", "asdfghjkl123",
+        "baseball1234", "changeme1234", "football1234", "iloveyou1234",
+        "letmein12345", "monkey123456", "password1234", "password12345",
+        "password123456", "password1234567", "passwordpassword", "princess1234",
+        "q1w2e3r4t5y6", "qazwsxedcrfv", "qwerty123456", "qwertyuiop12",
+        "qwertyuiop123", "qwertyuiopasdf", "sunshine1234", "superman1234",
+        "trustno1trustno1", "welcome12345", "zaq12wsxcde3",
+    }
+)  # fmt: skip
 CONCURRENT_VERIFICATIONS = 4
 
 _hasher = PasswordHasher()  # argon2id with the library's RFC 9106 defaults
@@ -32,12 +56,24 @@ def username_problem(name: str) -> str | None:
     return None
 
 
-def password_problem(password: str) -> str | None:
-    """Why ``password`` cannot be set, or None."""
+def password_problem(password: str, username: str | None = None) -> str | None:
+    """Why ``password`` cannot be set (for ``username``, when given), or None."""
     if not password:
         return "the password must not be empty"
     if len(password) > MAX_PASSWORD_CHARS:
         return f"the password must be at most {MAX_PASSWORD_CHARS} characters"
+    if len(password) < MIN_PASSWORD_CHARS:
+        return f"the password must be at least {MIN_PASSWORD_CHARS} characters"
+    folded = password.casefold()
+    # A name of 1 or 2 characters is inside too many good passwords to refuse them.
+    if username is not None and len(username) >= 3 and username.casefold() in folded:
+        return "the password must not contain the user name"
+    if any(word in folded for word in SERVICE_WORDS):
+        return "the password must not contain the name of this service"
+    if len(set(folded)) < MIN_DISTINCT_CHARS:
+        return f"the password must have at least {MIN_DISTINCT_CHARS} different characters"
+    if folded in COMMON_PASSWORDS:
+        return "the password is one of the most common passwords"
     return None
 
 

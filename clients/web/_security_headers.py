@@ -5,7 +5,12 @@ answers to at all.
   ``Content-Security-Policy`` (scripts, styles and connections from san-web's own
   origin only: no inline script can run, so injected markup stays inert; no framing),
   ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY`` (older browsers'
-  spelling of ``frame-ancestors 'none'``) and ``Referrer-Policy: same-origin``.
+  spelling of ``frame-ancestors 'none'``) and ``Referrer-Policy: same-origin``; and
+  over HTTPS ``Strict-Transport-Security`` (a year; no ``includeSubDomains``: san-web
+  does not own its domain's other names), so a browser that has been here once never
+  tries plain HTTP to it again. Not for ``localhost``: browsers would pin every port
+  of this machine's localhost to HTTPS, the plain http://localhost:8000 of a local
+  san-web included (for an IP address browsers ignore it anyway).
 - :class:`AllowedHosts` answers 421 (JSON) to a request whose ``Host`` is not in the
   allow-list: a page on another name that the attacker points at this machine's address
   (DNS rebinding) reaches nothing.
@@ -31,6 +36,17 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "referrer-policy": "same-origin",
 }
+STRICT_TRANSPORT_SECURITY = "max-age=31536000"
+
+
+def wants_hsts(scope: Scope) -> bool:
+    """Whether this answer carries ``Strict-Transport-Security``: it came over HTTPS
+    (the connection's own, or a trusted proxy's X-Forwarded-Proto) to a name that is
+    not localhost."""
+    if scope.get("scheme") != "https":
+        return False
+    name = host_name(Headers(scope=scope).get("host", ""))
+    return name != "localhost" and not name.endswith(".localhost")
 
 
 class SecurityHeaders:
@@ -44,11 +60,15 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        hsts = wants_hsts(scope)
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 for name, value in SECURITY_HEADERS.items():
                     headers.setdefault(name, value)
+                if hsts:
+                    headers.setdefault("strict-transport-security", STRICT_TRANSPORT_SECURITY)
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -10,7 +10,6 @@ CSRF token of its session. ``DELETE /api/session`` ends the session.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -25,8 +24,9 @@ from clients.web._auth import (
     current_session,
     token_hash,
 )
+from clients.web._body_guard import UNREADABLE_JSON
 from clients.web._errors import error_response, invalid
-from clients.web._login_throttle import LoginThrottle
+from clients.web._login_throttle import LoginThrottle, Throttled
 from clients.web._passwords import MAX_PASSWORD_CHARS, PasswordChecker, username_problem
 from clients.web._store import ScrapStore
 
@@ -56,7 +56,7 @@ async def login_page(request: Request) -> Response:
 async def _credentials(request: Request) -> tuple[str, str] | None:
     try:
         body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except UNREADABLE_JSON:
         return None
     if not isinstance(body, dict):
         return None
@@ -94,10 +94,13 @@ async def create_session(request: Request) -> Response:
         return invalid("invalid login request", ("username", problem))
     if not password.isprintable() and not _encodable(password):
         return invalid("invalid login request", ("password", "must be valid Unicode text"))
+    # The client's own address (a trusted proxy's X-Forwarded-For, if any, is applied).
     address = request.client.host if request.client else ""
     throttle: LoginThrottle = request.app.state.login_throttle
-    wait = throttle.retry_after(username, address)
-    if wait is not None:
+    # Counted before the password is checked: guesses sent at once are throttled too.
+    attempt = throttle.reserve(username, address)
+    if isinstance(attempt, Throttled):
+        wait = attempt.retry_after
         return error_response(
             429,
             "RESOURCE_EXHAUSTED",
@@ -108,10 +111,10 @@ async def create_session(request: Request) -> Response:
     checker: PasswordChecker = request.app.state.passwords
     valid, rehash = await checker.verify(await store.password_hash(username), password)
     if not valid:
-        throttle.failed(username, address)
+        attempt.failed()
         log.warning("failed login for %r from %s", username, address)
         return error_response(401, "UNAUTHENTICATED", WRONG_CREDENTIALS)
-    throttle.succeeded(username)
+    attempt.succeeded()
     if rehash is not None:
         await store.set_password_hash(username, rehash)
     old = current_session(request)

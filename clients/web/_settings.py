@@ -9,10 +9,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from clients.web._login_throttle import (
-    DEFAULT_MAX_FAILURES_PER_ADDRESS,
-    DEFAULT_MAX_FAILURES_PER_USER,
-)
+from clients.web._client_address import parse_networks
+from clients.web._login_throttle import DEFAULT_FREE_FAILURES, DEFAULT_MAX_FAILURES_PER_ADDRESS
 from clients.web.app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, OutboxSettings
 from san_jobs.client._channel import DEFAULT_TIMEOUT
 from san_shared.cli_settings import HostPort
@@ -73,12 +71,20 @@ class WebSettings(BaseSettings):
     )
     # Each open page holds one connection (its live event stream) for as long as it is open.
     max_connections: int = _count(
-        100, "open connections at most; one more is answered 503 and closed"
+        100,
+        "open connections at most, counted from accept (TLS handshakes included); one "
+        "more is answered 503 and closed (over HTTPS: closed)",
+    )
+    max_connections_per_address: int = _count(
+        20,
+        "open connections from one client address (IPv6: one /64) at most, --trusted-proxies "
+        "excepted; one more is answered 503 and closed (over HTTPS: closed), others are served",
     )
     header_timeout: float = _seconds(
         5.0,
-        "time a client has to send a whole request head, from connecting or from its "
-        "previous answer; then 408 and closed",
+        "time a client has to finish the TLS handshake and send a whole request head, "
+        "from connecting or from its previous answer; then 408 (or, mid-handshake, "
+        "nothing) and closed",
     )
     body_timeout: float = _seconds(
         DEFAULT_BODY_TIMEOUT,
@@ -113,12 +119,20 @@ class WebSettings(BaseSettings):
         json_schema_extra={"metavar": "NAMES"},
     )
     login_max_failures: int = _count(
-        DEFAULT_MAX_FAILURES_PER_USER,
-        "failed logins of one user name within 15 minutes before its logins get 429",
+        DEFAULT_FREE_FAILURES,
+        "failed logins of one user name from one client address before each further "
+        "try from there waits (429): 30 s, doubling up to 15 minutes; a success resets",
     )
     login_max_failures_per_address: int = _count(
         DEFAULT_MAX_FAILURES_PER_ADDRESS,
         "failed logins from one client address within 15 minutes before its logins get 429",
+    )
+    trusted_proxies: str | None = Field(
+        None,
+        description="comma-separated addresses or networks of reverse proxies whose "
+        "X-Forwarded-For / X-Forwarded-Proto are believed (default: none; the headers are "
+        "ignored and each connection's own address is the client)",
+        json_schema_extra={"metavar": "ADDRESSES"},
     )
     # HTTPS (_https.py): the files are checked at start, re-read on SIGHUP.
     tls_cert: Path | None = _path("serve HTTPS with this certificate (PEM; with --tls-key)")
@@ -141,6 +155,13 @@ class WebSettings(BaseSettings):
         "file holding the bearer token san-web calls JobService with (role submitter; "
         "operator for /ops' actions, viewer for looking only)"
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_networks(value)  # a ValueError names the entry that is no address
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -263,6 +263,47 @@ class ScrapStore:
             )
         return bool(result.rowcount)
 
+    async def change_password(self, name: str, password_hash: str) -> int | None:
+        """A new password for ``name``, and every session of theirs ended (whoever
+        learnt the old one is logged out too); how many, or None: no such user."""
+        async with self._engine.begin() as connection:
+            changed = await connection.execute(
+                users.update().where(users.c.name == name).values(password_hash=password_hash)
+            )
+            if not changed.rowcount:
+                return None
+            ended = await connection.execute(
+                web_sessions.delete().where(web_sessions.c.username == name)
+            )
+        return int(ended.rowcount)
+
+    async def end_sessions(self, name: str) -> int | None:
+        """Log ``name`` out everywhere; how many sessions ended, or None: no such user."""
+        async with self._engine.begin() as connection:
+            found = await connection.execute(sa.select(users.c.name).where(users.c.name == name))
+            if found.first() is None:
+                return None
+            ended = await connection.execute(
+                web_sessions.delete().where(web_sessions.c.username == name)
+            )
+        return int(ended.rowcount)
+
+    async def delete_user(self, name: str) -> tuple[int, int] | None:
+        """Remove ``name``, their sessions and their scraps, in one transaction: a user
+        made later under the same name must not inherit them (scraps belong to a name).
+        The numbers of sessions and scraps removed, or None: no such user. Their jobs
+        stay in JobService, no longer reachable through san-web."""
+        async with self._engine.begin() as connection:
+            removed = await connection.execute(users.delete().where(users.c.name == name))
+            if not removed.rowcount:
+                return None
+            sessions = await connection.execute(
+                web_sessions.delete().where(web_sessions.c.username == name)
+            )
+            await connection.execute(scrap_jobs.delete().where(scrap_jobs.c.owner == name))
+            owned = await connection.execute(scraps.delete().where(scraps.c.owner == name))
+        return int(sessions.rowcount), int(owned.rowcount)
+
     async def set_password_hash(self, name: str, password_hash: str) -> None:
         """Store a re-hash (argon2 parameters raised since the user was made)."""
         async with self._engine.begin() as connection:
@@ -287,10 +328,15 @@ class ScrapStore:
             )
 
     async def get_session(self, token_hash: str) -> WebSession | None:
-        """The live session with this hash (None if unknown or expired)."""
-        query = sa.select(web_sessions).where(
-            web_sessions.c.token_hash == token_hash,
-            web_sessions.c.expires_at > datetime.now(UTC),
+        """The live session with this hash (None if unknown, expired, or its user is
+        gone: a login that finished while `users delete` ran leaves no way in)."""
+        query = (
+            sa.select(web_sessions)
+            .join(users, users.c.name == web_sessions.c.username)
+            .where(
+                web_sessions.c.token_hash == token_hash,
+                web_sessions.c.expires_at > datetime.now(UTC),
+            )
         )
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()

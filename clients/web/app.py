@@ -36,7 +36,7 @@ from starlette.types import ASGIApp
 
 from clients._display import format_time, job_type_name, pause_reason_name, status_name
 from clients.web._auth import AuthSettings, SessionGuard, current_user
-from clients.web._body_guard import BodyGuard
+from clients.web._body_guard import UNREADABLE_JSON, BodyGuard
 from clients.web._errors import invalid
 from clients.web._failures import on_http_error, on_store_error, on_unexpected_error
 from clients.web._login_throttle import LoginThrottle
@@ -214,7 +214,7 @@ def _store(request: Request) -> ScrapStore:
 async def _read_scrap_body(request: Request) -> dict[str, str] | JSONResponse:
     try:
         body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # deep nesting
+    except UNREADABLE_JSON:
         return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
     if not isinstance(body, dict):
         return invalid("the body must be a JSON object", ("body", "is not a JSON object"))

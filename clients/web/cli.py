@@ -15,6 +15,7 @@ import uvicorn
 
 from clients.web import _https
 from clients.web._auth_cli import auth_options, resolve_auth_mode
+from clients.web._client_address import TrustedProxies, parse_networks
 from clients.web._job_service_link import LinkSettingsError, load_link
 from clients.web._logging import safe_log_config
 from clients.web._protocol import guarded_h11_protocol
@@ -41,10 +42,13 @@ def build_parser() -> SettingsParser:
 class _Server(uvicorn.Server):
     """uvicorn, announcing the real address once the app has started."""
 
-    def __init__(self, config: uvicorn.Config, sock: socket.socket) -> None:
+    def __init__(
+        self, config: uvicorn.Config, sock: socket.socket, tls: _https.ServerTls | None
+    ) -> None:
         super().__init__(config)
         self._sock = sock
-        self._scheme = "https" if config.ssl_certfile else "http"
+        self._tls = tls
+        self._scheme = "https" if tls is not None else "http"
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -60,7 +64,7 @@ class _Server(uvicorn.Server):
         if not self.should_exit:
             host, port = self._sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
-            _https.reload_on_sighup(self.config)
+            _https.reload_on_sighup(self._tls)
             print(f"san-web listening on {self._scheme}://{shown}:{port}", flush=True)
 
 
@@ -75,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     host, port = _split(settings.listen)
     args.auth = resolve_auth_mode(settings.auth, settings.listen)
     try:
-        ssl_options = _https.ssl_options(args, authenticated=args.auth == "password")
+        tls = _https.server_tls(args, authenticated=args.auth == "password")
         link = load_link(
             tls_ca=settings.job_service_tls_ca,
             tls_cert=settings.job_service_tls_cert,
@@ -107,22 +111,37 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             max_backoff=settings.outbox_max_backoff,
             lease=2 * settings.job_service_timeout,
         ),
-        **auth_options(args, host, tls=bool(ssl_options)),
+        **auth_options(args, host, tls=tls is not None),
     )
+    trusted_proxies = TrustedProxies(parse_networks(settings.trusted_proxies or ""))
     config = uvicorn.Config(
         app,
-        **ssl_options,
         log_level=settings.log_level,
         # One line per record, whatever a client sent; passwords masked.
         log_config=safe_log_config(settings.log_level),
         timeout_graceful_shutdown=3,
         lifespan="on",
+        # Python's own loop, as the web extra installs it: san-web starts TLS itself
+        # (below), which needs a transport that reads nothing while told to pause;
+        # uvloop (the server extra's) starts reading after connection_made regardless.
+        loop="asyncio",
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise, so
+        # anything on this machine (or a proxy no one named) could pick its client
+        # address, and with it a fresh login count per guess: only named proxies.
+        proxy_headers=bool(trusted_proxies),
+        forwarded_allow_ips=trusted_proxies.uvicorn_list(),
         # uvicorn's own limit_concurrency would only refuse a connection once its
-        # request head is complete: the protocol below counts every open connection.
+        # request head is complete, and under TLS uvicorn would see a connection only
+        # after its handshake: the protocol below counts every connection from accept
+        # and runs the handshake itself (so uvicorn is given no certificate).
         http=guarded_h11_protocol(
-            max_connections=settings.max_connections, header_timeout=settings.header_timeout
+            max_connections=settings.max_connections,
+            max_connections_per_address=settings.max_connections_per_address,
+            header_timeout=settings.header_timeout,
+            trusted_proxies=trusted_proxies,
+            tls=None if tls is None else tls.context,
         ),
     )
-    server = _Server(config, sock)
+    server = _Server(config, sock, tls)
     server.run(sockets=[sock])
     sys.exit(0 if server.started else 1)

@@ -34,6 +34,7 @@ from tests.support.processes import BIN, running, start_gateway, start_job_servi
 pytestmark = pytest.mark.acceptance
 
 PASSWORDS = {"ops": "operator password", "eve": "viewer password", "pat": "plain user pw"}
+OPS_PW = "an operator passphrase"  # 12 characters at least, as `users create` asks
 ROLES = {"ops": "operator", "eve": "viewer", "pat": "user"}
 PAUSED_ERROR = "Rate Limit Exceeded (Too many requests)"
 
@@ -337,7 +338,7 @@ def test_under_token_auth_the_page_says_what_san_web_s_token_lacks(tmp_path: Pat
     submitter = _token(jobs_url, "san-web-submitter", "submitter", tmp_path)
     operator = _token(jobs_url, "san-web-operator", "operator", tmp_path)
     web_url = f"sqlite+aiosqlite:///{tmp_path / 'web.db'}"
-    assert web_users(web_url, "create", "ops", "--role", "operator", stdin="pw-ops").returncode == 0
+    assert web_users(web_url, "create", "ops", "--role", "operator", stdin=OPS_PW).returncode == 0
     with (
         running(start_gateway(tmp_path)) as gateway,
         running(
@@ -352,7 +353,7 @@ def test_under_token_auth_the_page_says_what_san_web_s_token_lacks(tmp_path: Pat
                 "--job-service-token-file", str(token), database_url=web_url,
             )  # fmt: skip
             with running(web), httpx.Client(base_url=f"http://{web.address}", timeout=30) as client:
-                login = client.post("/api/session", json={"username": "ops", "password": "pw-ops"})
+                login = client.post("/api/session", json={"username": "ops", "password": OPS_PW})
                 headers = {"X-CSRF-Token": login.json()["csrfToken"]}
                 answers = [
                     client.get("/api/ops/overview"),

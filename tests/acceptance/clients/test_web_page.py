@@ -121,10 +121,10 @@ def test_blank_text_is_refused_on_the_page(browser: object, web_ok: str) -> None
 
 @pytest.fixture(scope="module")
 def web_with_login(ok_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """san-web with --auth password and one user, page / page-pass."""
+    """san-web with --auth password and one user, page / a 12-character-plus password."""
     folder = tmp_path_factory.mktemp("web-page-login")
     database_url = f"sqlite+aiosqlite:///{folder / 'web.db'}"
-    made = create_web_user(database_url, "page", "page-pass")
+    made = create_web_user(database_url, "page", "lemon tree at sunrise")
     assert made.returncode == 0, made.stderr
     web = start_web(folder, ok_stack.address, "--auth", "password", database_url=database_url)
     yield f"http://{web.address}"
@@ -144,7 +144,7 @@ def test_log_in_submit_see_the_result_and_log_out(browser: object, web_with_logi
     driver.find_element(By.ID, "login").click()
     assert "wrong user name or password" in wait_visible(driver, "login-error", timeout=10)
     driver.find_element(By.ID, "password").clear()
-    driver.find_element(By.ID, "password").send_keys("page-pass")
+    driver.find_element(By.ID, "password").send_keys("lemon tree at sunrise")
     driver.find_element(By.ID, "login").click()
     assert wait_visible(driver, "who", timeout=10).startswith("page")
     assert not driver.find_element(By.ID, "no-login").is_displayed()

@@ -1,5 +1,6 @@
 """The parts of san-web's login, one at a time: the failed-login throttle (with a clock
-the test moves), passwords, the CSRF comparison, Host names and the --auth default."""
+the test moves; more in test_web_login_backoff.py), passwords, the CSRF comparison, Host
+names and the --auth default."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import pytest
 
 from clients.web._auth import same_origin, token_hash, tokens_match
 from clients.web._auth_cli import resolve_auth_mode
-from clients.web._login_throttle import MAX_REMEMBERED_KEYS, LoginThrottle
+from clients.web._login_throttle import (
+    MAX_REMEMBERED_PAIRS,
+    LoginAttempt,
+    LoginThrottle,
+    Throttled,
+)
 from clients.web._passwords import (
     PasswordChecker,
     hash_password,
@@ -29,50 +35,60 @@ class Clock:
         return self.now
 
 
-def test_a_user_is_locked_after_its_failures_until_the_oldest_leaves_the_window() -> None:
+def _fail(throttle: LoginThrottle, name: str, address: str) -> None:
+    attempt = throttle.reserve(name, address)
+    assert isinstance(attempt, LoginAttempt), attempt
+    attempt.failed()
+
+
+def test_a_pair_waits_after_its_free_failures_and_elsewhere_is_not_delayed() -> None:
     clock = Clock()
-    throttle = LoginThrottle(
-        max_failures_per_user=3, max_failures_per_address=100, window=60, clock=clock
-    )
-    for step in range(3):
-        assert throttle.retry_after("alice", "10.0.0.1") is None
-        throttle.failed("alice", "10.0.0.1")
-        clock.now += 10 * (step < 2)
-    # Failures at 1000, 1010, 1020: the first leaves the window at 1060.
-    assert throttle.retry_after("alice", "10.0.0.2") == 40
-    assert throttle.retry_after("bob", "10.0.0.1") is None
-    clock.now = 1060.5
-    assert throttle.retry_after("alice", "10.0.0.1") is None
+    throttle = LoginThrottle(free_failures=3, max_failures_per_address=100, clock=clock)
+    for _ in range(3):
+        _fail(throttle, "alice", "10.0.0.1")
+        clock.now += 1
+    # The last failure was at 1002: the next try from there waits until 1032.
+    assert throttle.reserve("alice", "10.0.0.1") == Throttled(29)
+    # The same name from elsewhere, another name from here: not delayed at all.
+    assert isinstance(throttle.reserve("alice", "10.0.0.2"), LoginAttempt)
+    assert isinstance(throttle.reserve("bob", "10.0.0.1"), LoginAttempt)
+    clock.now = 1032.5
+    assert isinstance(throttle.reserve("alice", "10.0.0.1"), LoginAttempt)
 
 
-def test_an_address_is_locked_for_every_name() -> None:
+def test_an_address_is_limited_for_every_name() -> None:
     clock = Clock()
-    throttle = LoginThrottle(
-        max_failures_per_user=100, max_failures_per_address=2, window=60, clock=clock
-    )
-    throttle.failed("a", "10.0.0.9")
-    throttle.failed("b", "10.0.0.9")
-    assert throttle.retry_after("c", "10.0.0.9") == 60
-    assert throttle.retry_after("c", "10.0.0.8") is None
+    throttle = LoginThrottle(free_failures=100, max_failures_per_address=2, window=60, clock=clock)
+    _fail(throttle, "a", "10.0.0.9")
+    _fail(throttle, "b", "10.0.0.9")
+    assert throttle.reserve("c", "10.0.0.9") == Throttled(60)
+    assert isinstance(throttle.reserve("c", "10.0.0.8"), LoginAttempt)
 
 
-def test_success_forgives_the_name_not_the_address() -> None:
-    throttle = LoginThrottle(max_failures_per_user=2, max_failures_per_address=3, clock=Clock())
-    throttle.failed("alice", "10.0.0.1")
-    throttle.failed("alice", "10.0.0.1")
-    throttle.succeeded("alice")
-    assert throttle.retry_after("alice", "10.0.0.2") is None
-    throttle.failed("carol", "10.0.0.1")
-    assert throttle.retry_after("dave", "10.0.0.1") is not None
+def test_success_resets_the_pair_and_takes_only_itself_off_the_address() -> None:
+    throttle = LoginThrottle(free_failures=2, max_failures_per_address=3, clock=Clock())
+    _fail(throttle, "alice", "10.0.0.1")
+    _fail(throttle, "alice", "10.0.0.1")
+    right = throttle.reserve("alice", "10.0.0.2")
+    assert isinstance(right, LoginAttempt)
+    right.succeeded()
+    # alice from 10.0.0.1 still waits: a success elsewhere does not reset that pair.
+    assert isinstance(throttle.reserve("alice", "10.0.0.1"), Throttled)
+    ok = throttle.reserve("alice", "10.0.0.3")
+    assert isinstance(ok, LoginAttempt)
+    ok.succeeded()
+    # 10.0.0.1 has two failures of its limit of 3: one more name, then it is refused.
+    _fail(throttle, "carol", "10.0.0.1")
+    assert isinstance(throttle.reserve("dave", "10.0.0.1"), Throttled)
 
 
-def test_the_throttle_remembers_a_bounded_number_of_names() -> None:
-    throttle = LoginThrottle(max_failures_per_user=1, max_failures_per_address=10**9, clock=Clock())
-    for index in range(MAX_REMEMBERED_KEYS + 50):
-        throttle.failed(f"user{index}", "10.0.0.1")
-    assert len(throttle._users._failures) == MAX_REMEMBERED_KEYS
-    assert throttle.retry_after("user0", "10.0.0.2") is None  # the oldest, forgotten
-    assert throttle.retry_after(f"user{MAX_REMEMBERED_KEYS + 49}", "10.0.0.2") is not None
+def test_the_throttle_remembers_a_bounded_number_of_pairs() -> None:
+    throttle = LoginThrottle(free_failures=1, max_failures_per_address=10**9, clock=Clock())
+    for index in range(MAX_REMEMBERED_PAIRS + 50):
+        _fail(throttle, f"user{index}", "10.0.0.1")
+    assert len(throttle._pairs) == MAX_REMEMBERED_PAIRS
+    assert isinstance(throttle.reserve("user0", "10.0.0.1"), LoginAttempt)  # forgotten
+    assert isinstance(throttle.reserve(f"user{MAX_REMEMBERED_PAIRS + 49}", "10.0.0.1"), Throttled)
 
 
 async def test_passwords_are_argon2id_hashes_checked_off_the_loop() -> None:
@@ -107,7 +123,7 @@ def test_user_names(name: str, ok: bool) -> None:
 def test_passwords_must_not_be_empty_or_huge() -> None:
     assert password_problem("") == "the password must not be empty"
     assert password_problem("x" * 5000) is not None
-    assert password_problem("ok") is None
+    assert password_problem("a long enough passphrase") is None
 
 
 def test_csrf_tokens_compare_exactly() -> None:

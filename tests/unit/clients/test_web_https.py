@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.web._https import HttpsSettingsError, ssl_options
+from clients.web._https import HttpsSettingsError, reload_certificate, server_tls
 from clients.web._job_service_link import LinkSettingsError, load_link
 from clients.web.cli import build_parser
 from tests.acceptance.clients._certs import write_test_certs
@@ -23,19 +23,19 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_plain_http_on_loopback_needs_nothing() -> None:
-    assert ssl_options(parse(), authenticated=False) == {}
+    assert server_tls(parse(), authenticated=False) is None
 
 
 def test_beyond_loopback_without_tls_is_refused_unless_insecure() -> None:
     with pytest.raises(HttpsSettingsError, match=r"refusing to listen on 0.0.0.0:8000"):
-        ssl_options(parse("--listen", "0.0.0.0:8000"), authenticated=True)
-    assert ssl_options(parse("--listen", "0.0.0.0:8000", "--insecure"), authenticated=False) == {}
+        server_tls(parse("--listen", "0.0.0.0:8000"), authenticated=True)
+    assert server_tls(parse("--listen", "0.0.0.0:8000", "--insecure"), authenticated=False) is None
 
 
 def test_beyond_loopback_tls_without_logins_is_refused(tmp_path: Path) -> None:
     args = parse("--listen", "[::]:8443", "--tls-cert", "c.pem", "--tls-key", "k.pem")
     with pytest.raises(HttpsSettingsError, match="without authentication"):
-        ssl_options(args, authenticated=False)
+        server_tls(args, authenticated=False)
 
 
 def test_insecure_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,9 +47,9 @@ def test_insecure_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_tls_flags_go_together() -> None:
     with pytest.raises(HttpsSettingsError, match="--tls-cert and --tls-key go together"):
-        ssl_options(parse("--tls-cert", "c.pem"), authenticated=False)
+        server_tls(parse("--tls-cert", "c.pem"), authenticated=False)
     with pytest.raises(HttpsSettingsError, match="--tls-client-ca needs --tls-cert"):
-        ssl_options(parse("--tls-client-ca", "ca.pem"), authenticated=False)
+        server_tls(parse("--tls-client-ca", "ca.pem"), authenticated=False)
 
 
 def test_files_that_do_not_load_stop_the_start(tmp_path: Path) -> None:
@@ -57,25 +57,31 @@ def test_files_that_do_not_load_stop_the_start(tmp_path: Path) -> None:
     (tmp_path / "k.pem").write_bytes(KEY)
     args = parse("--tls-cert", str(tmp_path / "c.pem"), "--tls-key", str(tmp_path / "k.pem"))
     with pytest.raises(HttpsSettingsError, match=r"--tls-cert .*c\.pem / --tls-key .*cannot use"):
-        ssl_options(args, authenticated=False)
+        server_tls(args, authenticated=False)
     missing = parse("--tls-cert", str(tmp_path / "no.pem"), "--tls-key", str(tmp_path / "k.pem"))
     with pytest.raises(HttpsSettingsError, match="No such file"):
-        ssl_options(missing, authenticated=False)
+        server_tls(missing, authenticated=False)
 
 
-def test_tls_options_for_uvicorn(tmp_path: Path) -> None:
+def test_the_server_context_trusts_only_the_client_ca(tmp_path: Path) -> None:
     ca = write_test_certs(tmp_path / "ca")
     args = parse(
         "--tls-cert", str(ca / "san-web.pem"), "--tls-key", str(ca / "san-web-key.pem"),
         "--tls-client-ca", str(ca / "ca.pem"),
     )  # fmt: skip
-    options = ssl_options(args, authenticated=False)
-    assert options == {
-        "ssl_certfile": str(ca / "san-web.pem"),
-        "ssl_keyfile": str(ca / "san-web-key.pem"),
-        "ssl_ca_certs": str(ca / "ca.pem"),
-        "ssl_cert_reqs": ssl.CERT_REQUIRED,
-    }
+    tls = server_tls(args, authenticated=False)
+    assert tls is not None
+    assert (tls.cert, tls.key, tls.client_ca) == (
+        ca / "san-web.pem",
+        ca / "san-web-key.pem",
+        ca / "ca.pem",
+    )
+    assert tls.context.verify_mode == ssl.CERT_REQUIRED
+    assert tls.context.minimum_version == ssl.TLSVersion.TLSv1_2
+    # Only the CA named: not the system's (which would admit any public certificate).
+    assert len(tls.context.get_ca_certs()) == 1
+    assert reload_certificate(tls)
+    assert len(tls.context.get_ca_certs()) == 1
 
 
 def test_job_service_link_from_files(tmp_path: Path) -> None:
