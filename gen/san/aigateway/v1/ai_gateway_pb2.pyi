@@ -19,6 +19,12 @@ Errors follow the rich error model (google.rpc.Status in the
     the model takes; the message reads "Token limit exceeded (N > LIMIT)".
   - INVALID_ARGUMENT, reason INVALID_REQUEST: bad input; BadRequest names
     each bad field.
+    Bytes that are not a valid request message get the same (field
+    `request`).
+  - UNAUTHENTICATED: the call carries no credential the gateway knows.
+  - PERMISSION_DENIED, reason PERMISSION_DENIED: under mutual TLS, a
+    client certificate whose name is not in `--tls-client-names`
+    (metadata `certificateName`).
   - INTERNAL, reason MALFORMED_RESPONSE: the model's answer could not be
     parsed (the message carries the parser's words), or is too large to
     send (over 4 MiB).

@@ -6,8 +6,10 @@ JobService runs the slow AI work of the san web product in the background.
 Errors follow the rich error model (google.rpc.Status in the
 `grpc-status-details-bin` trailer) with an ErrorInfo in domain `jobs.san`.
 ErrorInfo reasons used by this service:
-  - DUPLICATE_JOB: an active job exists for (job_type, target_id);
-    metadata `existingJobId` names it.
+  - DUPLICATE_JOB: an active job exists for (job_type, target_id) of the
+    caller's tenant (under `--auth token` the authenticated caller; under
+    `--auth off` everyone); metadata `existingJobId` names it, never another
+    tenant's job.
   - JOB_NOT_FOUND: no job has the given id; metadata `jobId`.
   - INVALID_JOB_STATE: the job's status does not allow the operation;
     metadata `jobId` and `status`.
@@ -875,9 +877,10 @@ class EnqueueRequest(_message.Message):
     is then the caller's token name.
     """
     request_id: _builtins.str
-    """Optional idempotency key (AIP-155): a repeated Enqueue with the same key
-    returns the job the first one created, with deduplicated = true. At most
-    256 characters, no control characters.
+    """Optional idempotency key (AIP-155): a repeated Enqueue with the same key,
+    from the same tenant (under `--auth token` the same caller), returns the
+    job the first one created, with deduplicated = true. At most 256
+    characters, no control or format characters.
     """
     max_attempts: _builtins.int
     """Attempts before the job is FAILED; 0 means the server's default; at most

@@ -104,8 +104,10 @@ class JobServiceServicer:
         no input (GetJob returns it).
 
         Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
-        with ErrorInfo DUPLICATE_JOB when an active job exists for the same
-        (job_type, target_id) and on_duplicate is ON_DUPLICATE_REJECT.
+        with ErrorInfo DUPLICATE_JOB when an active job of the caller's tenant
+        exists for the same (job_type, target_id) and on_duplicate is
+        ON_DUPLICATE_REJECT. Both keys (request_id and the active target) are the
+        tenant's own: another caller's jobs are never returned or named.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -6,8 +6,10 @@ JobService runs the slow AI work of the san web product in the background.
 Errors follow the rich error model (google.rpc.Status in the
 `grpc-status-details-bin` trailer) with an ErrorInfo in domain `jobs.san`.
 ErrorInfo reasons used by this service:
-  - DUPLICATE_JOB: an active job exists for (job_type, target_id);
-    metadata `existingJobId` names it.
+  - DUPLICATE_JOB: an active job exists for (job_type, target_id) of the
+    caller's tenant (under `--auth token` the authenticated caller; under
+    `--auth off` everyone); metadata `existingJobId` names it, never another
+    tenant's job.
   - JOB_NOT_FOUND: no job has the given id; metadata `jobId`.
   - INVALID_JOB_STATE: the job's status does not allow the operation;
     metadata `jobId` and `status`.
@@ -76,8 +78,10 @@ class JobServiceStub:
     no input (GetJob returns it).
 
     Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
-    with ErrorInfo DUPLICATE_JOB when an active job exists for the same
-    (job_type, target_id) and on_duplicate is ON_DUPLICATE_REJECT.
+    with ErrorInfo DUPLICATE_JOB when an active job of the caller's tenant
+    exists for the same (job_type, target_id) and on_duplicate is
+    ON_DUPLICATE_REJECT. Both keys (request_id and the active target) are the
+    tenant's own: another caller's jobs are never returned or named.
     """
     BatchEnqueue: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.BatchEnqueueRequest, _job_service_pb2.BatchEnqueueResponse]
     """BatchEnqueue stores up to 1,000 jobs in one call: each item exactly as one
@@ -194,8 +198,10 @@ class JobServiceAsyncStub(JobServiceStub):
     no input (GetJob returns it).
 
     Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
-    with ErrorInfo DUPLICATE_JOB when an active job exists for the same
-    (job_type, target_id) and on_duplicate is ON_DUPLICATE_REJECT.
+    with ErrorInfo DUPLICATE_JOB when an active job of the caller's tenant
+    exists for the same (job_type, target_id) and on_duplicate is
+    ON_DUPLICATE_REJECT. Both keys (request_id and the active target) are the
+    tenant's own: another caller's jobs are never returned or named.
     """
     BatchEnqueue: _aio.UnaryUnaryMultiCallable[_job_service_pb2.BatchEnqueueRequest, _job_service_pb2.BatchEnqueueResponse]  # type: ignore[assignment]
     """BatchEnqueue stores up to 1,000 jobs in one call: each item exactly as one
@@ -315,8 +321,10 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         no input (GetJob returns it).
 
         Errors: INVALID_ARGUMENT with BadRequest for bad input; ALREADY_EXISTS
-        with ErrorInfo DUPLICATE_JOB when an active job exists for the same
-        (job_type, target_id) and on_duplicate is ON_DUPLICATE_REJECT.
+        with ErrorInfo DUPLICATE_JOB when an active job of the caller's tenant
+        exists for the same (job_type, target_id) and on_duplicate is
+        ON_DUPLICATE_REJECT. Both keys (request_id and the active target) are the
+        tenant's own: another caller's jobs are never returned or named.
         """
 
     @_abc_1.abstractmethod
