@@ -29,11 +29,10 @@ from san_shared.trace_context import outgoing_metadata
 log = logging.getLogger(__name__)
 
 CLIENT_ID = "job-service"
-# How long a call waits for the gateway's connection before it counts as unavailable:
-# one connection attempt that hangs (MIN_CONNECT_TIMEOUT_MS), the reconnect backoff
-# after it (at most MAX_RECONNECT_BACKOFF_MS, plus grpc's 20 % jitter), and the new
-# attempt's handshake, so a gateway that is back is always found within it.
-CONNECT_TIMEOUT = 5.0
+# A call waits for the gateway's connection as long as its deadline allows (see
+# wait_connected). Within one connection attempt that hangs (MIN_CONNECT_TIMEOUT_MS),
+# the reconnect backoff after it (at most MAX_RECONNECT_BACKOFF_MS, plus grpc's 20 %
+# jitter) and the new attempt's handshake, a gateway that is back is found.
 MIN_CONNECT_TIMEOUT_MS = 2_000
 MAX_RECONNECT_BACKOFF_MS = 1_000
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -207,21 +206,28 @@ def open_channel(
     return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
 
 
-async def wait_connected(channel: grpc.aio.Channel, address: str, deadline: float) -> None:
-    """Wait (briefly) for a usable connection. Failing fast on a channel that is
-    between reconnect attempts would fail jobs retried just after the gateway came
-    back; waiting for the whole deadline would report a down gateway as a timeout.
-    So: up to CONNECT_TIMEOUT, then UNAVAILABLE."""
+async def wait_connected(
+    channel: grpc.aio.Channel, address: str, wait: float, deadline: float
+) -> None:
+    """Wait up to `wait` seconds (what is left of the call's `deadline`) for a usable
+    connection; then UNAVAILABLE, the call not sent.
+
+    A call sent on a channel between reconnect attempts would fail at once although it
+    never reached the gateway: a gateway just restarted, or back within the deadline
+    after an outage, would cost the job an attempt for nothing (issue 22, point 15).
+    A gateway that cannot be reached for a whole deadline is down: that attempt is
+    charged, and the dispatch breaker pauses the type after --breaker-failures of
+    them (then calls are given back uncharged)."""
     if channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
         return
-    wait = min(CONNECT_TIMEOUT, deadline)
     try:
-        await asyncio.wait_for(channel.channel_ready(), wait)
+        async with asyncio.timeout(max(wait, 0.0)):
+            await channel.channel_ready()
     except TimeoutError:
         raise GatewayCallError(
             code="UNAVAILABLE",
             reason="",
-            message=f"cannot connect to {address} (no connection within {wait:g}s)",
+            message=f"cannot connect to {address} (no connection within {deadline:g}s)",
             deadline_seconds=deadline,
         ) from None
 
@@ -254,7 +260,7 @@ class GrpcAiGateway:
         request = gateway_request(job)
         check_call_size(request.ByteSize(), self._max_call_bytes, deadline)
         started = time.monotonic()
-        await wait_connected(self._channel, self.address, deadline)
+        await wait_connected(self._channel, self.address, deadline, deadline)
         timeout = max(deadline - (time.monotonic() - started), 0.001)
         method: Callable[..., Awaitable[Message]] = getattr(self._stub, _KINDS[job.job_type][0])
         metadata = (
@@ -265,7 +271,13 @@ class GrpcAiGateway:
             *outgoing_metadata(),
         )
         try:
-            response = await method(request, timeout=timeout, metadata=metadata)
+            # wait_for_ready: should the connection drop between wait_connected and
+            # the call, the call (not sent yet) waits for the next one within its
+            # deadline instead of failing UNAVAILABLE unsent. grpc never sends a call
+            # again once it left (retries are off), so no call is done twice.
+            response = await method(
+                request, timeout=timeout, metadata=metadata, wait_for_ready=True
+            )
         except grpc.aio.AioRpcError as error:
             raise to_gateway_error(error, deadline) from None
         return checked_answer(response, deadline)

@@ -23,6 +23,15 @@ stream is shared, so its end is never one call's fault. The next call opens a
 new stream. A gateway without StreamCalls (UNIMPLEMENTED) is spoken to with the
 unary RPCs from then on.
 
+A call that never left this service costs its job nothing (issue 22, point 15):
+a call waits for the gateway's connection within its deadline before it is
+queued, a stream writes nothing before its connection is made, and a call still
+queued when its stream ends (the stream could not be opened, or broke before
+the call's turn) is sent again on a new stream once connected, within the same
+deadline and attempt. Only a call written to a stream may have reached the
+gateway; when that stream breaks the call fails as above and stays charged (the
+gateway may have done the work).
+
 One call never hurts the others: a call bigger than --max-message-bytes plus
 64 KiB fails alone, for good, before it is queued; and every message respects
 the gateway's StreamCalls caps (calls per message, call_id length, calls in
@@ -73,6 +82,11 @@ MAX_CALLS_PER_MESSAGE = 1000
 MAX_CALLS_IN_FLIGHT = 1000
 # call_id is at most 128 characters; ours are decimal counters, far below.
 MAX_CALL_ID_CHARS = 128
+# Before a call whose stream ended before it was written is sent again (doubling
+# each time, up to RESEND_PAUSE_MAX): the channel said it was connected, so a stream
+# that keeps ending at once (a gateway draining for a restart) must not spin.
+RESEND_PAUSE = 0.05
+RESEND_PAUSE_MAX = 1.0
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 
@@ -81,6 +95,15 @@ _StreamCall = grpc.aio.StreamStreamCall[gw.StreamCallsRequest, gw.StreamCallsRes
 
 class _Unimplemented(Exception):
     """The gateway does not serve StreamCalls."""
+
+
+class _NotSent(Exception):
+    """The stream ended before the call was written to it: the gateway never saw
+    the call, which may be sent again (`failure`: what the stream's end says)."""
+
+    def __init__(self, failure: GatewayCallError) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
 
 
 def status_error(status: status_pb2.Status, deadline: float | None) -> GatewayCallError:
@@ -167,7 +190,8 @@ class _Session:
         self._wake.set()
 
     async def close(self) -> None:
-        self._end(GatewayCallError("UNAVAILABLE", "", "the job service is stopping"))
+        stopping = GatewayCallError("UNAVAILABLE", "", "the job service is stopping")
+        self._end(stopping, resend=False)
         self._call.cancel()
         for task in (self._writer, self._reader):
             task.cancel()
@@ -201,6 +225,10 @@ class _Session:
 
     async def _write_loop(self) -> None:
         try:
+            # Nothing is written before the stream is on a connection: a stream that
+            # cannot be opened (the channel lost its connection, or is between two
+            # attempts) ends with every call still queued, so none of them is charged.
+            await self._call.wait_for_connection()
             while True:
                 await self._wake.wait()
                 self._wake.clear()
@@ -218,6 +246,10 @@ class _Session:
 
     async def _read_loop(self) -> None:
         failure: Exception
+        # Whether calls not written yet may be sent again on a new stream: not when
+        # the gateway itself ended this one (EOF, or a status such as UNAUTHENTICATED
+        # that a new stream would meet too; they fail with it, as before).
+        resend = True
         try:
             while True:
                 message: object = await self._call.read()
@@ -225,6 +257,7 @@ class _Session:
                     failure = GatewayCallError(
                         "UNAVAILABLE", "", "the AI gateway ended the call stream"
                     )
+                    resend = False
                     break
                 assert isinstance(message, gw.StreamCallsResponse)
                 for result in message.results:
@@ -244,15 +277,22 @@ class _Session:
                 )
             else:
                 failure = stream_ended(error)
-        self._end(failure)
+                resend = error.code() == grpc.StatusCode.UNAVAILABLE
+        self._end(failure, resend)
 
-    def _end(self, failure: Exception) -> None:
-        """No more calls on this session; every call in flight hears `failure`."""
+    def _end(self, failure: Exception, resend: bool = True) -> None:
+        """No more calls on this session; every call in flight hears `failure`, and
+        (with `resend`) one never written, still queued, hears that it was not sent."""
         self.closed = True
         self._writer.cancel()
         in_flight, self._in_flight = self._in_flight, {}
-        for future in in_flight.values():
-            if not future.done():
+        for call_id, future in in_flight.items():
+            if future.done():
+                continue
+            unsent = resend and call_id not in self._sent
+            if unsent and isinstance(failure, GatewayCallError):
+                future.set_exception(_NotSent(failure))
+            else:
                 future.set_exception(failure)
         self._calls.clear()
 
@@ -294,6 +334,28 @@ class StreamingAiGateway:
             session = self._session = _Session(self._stub, self._metadata)
         return session
 
+    async def _send(
+        self, call: gw.StreamedCall, remaining: float, deadline: float
+    ) -> gw.StreamedCallResult:
+        """One try of `call` on the open stream (a new one if none is): its result,
+        or GatewayCallError, or _NotSent / _Unimplemented for run() to handle."""
+        session = self._open_session()
+        future = session.submit(call)
+        try:
+            # The gateway keeps the deadline too; this timer is for a gateway that hangs.
+            async with asyncio.timeout(remaining):
+                return await future
+        except TimeoutError:
+            session.cancel(call.call_id)
+            raise GatewayCallError(
+                "DEADLINE_EXCEEDED", "", "Deadline Exceeded", deadline_seconds=deadline
+            ) from None
+        except asyncio.CancelledError:
+            session.cancel(call.call_id)  # the job was cancelled, or the service stops
+            raise
+        except GatewayCallError as error:  # the stream broke after the call was written
+            raise dataclasses.replace(error, deadline_seconds=deadline) from None
+
     async def run(self, job: Job, deadline: float) -> GatewayAnswer:
         if self._unary_only:
             return await self._unary.run(job, deadline)
@@ -315,32 +377,36 @@ class StreamingAiGateway:
         # Checked before waiting for a connection: a call too big to send fails
         # for good, even while the gateway is away.
         check_call_size(call.ByteSize(), self._max_call_bytes, deadline)
-        await wait_connected(self._channel, self.address, deadline)
-        remaining = max(deadline - (loop.time() - started), 0.001)
-        call.timeout.CopyFrom(_duration(remaining))
-        session = self._open_session()
-        future = session.submit(call)
-        try:
-            # The gateway keeps the deadline too; this timer is for a gateway that hangs.
-            async with asyncio.timeout(remaining):
-                result = await future
-        except TimeoutError:
-            session.cancel(call.call_id)
-            raise GatewayCallError(
-                "DEADLINE_EXCEEDED", "", "Deadline Exceeded", deadline_seconds=deadline
-            ) from None
-        except asyncio.CancelledError:
-            session.cancel(call.call_id)  # the job was cancelled, or the service stops
-            raise
-        except _Unimplemented:
-            if not self._unary_only:
-                self._unary_only = True
-                log.warning(
-                    "AI gateway at %s has no StreamCalls: using its unary RPCs", self.address
+        pause = RESEND_PAUSE
+        while True:
+            left = deadline - (loop.time() - started)
+            await wait_connected(self._channel, self.address, left, deadline)
+            remaining = max(deadline - (loop.time() - started), 0.001)
+            call.timeout.CopyFrom(_duration(remaining))
+            try:
+                result = await self._send(call, remaining, deadline)
+                break
+            except _NotSent as not_sent:
+                # The gateway never saw it: the same attempt sends it again once the
+                # channel is connected, while the deadline lasts.
+                failure = dataclasses.replace(not_sent.failure, deadline_seconds=deadline)
+                if deadline - (loop.time() - started) <= pause:
+                    raise failure from None
+                log.info(
+                    "job_id=%s: gateway call not sent, its stream ended first (%s); "
+                    "sending it once connected",
+                    job.id,
+                    failure.message,
                 )
-            return await self._unary.run(job, max(deadline - (loop.time() - started), 0.001))
-        except GatewayCallError as error:  # the stream broke
-            raise dataclasses.replace(error, deadline_seconds=deadline) from None
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RESEND_PAUSE_MAX)
+            except _Unimplemented:
+                if not self._unary_only:
+                    self._unary_only = True
+                    log.warning(
+                        "AI gateway at %s has no StreamCalls: using its unary RPCs", self.address
+                    )
+                return await self._unary.run(job, max(deadline - (loop.time() - started), 0.001))
         outcome = result.WhichOneof("outcome")
         if outcome == "error":
             raise status_error(result.error, deadline)

@@ -18,7 +18,9 @@ Delivery: per target (job_type, target_id) in the order rows were added, only th
 oldest queued row of a target in flight. JobService unreachable (``UNAVAILABLE``,
 ``DEADLINE_EXCEEDED``) or refusing the relay's credentials (``UNAUTHENTICATED``,
 ``PERMISSION_DENIED``: a deploy or token rotation, not the row's fault) pauses the
-whole relay with backoff and jitter, probing with one row; other transient codes
+whole relay with backoff and jitter, probing with one row, and the pause ends early
+when the client's channel connects again (JobService is back: the relay notices
+within the channel's reconnect backoff, about 2 s, not its own); other transient codes
 (``RESOURCE_EXHAUSTED``, ``ABORTED``, ``INTERNAL``, ``UNKNOWN``, ...) retry that row
 with backoff (never sooner than a ``RetryInfo``). A permanent refusal
 (``INVALID_ARGUMENT``, ``ALREADY_EXISTS`` without RETURN_EXISTING, ``NOT_FOUND``,
@@ -154,6 +156,21 @@ def _backoff(failures: int, cap: float) -> float:
     """Exponential backoff with jitter: a random delay in [d/2, d], d = base * 2^(n-1)."""
     delay = min(cap, _BASE_BACKOFF * 2 ** max(0, min(failures - 1, 30)))
     return random.uniform(delay / 2, delay)
+
+
+async def _connected_again(channel: grpc.aio.Channel) -> None:
+    """Return when ``channel`` turns READY: a change of state, not READY already (a
+    JobService that answers UNAVAILABLE on a live connection, its database away,
+    must not wake the relay in a loop). Asking an idle channel to connect costs one
+    attempt per reconnect backoff at most, as a probe would. A closed channel never
+    connects: this then waits until cancelled (the caller's pause ends it)."""
+    state = channel.get_state(try_to_connect=True)
+    while state is not grpc.ChannelConnectivity.SHUTDOWN:
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+        if state is grpc.ChannelConnectivity.READY:
+            return
+    await asyncio.get_running_loop().create_future()
 
 
 def _error_text(error: BaseException) -> str:
@@ -346,20 +363,42 @@ class Outbox:
         database_failures = 0
         while True:
             self._wake.clear()  # a wake during the pass makes the next sleep return at once
+            away = False
             try:
                 pause, wakeable = await self._pass()
                 database_failures = 0
+                away = not wakeable  # the pass paused the relay: JobService is away
             except Exception:
                 database_failures += 1
                 pause, wakeable = _backoff(database_failures, self.max_backoff), False
                 logger.exception("outbox relay %s: the database failed", self.relay_id)
             if pause <= 0:
                 continue
+            if away:
+                await self._sleep_while_away(pause)
+                continue
             if not wakeable:
                 await asyncio.sleep(pause)
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), pause)
+
+    async def _sleep_while_away(self, pause: float) -> None:
+        """Sleep ``pause`` seconds, or until the client's channel connects again.
+
+        The pause grows while JobService stays away (one probe row per pause), but
+        its return is seen by the channel first: woken then, the relay delivers
+        within the channel's reconnect backoff of JobService's return."""
+        channel = getattr(self._client, "_channel", None)  # our own client's channel
+        if not isinstance(channel, grpc.aio.Channel):  # a client of another make
+            await asyncio.sleep(pause)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(pause):
+                try:
+                    await _connected_again(channel)
+                except Exception:  # the channel was closed meanwhile: the pause alone
+                    await asyncio.sleep(pause)
 
     async def _pass(self) -> tuple[float, bool]:
         """One round: prune if due, claim and deliver. Returns (pause, wakeable)."""

@@ -18,6 +18,9 @@ from tests.support.outage_run import run_outage
 pytestmark = [pytest.mark.acceptance]
 
 SCALED = ("--max-attempts", "3", "--retry-base-delay", "1", "--breaker-probe-interval", "1")
+# A call waits for the gateway's connection as long as its deadline (issue 22, point
+# 15): the 10 s outage must outlast the deadline to be an outage the breaker pauses.
+SCALED += ("--deadline", "3")
 # Log lines: "2026-12-01 16:09:40,435 WARNING job-service[js-0] ..."
 STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 

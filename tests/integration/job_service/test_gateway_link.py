@@ -289,7 +289,8 @@ async def test_a_gateway_back_after_an_outage_takes_the_next_job_at_once(
     port = free_port()
     address = f"127.0.0.1:{port}"
     server, _ = await start_scripted_gateway(ScriptedGateway(), address)
-    service = await start_service(gateway=address, max_attempts=1)
+    # A call waits for a connection as long as its deadline: "during" fails after 5 s.
+    service = await start_service(gateway=address, max_attempts=1, deadline=5.0)
     before = await run_card(service, "before")
     assert before.status == pb.JOB_STATUS_COMPLETED
     await server.stop(None)

@@ -30,6 +30,9 @@ class FakeStreamCall:
         self.written: list[gw.StreamCallsRequest] = []
         self.answers: asyncio.Queue[object] = asyncio.Queue()
 
+    async def wait_for_connection(self) -> None:
+        return None
+
     async def write(self, request: gw.StreamCallsRequest) -> None:
         self.written.append(request)
 
