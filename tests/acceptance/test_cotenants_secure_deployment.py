@@ -202,7 +202,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         started.append(job_service)
         web = _start_web(folder, certs, job_service.address, token_file)
         started.append(web)
-        yield Deployment(certs, folder, database_url, tokens, gateway, job_service, web)
+        deployed = Deployment(certs, folder, database_url, tokens, gateway, job_service, web)
+        yield deployed
+        started[0] = deployed.gateway  # a test may have restarted it
     finally:
         try:
             stop_all(*reversed(started))
@@ -536,3 +538,32 @@ async def test_the_gateway_answers_undecodable_bytes_with_invalid_argument(
             await raw(b"\xff\xff\xff\xff\x0f", timeout=PATIENCE)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "Traceback" not in deployment.gateway.log()
+
+
+# Point 15 (last: it restarts the gateway): a restart of AiGateway costs no attempt.
+async def test_a_gateway_restart_costs_a_one_attempt_job_nothing(deployment: Deployment) -> None:
+    address = deployment.gateway.address
+    deployment.gateway.kill()
+    again = _start_gateway(
+        deployment.folder / "gateway-again", deployment.certs, *GATEWAY_LATENCY, "--listen", address
+    )
+    deployment.gateway = again  # the fixture stops this one
+    async with job_channel(deployment) as stub:
+        job = await stub.Enqueue(
+            card_request(f"restart-{uuid.uuid4().hex[:8]}", SAMPLE_TEXT, max_attempts=1),
+            metadata=deployment.metadata("alice-svc"),
+            timeout=PATIENCE,
+        )
+        async with asyncio.timeout(PATIENCE * 2):
+            while True:
+                answer = await stub.GetJob(
+                    pb.GetJobRequest(job_id=job.job.id),
+                    metadata=deployment.metadata("alice-svc"),
+                    timeout=PATIENCE,
+                )
+                got = answer.job
+                if got.status in (pb.JOB_STATUS_COMPLETED, pb.JOB_STATUS_FAILED):
+                    break
+                await asyncio.sleep(0.2)
+    assert got.status == pb.JOB_STATUS_COMPLETED, got.error_message
+    assert len(got.attempts) == 1
