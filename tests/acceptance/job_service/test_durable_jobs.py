@@ -304,7 +304,11 @@ async def test_clean_stop_leaves_nothing_processing(tmp_path: Path) -> None:
 async def test_unreachable_gateway_is_reported_per_job(tmp_path: Path) -> None:
     port = free_port()
     with running(
-        start_job_service(tmp_path, "--max-attempts", "1", gateway=f"127.0.0.1:{port}")
+        # A call waits for a connection as long as its deadline (a gateway back within
+        # it costs no attempt): keep the deadline short so the failure comes soon.
+        start_job_service(
+            tmp_path, "--max-attempts", "1", "--deadline", "3", gateway=f"127.0.0.1:{port}"
+        )
     ) as jobs:
         async with channel(jobs.address) as chan:
             stub = pb_grpc.JobServiceStub(chan)
