@@ -9,13 +9,15 @@ describes, all real processes on loopback ports.
 Callers: two tenants (alice-svc and bob-svc, submitter tokens), a viewer, an operator,
 san-web's own token, and outsiders with no token (some on other loopback addresses:
 127.0.0.2 and 127.0.0.3 route to this machine like 127.0.0.1). Each test takes one
-point of the issue; each point also has its own, finer tests next to its module. The
-two tests that restart a service run last (pytest keeps the file's order)."""
+point of the issue (all sixteen are here); each point also has its own, finer tests
+next to its module. The two tests that restart a service (JobService for point 16,
+AiGateway for point 15) run last: pytest keeps the file's order."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import ssl
 import subprocess
@@ -26,6 +28,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import grpc
 import httpx
@@ -36,6 +39,7 @@ from san.jobs.v1 import job_service_pb2 as pb
 from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from scripts.dev_certs import write_dev_certs
+from tests.integration.ai_gateway.fake_openai_server import FakeOpenAI
 from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
 from tests.support.jobs_api import SAMPLE_TEXT, card_request
 from tests.support.processes import (
@@ -132,7 +136,9 @@ def _tls(certs: Path, name: str) -> list[str]:
 
 
 def _start_gateway(folder: Path, certs: Path, *extra: str) -> RunningService:
-    return start_gateway(folder, *_tls(certs, "ai-gateway"), *extra)
+    return start_gateway(
+        folder, *_tls(certs, "ai-gateway"), "--metrics-listen", "127.0.0.1:0", *extra
+    )
 
 
 def _start_job_service(
@@ -150,6 +156,7 @@ def _start_job_service(
         *("--max-feeds-per-peer", str(FEEDS_PER_CALLER)),
         *("--poll-interval", "0.2"),
         *("--grace", "1"),
+        *("--metrics-listen", "127.0.0.1:0"),
         *extra,
     ]
     return start_job_service(folder, *args, gateway=gateway, database_url=database_url)
@@ -204,7 +211,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         started.append(web)
         deployed = Deployment(certs, folder, database_url, tokens, gateway, job_service, web)
         yield deployed
-        started[0] = deployed.gateway  # a test may have restarted it
+        started[:2] = [deployed.gateway, deployed.job_service]  # a test may restart them
     finally:
         try:
             stop_all(*reversed(started))
@@ -538,6 +545,135 @@ async def test_the_gateway_answers_undecodable_bytes_with_invalid_argument(
             await raw(b"\xff\xff\xff\xff\x0f", timeout=PATIENCE)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "Traceback" not in deployment.gateway.log()
+
+
+# Point 9: the metrics listeners are bounded: half-sent requests do not start a thread
+# each, a scrape is still served after them, and 0.0.0.0 is refused at start.
+def _threads(service: RunningService) -> int:
+    status = Path(f"/proc/{service.proc.pid}/status").read_text()
+    return int(re.search(r"^Threads:\s+(\d+)", status, re.MULTILINE).group(1))  # type: ignore[union-attr]
+
+
+def _metrics_address(service: RunningService) -> tuple[str, int]:
+    match = re.search(r"metrics at http://([0-9.]+):(\d+)/metrics", service.log())
+    assert match, service.log_tail()
+    return match.group(1), int(match.group(2))
+
+
+@pytest.mark.parametrize("part", ["gateway", "job_service"])
+def test_half_sent_metrics_requests_do_not_grow_threads(deployment: Deployment, part: str) -> None:
+    service: RunningService = getattr(deployment, part)
+    host, port = _metrics_address(service)
+    before = _threads(service)
+    half_sent = []
+    try:
+        for _ in range(300):
+            conn = socket.create_connection((host, port), timeout=PATIENCE)
+            conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+            half_sent.append(conn)
+        time.sleep(0.5)
+        grown = _threads(service) - before
+        assert grown <= 16, f"{grown} threads for 300 half-sent requests"
+    finally:
+        for conn in half_sent:
+            conn.close()
+    # Refused (503) while the cut connections' slots are freed; then served again.
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            answer = httpx.get(f"http://{host}:{port}/metrics", timeout=5)
+            if answer.status_code == 200:
+                break
+            assert answer.status_code == 503, answer.status_code
+        assert time.monotonic() < deadline, "no scrape served after the half-sent requests"
+        time.sleep(0.2)
+    assert "# TYPE" in answer.text
+
+
+def test_metrics_beyond_loopback_are_refused_at_start(deployment: Deployment) -> None:
+    argv = [
+        str(BIN / "job-service"),
+        *("--listen", "127.0.0.1:0", "--metrics-listen", "0.0.0.0:0"),
+        *("--database-url", deployment.database_url),
+        *_tls(deployment.certs, "job-service"),
+    ]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode != 0
+    assert "refusing to serve metrics on 0.0.0.0:0" in refused.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in refused.stderr
+
+
+# Point 14: an upstream that echoes the API key URL-encoded has it masked in the log, on
+# a gateway deployed like the others (mutual TLS, job-service's certificate only).
+async def test_an_encoded_echo_of_the_api_key_is_masked_in_the_log(
+    deployment: Deployment,
+) -> None:
+    key = "sk-proj-Abc/123+SECRETdef=456ghi789"  # its encoded forms differ from it
+    key_file = deployment.folder / "openai.key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    upstream = FakeOpenAI()
+    upstream.start()
+    gateway = _start_gateway(
+        deployment.folder / "openai-gateway",
+        deployment.certs,
+        *("--backend", "openai", "--openai-base-url", upstream.base_url),
+        *("--openai-api-key-file", str(key_file), "--openai-chat-model", "echo-key-encoded"),
+    )
+    try:
+        credentials = deployment.credentials("job-service")
+        async with grpc.aio.secure_channel(gateway.address, credentials) as channel:
+            stub = ai_gateway_pb2_grpc.AiGatewayServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.AnalyzeContent(
+                    ai_gateway_pb2.AnalyzeContentRequest(text=SAMPLE_TEXT), timeout=PATIENCE
+                )
+        assert key not in str(refused.value.details())
+    finally:
+        stop_all(gateway)
+        upstream.stop()
+    logged = gateway.log()
+    assert "HTTP 401" in logged, gateway.log_tail()
+    for form in (key, quote(key, safe=""), quote_plus(key), key.replace("/", "\\/")):
+        assert form not in logged, form
+
+
+# Point 16 (restarts job-service): scraps taken while JobService is down reach it within
+# 5 s of its return, over TLS with san-web's token, after the channel's backoff grew.
+async def test_scraps_taken_while_job_service_was_down_arrive_soon_after_it_returns(
+    deployment: Deployment,
+) -> None:
+    address = deployment.job_service.address
+    with deployment.web_client() as ann:
+        login = ann.post("/api/session", json={"username": "ann", "password": WEB_USERS["ann"]})
+        assert login.status_code == 200, login.text
+        csrf = {"x-csrf-token": login.json()["csrfToken"]}
+        deployment.job_service.kill()
+        scraps = []
+        for index in range(5):
+            taken = ann.post("/api/scraps", json={"text": f"{SAMPLE_TEXT} #{index}"}, headers=csrf)
+            assert taken.status_code == 202, taken.text
+            scraps.append(taken.json()["scrapId"])
+        # Long enough for gRPC's reconnect backoff to pass 5 s without a cap.
+        await asyncio.sleep(12)
+        deployment.job_service = _start_job_service(
+            deployment.folder / "job-service-again",
+            deployment.certs,
+            deployment.database_url,
+            deployment.gateway.address,
+            *("--listen", address),
+        )
+        back_at = time.monotonic()
+        pending = set(scraps)
+        while pending:
+            for scrap in list(pending):
+                state = ann.get(f"/api/scraps/{scrap}").json()["state"]
+                assert state in ("queued", "delivered"), state
+                if state == "delivered":
+                    pending.discard(scrap)
+            late = time.monotonic() - back_at
+            assert late < 5.0, f"{len(pending)} scraps still queued {late:.1f} s after"
+            await asyncio.sleep(0.2)
 
 
 # Point 15 (last: it restarts the gateway): a restart of AiGateway costs no attempt.
