@@ -108,12 +108,12 @@ class StartupError(Exception):
 def auth_interceptors(
     settings: JobServiceSettings, store: SqlJobStore
 ) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
-    """--auth token and/or --tls-client-names: the interceptor that checks every
+    """--auth token and/or --tls-client-roles: the interceptor that checks every
     call's bearer token (read from api_tokens through the job store's engine) or
     client certificate, and its role (job_service.auth)."""
     verifier = TokenVerifier(SqlTokenStore(store.engine)) if settings.checks_tokens() else None
     certificates = (
-        CertificateAllowList(settings.tls_client_names) if settings.checks_certificates() else None
+        CertificateAllowList(settings.tls_client_roles) if settings.checks_certificates() else None
     )
     if verifier is None and certificates is None:
         return []

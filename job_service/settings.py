@@ -206,7 +206,7 @@ class JobServiceSettings(BaseSettings):
         None, description="mutual TLS: require client certificates signed by this PEM CA"
     )
     # job_service/auth/certificates.py. Unset: any certificate of the CA is admitted.
-    tls_client_names: dict[str, Role] = Field(
+    tls_client_roles: dict[str, Role] = Field(
         default_factory=dict,
         description="mutual TLS: admit only the client certificate named NAME (its "
         "common name, else first subject alternative name), repeatable; others get "
@@ -274,14 +274,14 @@ class JobServiceSettings(BaseSettings):
         )
         if problem:
             raise ValueError(problem)
-        if self.tls_client_names and self.tls_client_ca is None:
-            raise ValueError("--tls-client-names needs --tls-client-ca (mutual TLS)")
+        if self.tls_client_roles and self.tls_client_ca is None:
+            raise ValueError("--tls-client-roles needs --tls-client-ca (mutual TLS)")
         return self
 
     def checks_certificates(self) -> bool:
-        """True when only the client certificates named by --tls-client-names are
+        """True when only the client certificates named by --tls-client-roles are
         admitted (and, under --auth off, are the callers)."""
-        return bool(self.tls_client_names)
+        return bool(self.tls_client_roles)
 
     def serves_tls(self) -> bool:
         """True when the service listens with TLS."""

@@ -1,4 +1,4 @@
-"""Client certificates as callers (mutual TLS with `--tls-client-names NAME=ROLE`).
+"""Client certificates as callers (mutual TLS with `--tls-client-roles NAME=ROLE`).
 
 Mutual TLS alone (`--tls-client-ca`) admits any certificate the CA signed. With an
 allow-list, only the certificates named on it are admitted: any other gets
@@ -32,12 +32,12 @@ SHOWN_NAME_CHARS = 128
 
 
 class CertificateRefusedError(PermissionDeniedError):
-    """The client certificate is not on --tls-client-names (or there is none)."""
+    """The client certificate is not on --tls-client-roles (or there is none)."""
 
     def __init__(self, rpc: str, name: str | None) -> None:
         shown = "without a name" if name is None else repr(name[:SHOWN_NAME_CHARS])
         # Not PermissionDeniedError's own message: no role is involved.
-        Exception.__init__(self, f"client certificate {shown} is not on --tls-client-names")
+        Exception.__init__(self, f"client certificate {shown} is not on --tls-client-roles")
         self.rpc = rpc
         self.role = ""  # ErrorInfo metadata: the refusal is of the certificate, not a role
 

@@ -4,7 +4,7 @@ table (roles.py) before any handler runs.
 Health answers anyone. Under --auth token every other call needs `authorization:
 Bearer TOKEN` naming a live token: without one it ends UNAUTHENTICATED; with a role
 the table does not allow, PERMISSION_DENIED (both with an ErrorInfo in domain
-jobs.san). With --tls-client-names a client certificate not on the list is
+jobs.san). With --tls-client-roles a client certificate not on the list is
 PERMISSION_DENIED first; under --auth off a listed one is the caller, with the role
 the list gives it (certificates.py). An allowed call runs with `current_caller` set,
 which the servicer reads to scope a submitter to its own jobs, to write its name as
@@ -61,7 +61,7 @@ Check: TypeAlias = Callable[[Any, Context], Awaitable[Caller]]
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Authenticates each call with `verifier` (bearer tokens, --auth token) and/or
-    `certificates` (--tls-client-names), and checks the role table."""
+    `certificates` (--tls-client-roles), and checks the role table."""
 
     def __init__(
         self,

@@ -88,7 +88,7 @@ class Caller:
 
 
 # Set by the interceptor for the handler of each call (None under --auth off without
-# --tls-client-names).
+# --tls-client-roles).
 current_caller: ContextVar[Caller | None] = ContextVar("current_caller", default=None)
 
 

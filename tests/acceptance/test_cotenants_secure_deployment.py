@@ -148,8 +148,8 @@ def _start_job_service(
         *_tls(certs, "job-service"),
         *("--auth", "token"),
         # The certificates that may connect at all; the token says who calls.
-        *("--tls-client-names", "san-web=submitter"),
-        *("--tls-client-names", "operator=operator"),
+        *("--tls-client-roles", "san-web=submitter"),
+        *("--tls-client-roles", "operator=operator"),
         *("--gateway-tls-ca", str(certs / "ca.pem")),
         *("--gateway-tls-cert", str(certs / "job-service.pem")),
         *("--gateway-tls-key", str(certs / "job-service-key.pem")),

@@ -88,7 +88,7 @@ async def test_a_listed_certificate_is_the_caller_with_its_role_another_is_denie
     start_service: StartService, certs: Path, channels: list[grpc.aio.Channel]
 ) -> None:
     service = await start(
-        start_service, certs, auth="off", tls_client_names={"operator": "submitter"}
+        start_service, certs, auth="off", tls_client_roles={"operator": "submitter"}
     )
     listed = pb_grpc.JobServiceStub(connect(service, certs, "operator", channels))
     request = enqueue_request()
@@ -111,7 +111,7 @@ async def test_a_listed_certificate_is_the_caller_with_its_role_another_is_denie
         error = await failure(call)
         assert error.code == grpc.StatusCode.PERMISSION_DENIED, error
         assert (error.domain, error.reason) == ("jobs.san", "PERMISSION_DENIED")
-        assert "client certificate 'san-web' is not on --tls-client-names" in error.message
+        assert "client certificate 'san-web' is not on --tls-client-roles" in error.message
     # Health answers every certificate the CA signed (probes need no allow-listing).
     assert await health(unlisted_channel) == health_pb2.HealthCheckResponse.SERVING
 
@@ -120,7 +120,7 @@ async def test_under_auth_token_the_list_admits_and_the_token_decides(
     start_service: StartService, certs: Path, channels: list[grpc.aio.Channel]
 ) -> None:
     service = await start(
-        start_service, certs, auth="token", tls_client_names={"operator": "operator"}
+        start_service, certs, auth="token", tls_client_roles={"operator": "operator"}
     )
     token = new_token()
     await SqlTokenStore(service.runtime.store.engine).add("web-1", "submitter", token_hash(token))
