@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import os
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
-from sqlalchemy import make_url
+from sqlalchemy import URL, make_url
 
-from job_service.storage.migrate import migrate
+from job_service.storage.migrate import MIGRATIONS_DIR, migrate
 from job_service.storage.notify import asyncpg_dsn
 from tests.support.ci import running_in_ci
 
@@ -60,22 +61,57 @@ async def postgres_unreachable_reason(url: str | None = None) -> str | None:
     return None
 
 
+# One migrated database per schema, made once and copied (CREATE DATABASE ... TEMPLATE)
+# for every test that wants a migrated one: a copy costs tens of milliseconds, running
+# the migrations about a second. Its name carries a digest of the migrations, so a
+# changed migration makes a new template; parallel test processes make it once between
+# them (an advisory lock), and nobody stays connected to it (a template must be idle).
+# Templates of older schemas are left in place: another checkout may be using one.
+_TEMPLATE_LOCK = 0x5A4E_7E57  # pg_advisory_lock key: "san test" template
+
+
+def _schema_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(MIGRATIONS_DIR.rglob("*.py")):
+        digest.update(path.relative_to(MIGRATIONS_DIR).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+async def _migrated_template(maintenance: asyncpg.Connection, base: URL) -> str:
+    name = f"san_template_{_schema_digest()}"
+    await maintenance.execute("SELECT pg_advisory_lock($1)", _TEMPLATE_LOCK)
+    try:
+        if await maintenance.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            return name
+        building = f"{name}_building"  # renamed only once migrated: never half a template
+        await maintenance.execute(f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)')
+        await maintenance.execute(f'CREATE DATABASE "{building}"')
+        await migrate(base.set(database=building).render_as_string(hide_password=False))
+        await maintenance.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
+        return name
+    finally:
+        await maintenance.execute("SELECT pg_advisory_unlock($1)", _TEMPLATE_LOCK)
+
+
 async def create_temp_postgres_database_async(
     base_url: str | None = None, *, migrated: bool = True
 ) -> str:
     """CREATE DATABASE san_test_<random> next to `base_url`; returns its SQLAlchemy URL
-    (postgresql+asyncpg://...). Migrated to the latest schema unless `migrated=False`."""
+    (postgresql+asyncpg://...). Migrated to the latest schema (a copy of the migrated
+    template) unless `migrated=False`."""
     base = make_url(base_url or postgres_base_url()).set(drivername="postgresql+asyncpg")
     name = f"san_test_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(_maintenance_dsn(base.render_as_string(False)), timeout=10)
     try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
+        if migrated:
+            template = await _migrated_template(conn, base)
+            await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        else:
+            await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    url = base.set(database=name).render_as_string(hide_password=False)
-    if migrated:
-        await migrate(url)
-    return url
+    return base.set(database=name).render_as_string(hide_password=False)
 
 
 async def drop_database_async(url: str) -> None:

@@ -3,6 +3,7 @@ a scripted AiGateway on another real port."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,17 @@ from tests.support.databases import (
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+async def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
+) -> AsyncIterator[str]:
+    """A migrated database of its own per test: a copy of the migrated SQLite file, or
+    a PostgreSQL database made from the migrated template (tests.support.databases).
+    Its own, not a TRUNCATEd shared one: these tests run whole JobServices, whose
+    background tasks may outlive a test by a moment."""
     if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}"
+        path = tmp_path / "jobs.db"
+        shutil.copyfile(sqlite_template, path)
+        yield f"sqlite+aiosqlite:///{path}"
         return
     reason = await postgres_unreachable_reason()
     if reason is not None:
