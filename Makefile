@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml package.json
 
 install: $(STAMP) ## Create .venv with the project and dev tools, and the buf CLI (npm)
 
-proto: $(STAMP) ## Regenerate all Python code in gen/ from proto/
+proto: $(STAMP) ## Regenerate all Python code in san_jobs/proto/ from proto/
 	$(PY) scripts/gen_proto.py
 
 proto-baseline: $(STAMP) ## Record the current contract as the released baseline for buf breaking
@@ -46,7 +46,7 @@ browser: ## Install Debian's Chromium for the page tests (needs root)
 	fi
 
 test: $(STAMP) browser lint ## make lint, then every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 4 --durations=25
 
 test-fast: $(STAMP) ## Unit tests only
 	$(VENV)/bin/pytest tests/unit

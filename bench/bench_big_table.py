@@ -46,16 +46,17 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy import make_url
+
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench scripts run from a checkout: reuse the test helpers
 
 from bench.bench_jobs import ACTIVE_PROBE, card, rate  # noqa: E402
-from job_service.storage.migrate import migrate  # noqa: E402
-from job_service.storage.notify import asyncpg_dsn  # noqa: E402
+from san_jobs.job_service.storage.migrate import migrate  # noqa: E402
+from san_jobs.job_service.storage.notify import asyncpg_dsn  # noqa: E402
 from tests.support.databases import (  # noqa: E402
     create_temp_postgres_database,
     drop_database,

@@ -64,11 +64,11 @@ from bench_jobs import (
     stop,
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy import make_url
 
-from job_service.storage.notify import asyncpg_dsn
+from san_jobs.job_service.storage.notify import asyncpg_dsn
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
 from tests.support.processes import RunningService, start_gateway, start_job_service, start_service
 

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
 
-from ai_gateway.backends.local.backend import analyze_sync
-from ai_gateway.models import AnalyzeInput
-from ai_gateway.server import GatewayServer
-from ai_gateway.settings import GatewaySettings
+from san_jobs.ai_gateway.backends.local.backend import analyze_sync
+from san_jobs.ai_gateway.models import AnalyzeInput
+from san_jobs.ai_gateway.server import GatewayServer
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench scripts run from a checkout: reuse the test helpers

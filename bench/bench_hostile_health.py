@@ -12,7 +12,7 @@ can reach a port can call it. Two real processes on loopback (the gateway with
 The resident set size (VmRSS in /proc/PID/status) of each process is printed before,
 at its peak during, and after the calls (after a short settle), with how each call
 ended. With grpc's stock HealthServicer the large names leave hundreds of megabytes
-behind; with san_shared.health a name over the bound is refused before it is kept.
+behind; with san_jobs.shared.health a name over the bound is refused before it is kept.
 
 Usage: python bench/bench_hostile_health.py [--large N] [--unknown N] [--wave W]
 Bounded: a fixed number of calls to 127.0.0.1; it stops by itself.

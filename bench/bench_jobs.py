@@ -42,8 +42,9 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
+
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench scripts run from a checkout: reuse the test helpers

@@ -1,5 +1,5 @@
 """The cost of a log line: --log-format text (CachedTimeFormatter) against json
-(san_shared.json_logs.JsonFormatter), formatting the lines job-service writes for
+(san_jobs.shared.json_logs.JsonFormatter), formatting the lines job-service writes for
 every job (enqueued, claimed, completed), and one with a traceback.
 
 Formatting only (no stream write, which costs the same for both): records are made
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from job_service.logformat import log_formatter
+from san_jobs.job_service.logformat import log_formatter
 
 JOB_ID = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 TEMPLATES = [

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 EXIT_MISSING_EXTRA = 2
 """What a program exits with when its extra is not installed (as for a usage error)."""
 
-# The project's own top-level packages: one of their modules missing is a broken
+# The project's own top-level package: one of its modules missing is a broken
 # install or a bug, not an extra left out, and keeps its traceback.
-_OWN_PACKAGES = frozenset({"san", "san_jobs", "job_service", "ai_gateway", "clients", "san_shared"})
+_OWN_PACKAGES = frozenset({"san_jobs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +32,10 @@ class Program:
         return f"{self.command} needs the {self.extra} extra: pip install 'san-jobs[{self.extra}]'"
 
 
-JOB_SERVICE = Program("job-service", "server", "job_service.cli")
-AI_GATEWAY = Program("ai-gateway", "server", "ai_gateway.cli")
-JOBSCTL = Program("jobsctl", "cli", "clients.jobsctl.cli")
-SAN_WEB = Program("san-web", "web", "clients.web.cli")
+JOB_SERVICE = Program("job-service", "server", "san_jobs.job_service.cli")
+AI_GATEWAY = Program("ai-gateway", "server", "san_jobs.ai_gateway.cli")
+JOBSCTL = Program("jobsctl", "cli", "san_jobs.jobsctl.cli")
+SAN_WEB = Program("san-web", "web", "san_jobs.web.cli")
 PROGRAMS = (JOB_SERVICE, AI_GATEWAY, JOBSCTL, SAN_WEB)
 
 

@@ -89,8 +89,21 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def make_var_folder(root: Path = ROOT) -> Path:
+    """./var/ for the databases, private to its owner (0700) as the services want
+    the folders of their SQLite files: they warn about one others can read. A folder
+    that exists already is left as its owner made it."""
+    folder = root / "var"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        return folder
+    folder.chmod(0o700)  # mkdir's mode passes through the umask
+    return folder
+
+
 def main() -> None:
-    (ROOT / "var").mkdir(exist_ok=True)
+    make_var_folder()
     procs: list[tuple[str, subprocess.Popen[str]]] = []
     # Ctrl-C (SIGINT) and SIGTERM both stop everything in order. SIGINT is set
     # explicitly: a shell starting us in the background may have ignored it.

@@ -10,27 +10,6 @@ It needs only grpcio, protobuf and their status and common-protos packages
 ...     print(client.wait(job.id, timeout=60).card_analysis_result.summary)
 """
 
-from san.jobs.v1.job_service_pb2 import (
-    CardAnalysisInput,
-    CardAnalysisResult,
-    DispatchPause,
-    EnqueueRequest,
-    EnqueueResponse,
-    GetJobStatsResponse,
-    GetUsageResponse,
-    Job,
-    JobStatus,
-    JobType,
-    ListFailureGroupsResponse,
-    ListJobsResponse,
-    PauseReason,
-    PruneJobsResponse,
-    RecallGenerationInput,
-    RecallSource,
-    RetryFailedResponse,
-    TilGenerationInput,
-)
-
 from san_jobs.client._async_client import AsyncJobsClient
 from san_jobs.client._batch import EnqueueOutcome
 from san_jobs.client._channel import SERVICE_CONFIG, ChannelSettings, PemSource
@@ -50,6 +29,26 @@ from san_jobs.client._errors import (
     error_from_rpc,
 )
 from san_jobs.client._requests import TERMINAL_STATUSES, JobInput, is_terminal
+from san_jobs.proto.jobs.v1.job_service_pb2 import (
+    CardAnalysisInput,
+    CardAnalysisResult,
+    DispatchPause,
+    EnqueueRequest,
+    EnqueueResponse,
+    GetJobStatsResponse,
+    GetUsageResponse,
+    Job,
+    JobStatus,
+    JobType,
+    ListFailureGroupsResponse,
+    ListJobsResponse,
+    PauseReason,
+    PruneJobsResponse,
+    RecallGenerationInput,
+    RecallSource,
+    RetryFailedResponse,
+    TilGenerationInput,
+)
 
 __all__ = [
     "SERVICE_CONFIG",

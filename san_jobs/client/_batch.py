@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
-from san.jobs.v1 import job_service_pb2 as pb
 
 from san_jobs.client._errors import (
     FieldViolation,
@@ -19,6 +18,7 @@ from san_jobs.client._errors import (
     error_from_status_message,
 )
 from san_jobs.client._job_types import JOB_TYPES
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 MAX_BATCH_SIZE = 1_000
 """Most requests one BatchEnqueue call may carry (the contract's bound)."""

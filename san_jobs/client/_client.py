@@ -10,8 +10,6 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 import grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from san_jobs.client import _batch, _requests
 from san_jobs.client._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
@@ -22,6 +20,8 @@ from san_jobs.client._errors import (
     ServiceUnavailableError,
     error_from_rpc,
 )
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 read their type lists from here, so a type added to the contract needs no client edit.
 
 The contract names a type's parts by one convention (JobService's registry,
-job_service/domain/job_types.py, follows it, and a test checks both):
+san_jobs/job_service/domain/job_types.py, follows it, and a test checks both):
 `JOB_TYPE_<NAME>` in the JobType enum, `<name>_input` in the `input` oneof of
 EnqueueRequest and Job, `<name>_result` in Job's `result` oneof.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 from google.protobuf import message_factory
 from google.protobuf.message import Message
-from san.jobs.v1 import job_service_pb2 as pb
+
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 _PREFIX = "JOB_TYPE_"
 _UNSPECIFIED = "JOB_TYPE_UNSPECIFIED"

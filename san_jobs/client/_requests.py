@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import grpc
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
-from san.jobs.v1 import job_service_pb2 as pb
 
 from san_jobs.client._errors import WaitTimeoutError
 from san_jobs.client._job_types import job_type_of_input
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 JobInput = Message
 """A job's input: a message of EnqueueRequest's `input` oneof (CardAnalysisInput,

@@ -50,7 +50,6 @@ from typing import Any, Literal
 
 import grpc
 from google.protobuf.message import DecodeError
-from san.jobs.v1 import job_service_pb2 as pb
 from sqlalchemy import MetaData, and_, delete, event, exists, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -67,6 +66,7 @@ from san_jobs.client._outbox_schema import (
     create_outbox_table,
     outbox_table,
 )
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 __all__ = [
     "OUTBOX_MIGRATION",

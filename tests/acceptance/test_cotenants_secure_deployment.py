@@ -34,10 +34,10 @@ import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from scripts.dev_certs import write_dev_certs
 from tests.integration.ai_gateway.fake_openai_server import FakeOpenAI
 from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
@@ -115,7 +115,7 @@ def _token(database_url: str, name: str, role: str) -> str:
 
 
 def _web_user(database_url: str, name: str, password: str, role: str) -> None:
-    argv = [sys.executable, "-m", "clients.web", "users", "create", name, "--role", role]
+    argv = [sys.executable, "-m", "san_jobs.web", "users", "create", name, "--role", role]
     made = subprocess.run(
         [*argv, "--database-url", database_url],
         input=password,
@@ -165,7 +165,7 @@ def _start_job_service(
 def _start_web(folder: Path, certs: Path, job_service: str, token_file: Path) -> RunningService:
     argv = [
         "python",
-        *("-m", "clients.web"),
+        *("-m", "san_jobs.web"),
         *("--listen", "127.0.0.1:0"),
         *("--job-service", job_service),
         *("--database-url", f"sqlite+aiosqlite:///{folder / 'san-web.db'}"),
@@ -499,7 +499,7 @@ def test_san_web_answers_a_huge_number_with_422_and_sends_hsts(deployment: Deplo
         assert answer.status_code == 422, answer.text
         assert "max-age=" in answer.headers["strict-transport-security"]
     short = subprocess.run(
-        [sys.executable, "-m", "clients.web", "users", "create", "carol",
+        [sys.executable, "-m", "san_jobs.web", "users", "create", "carol",
          "--database-url", f"sqlite+aiosqlite:///{deployment.folder / 'san-web.db'}"],
         input="x", capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from san.aigateway.v1 import ai_gateway_pb2 as pb
-from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 from tests.support.processes import running, start_gateway
 
 pytestmark = pytest.mark.acceptance

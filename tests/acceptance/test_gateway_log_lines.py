@@ -18,7 +18,7 @@ FORGED = "2026-01-01 00:00:00,000 INFO FAKE LINE"
 # logger, as `ai-gateway` does at start), logging the value and a traceback quoting it.
 SCRIPT = """\
 import logging, os
-from ai_gateway.cli import configure_logging
+from san_jobs.ai_gateway.cli import configure_logging
 configure_logging("INFO")
 value = os.environ["HOSTILE_VALUE"]
 logging.getLogger("ai_gateway.stream").warning("call_id %s", value)

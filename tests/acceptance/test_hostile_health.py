@@ -164,7 +164,7 @@ async def check_bounds(service: RunningService, per_peer: int) -> None:
         await caps_watches_per_peer(stub, per_peer)
         await refuses_large_reflection(channel)
     await hostile_burst(service.address, per_peer)
-    # Memory is given back within seconds of the burst (san_shared.memory_return).
+    # Memory is given back within seconds of the burst (san_jobs.shared.memory_return).
     await wait_until(
         lambda: rss_mib(service.proc.pid) <= before + GROWTH_BOUND_MIB,
         f"{service.name} RSS back within {GROWTH_BOUND_MIB} MiB of {before:.0f} MiB",

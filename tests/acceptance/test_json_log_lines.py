@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy import make_url
 
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.jobs_api import card_request, channel, enqueue_cards, wait_terminal
 from tests.support.processes import RunningService, running, start_gateway, start_job_service
 

@@ -26,7 +26,7 @@ from tests.support.processes import (
 
 pytestmark = pytest.mark.acceptance
 
-# Seeded draws (three per call, ai_gateway/faults.py): with this seed and rate the
+# Seeded draws (three per call, san_jobs/ai_gateway/faults.py): with this seed and rate the
 # first call of the three gets a broken answer (INTERNAL), the next two do not.
 FAULTS = ("--fault-malformed-rate", "0.5", "--fault-seed", "2")
 TEXT = (

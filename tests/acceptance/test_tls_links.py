@@ -19,10 +19,10 @@ import grpc
 import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from scripts.dev_certs import write_dev_certs
 from tests.support.jobs_api import enqueue_cards, wait_terminal
 from tests.support.processes import (

@@ -1,5 +1,5 @@
 """The contract: buf lint, buf breaking against the released baseline, and the
-generated code in gen/ being exactly what `make proto` produces."""
+generated code in san_jobs/proto/ being exactly what `make proto` produces."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def _tree(root: Path) -> set[str]:
 
 
 def test_generated_code_is_fresh(tmp_path: Path) -> None:
-    out = tmp_path / "gen"
+    out = tmp_path / "proto"
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_proto.py"), str(out)],
         capture_output=True,
@@ -84,21 +84,22 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    committed = _tree(ROOT / "gen")
+    generated = ROOT / "san_jobs" / "proto"
+    committed = _tree(generated)
     fresh = _tree(out)
     assert committed == fresh, f"files differ: {sorted(committed ^ fresh)}; run `make proto`"
     stale = [
         name
         for name in sorted(fresh)
-        if not filecmp.cmp(out / name, ROOT / "gen" / name, shallow=False)
+        if not filecmp.cmp(out / name, generated / name, shallow=False)
     ]
-    assert not stale, f"stale generated files {stale}: run `make proto` and commit gen/"
+    assert not stale, f"stale generated files {stale}: run `make proto` and commit them"
 
 
 def test_generated_packages_import_without_path_tricks() -> None:
     code = (
-        "from san.jobs.v1 import job_service_pb2, job_service_pb2_grpc;"
-        "from san.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc;"
+        "from san_jobs.proto.jobs.v1 import job_service_pb2, job_service_pb2_grpc;"
+        "from san_jobs.proto.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc;"
         "print(job_service_pb2.JobType.Name(1), ai_gateway_pb2_grpc.AiGatewayServiceStub.__name__)"
     )
     result = subprocess.run(
@@ -142,7 +143,7 @@ def test_make_test_runs_lint_before_the_tests() -> None:
     result = _run("make", "-n", "test")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    pytest_at = next(i for i, line in enumerate(lines) if line.endswith("bin/pytest"))
+    pytest_at = next(i for i, line in enumerate(lines) if "bin/pytest" in line)
     before = "\n".join(lines[:pytest_at])
     for step in ("buf lint", "buf breaking", "ruff check", "ruff format --check", "bin/mypy"):
         assert step in before, f"`make test` does not run {step!r} before pytest"

@@ -17,9 +17,9 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from job_service.storage.migrate import migrate
-from job_service.storage.notify import asyncpg_dsn
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.storage.migrate import migrate
+from san_jobs.job_service.storage.notify import asyncpg_dsn
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.ci import skip_or_fail_in_ci
 from tests.support.clock import FakeClock
 from tests.support.databases import (

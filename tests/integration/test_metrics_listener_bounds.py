@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from san_shared.metrics_http import MetricsListenError, MetricsServer
+from san_jobs.shared.metrics_http import MetricsListenError, MetricsServer
 from tests.support.processes import BIN
 
 CAP = 8

@@ -1,4 +1,4 @@
-"""san_shared.health and san_shared.open_rpcs on a real grpc.aio server on loopback:
+"""san_jobs.shared.health and san_jobs.shared.open_rpcs on a real grpc.aio server on loopback:
 grpc's health semantics kept (Check, Watch, set, graceful shutdown), requests
 bounded before decoding, Watch streams capped per peer and in all, and slots given
 back however a stream ends."""
@@ -12,9 +12,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from san_shared import memory_return
-from san_shared.health import MAX_SERVICE_NAME_BYTES, HealthServicer
-from san_shared.open_rpcs import PeerStreamCap
+from san_jobs.shared import memory_return
+from san_jobs.shared.health import MAX_SERVICE_NAME_BYTES, HealthServicer
+from san_jobs.shared.open_rpcs import PeerStreamCap
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -22,8 +22,8 @@ from typing import TypeVar
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import URL, make_url
 
-from job_service.storage.migrate import MIGRATIONS_DIR, migrate
-from job_service.storage.notify import asyncpg_dsn
+from san_jobs.job_service.storage.migrate import MIGRATIONS_DIR, migrate
+from san_jobs.job_service.storage.notify import asyncpg_dsn
 from tests.support.ci import running_in_ci
 
 T = TypeVar("T")

@@ -24,11 +24,11 @@ from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from ai_gateway.backends.base import Backend
-from ai_gateway.backends.instant import InstantBackend
-from ai_gateway.models import AnalyzeInput, AnalyzeResult
-from ai_gateway.server import GatewayServer
-from ai_gateway.settings import GatewaySettings
+from san_jobs.ai_gateway.backends.base import Backend
+from san_jobs.ai_gateway.backends.instant import InstantBackend
+from san_jobs.ai_gateway.models import AnalyzeInput, AnalyzeResult
+from san_jobs.ai_gateway.server import GatewayServer
+from san_jobs.ai_gateway.settings import GatewaySettings
 
 
 class HangingBackend(InstantBackend):

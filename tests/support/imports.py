@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("job_service", "ai_gateway", "san_shared")
+# The project is everything under san_jobs but the generated code (san_jobs.proto).
+PROJECT_PACKAGES = ("san_jobs",)
 # The wire: gRPC, protobuf, google.rpc statuses, and the code generated from proto/.
 WIRE_MODULES = (
     "grpc",
@@ -22,7 +23,7 @@ WIRE_MODULES = (
     "grpc_reflection",
     "google.protobuf",
     "google.rpc",
-    "san",
+    "san_jobs.proto",
 )
 
 
@@ -71,7 +72,7 @@ def direct_imports(module: str) -> set[str]:
 
 
 def _is_project(module: str) -> bool:
-    return module.split(".")[0] in PROJECT_PACKAGES
+    return _is_under(module, PROJECT_PACKAGES) and not _is_under(module, WIRE_MODULES)
 
 
 def _parents(module: str) -> list[str]:

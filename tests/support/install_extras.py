@@ -38,15 +38,21 @@ _BLOCKER = """\
 import os as _os
 import sys as _sys
 
-_BLOCKED = frozenset(_os.environ.pop("SAN_TEST_BLOCKED_IMPORTS").split(","))
-_EARLY = _BLOCKED & {_name.partition(".")[0] for _name in _sys.modules}
+_BLOCKED = tuple(_os.environ.pop("SAN_TEST_BLOCKED_IMPORTS").split(","))
+
+
+def _blocked(name):  # a blocked name, or a module inside one (san_jobs.web.app)
+    return any(name == _b or name.startswith(_b + ".") for _b in _BLOCKED)
+
+
+_EARLY = [_name for _name in _sys.modules if _blocked(_name)]
 assert not _EARLY, f"imported before the blocker: {sorted(_EARLY)}"
 
 
 class _NotInstalled:
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name.partition(".")[0] in _BLOCKED:
+        if _blocked(name):
             raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
         return None
 
@@ -132,7 +138,8 @@ def run_without(
     code: str, blocked: Iterable[str], *, stdin: str = "", timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """Run ``code`` (dedented) in a fresh Python, from the checkout, where importing
-    any of ``blocked`` (top-level names) raises ModuleNotFoundError; ``stdin`` is its
+    any of ``blocked`` (top-level names, or packages such as ``san_jobs.web``) or a
+    module inside one raises ModuleNotFoundError; ``stdin`` is its
     standard input."""
     env = os.environ | {_BLOCKED_VARIABLE: ",".join(sorted(blocked))}
     program = _BLOCKER + "\n" + textwrap.dedent(code)

@@ -8,8 +8,9 @@ import socket
 from collections.abc import Iterable
 
 import grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
+
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 TERMINAL = {pb.JOB_STATUS_COMPLETED, pb.JOB_STATUS_FAILED, pb.JOB_STATUS_CANCELLED}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from job_service.storage.engine import create_engine
+from san_jobs.job_service.storage.engine import create_engine
 
 FUTURE = "9999"  # a revision only a newer version of the code would know
 

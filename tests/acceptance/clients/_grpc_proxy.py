@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from san.jobs.v1 import job_service_pb2 as pb
+
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 ENQUEUE = "/san.jobs.v1.JobService/Enqueue"
 

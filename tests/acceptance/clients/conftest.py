@@ -101,7 +101,7 @@ def start_web(
         [
             "python",
             "-m",
-            "clients.web",
+            "san_jobs.web",
             "--listen",
             "127.0.0.1:0",
             "--job-service",
@@ -119,7 +119,7 @@ def create_web_user(
 ) -> subprocess.CompletedProcess[str]:
     """The real ``san-web users create NAME`` with the password on standard input."""
     return subprocess.run(
-        [sys.executable, "-m", "clients.web", "users", "create", name,
+        [sys.executable, "-m", "san_jobs.web", "users", "create", name,
          "--database-url", database_url],
         input=password, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -15,9 +15,9 @@ import pytest
 from conftest import Stack, _stack
 from test_jobsctl import enqueue_card, jobsctl
 
-from job_service.domain.dispatch import DispatchPause, PauseReason
-from job_service.domain.model import JobType
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.model import JobType
+from san_jobs.job_service.storage.repository import SqlJobStore
 
 pytestmark = pytest.mark.acceptance
 

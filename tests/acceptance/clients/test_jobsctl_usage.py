@@ -12,7 +12,7 @@ from _certs import write_test_certs
 from test_jobsctl_real_tls import SecureJobService, _create_token
 from test_jobsctl_tls import jobsctl
 
-from ai_gateway.backends.local.backend import MODEL as LOCAL_MODEL
+from san_jobs.ai_gateway.backends.local.backend import MODEL as LOCAL_MODEL
 from tests.support.processes import running, start_gateway, start_job_service
 
 pytestmark = pytest.mark.acceptance

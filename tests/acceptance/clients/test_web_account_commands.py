@@ -16,8 +16,8 @@ import httpx
 import pytest
 from conftest import create_web_user, start_web
 
-from clients.web._passwords import hash_password
-from clients.web._store import ScrapStore
+from san_jobs.web._passwords import hash_password
+from san_jobs.web._store import ScrapStore
 from tests.support.processes import running
 
 pytestmark = pytest.mark.acceptance
@@ -56,7 +56,7 @@ async def _add_old_account(database_url: str) -> None:
 
 def _users(web: Web, *argv: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "clients.web", "users", *argv, "--database-url", web.database_url],
+        [sys.executable, "-m", "san_jobs.web", "users", *argv, "--database-url", web.database_url],
         input=stdin, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 

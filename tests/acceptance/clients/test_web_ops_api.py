@@ -25,10 +25,10 @@ import httpx
 import pytest
 from conftest import Stack, _stack, _stop, start_web
 
-from job_service.domain.dispatch import DispatchPause, PauseReason
-from job_service.domain.model import Failure, JobType, NewJob, OnDuplicate
-from job_service.storage.repository import SqlJobStore
 from san_jobs.client import CardAnalysisInput, JobsClient, JobStatus, TilGenerationInput
+from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.model import Failure, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.processes import BIN, running, start_gateway, start_job_service
 
 pytestmark = pytest.mark.acceptance
@@ -49,7 +49,7 @@ class OpsWeb:
 def web_users(database_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """The real ``san-web users ...`` command."""
     return subprocess.run(
-        [sys.executable, "-m", "clients.web", "users", *args, "--database-url", database_url],
+        [sys.executable, "-m", "san_jobs.web", "users", *args, "--database-url", database_url],
         input=stdin, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 

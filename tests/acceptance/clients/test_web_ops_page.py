@@ -54,10 +54,18 @@ def text_when(driver: Any, element_id: str, check: Any, timeout: float = LIVE_SE
 
 
 def failed_cards(driver: Any) -> int:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    cell = driver.find_element(By.CSS_SELECTOR, '#count-CARD_ANALYSIS td[data-status="FAILED"]')
-    return int(cell.text)
+    # The page redraws the counts table every few seconds: a cell found just before a
+    # redraw is gone when read, so it is looked up again.
+    for _ in range(20):
+        cell = driver.find_element(By.CSS_SELECTOR, '#count-CARD_ANALYSIS td[data-status="FAILED"]')
+        try:
+            return int(cell.text)
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the counts table never held still long enough to be read")
 
 
 def test_an_operator_watches_retries_and_cancels(browser: object, ops_web: OpsWeb) -> None:

@@ -25,7 +25,7 @@ from tests.support.processes import RunningService, running
 
 pytestmark = pytest.mark.acceptance
 
-SAN_WEB = [sys.executable, "-m", "clients.web"]
+SAN_WEB = [sys.executable, "-m", "san_jobs.web"]
 
 
 @pytest.fixture(scope="module")

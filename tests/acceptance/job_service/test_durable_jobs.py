@@ -16,9 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.jobs_api import channel, enqueue_cards, free_port, list_all, wait_terminal
 from tests.support.processes import (
     RunningService,

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy import make_url
 
-from job_service.server import SERVICE_NAME
+from san_jobs.job_service.server import SERVICE_NAME
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.jobs_api import channel, enqueue_cards
 from tests.support.processes import running, start_gateway, start_job_service
 from tests.support.tcp_proxy import TcpProxy

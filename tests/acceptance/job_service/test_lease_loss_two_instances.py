@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.gateway_in_process import (
     HangingBackend,
     call_records,

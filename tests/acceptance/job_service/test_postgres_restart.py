@@ -24,9 +24,9 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from job_service.storage.notify import asyncpg_dsn
+from san_jobs.job_service.storage.notify import asyncpg_dsn
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.ci import skip_or_fail_in_ci
 from tests.support.jobs_api import SAMPLE_TEXT, card_request, channel
 from tests.support.pg_cluster import (

@@ -23,8 +23,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from job_service.storage.notify import asyncpg_dsn
-from job_service.storage.prune import PRUNE_LOCK_KEY
+from san_jobs.job_service.storage.notify import asyncpg_dsn
+from san_jobs.job_service.storage.prune import PRUNE_LOCK_KEY
 from tests.support.processes import running, start_job_service
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]

@@ -21,14 +21,14 @@ from typing import Any
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from ai_gateway import server as gateway_server
-from ai_gateway.servicer import AiGatewayServicer
-from job_service import gateway_client
-from job_service.server import JobServiceRuntime, prepare_database
-from job_service.settings import JobServiceSettings
+from san_jobs.ai_gateway import server as gateway_server
+from san_jobs.ai_gateway.servicer import AiGatewayServicer
+from san_jobs.job_service import gateway_client
+from san_jobs.job_service.server import JobServiceRuntime, prepare_database
+from san_jobs.job_service.settings import JobServiceSettings
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.gateway_in_process import (
     HangingBackend,
     InProcessGateway,

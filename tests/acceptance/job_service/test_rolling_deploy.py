@@ -20,11 +20,15 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from job_service.storage.migrate import migrate
-from job_service.storage.schema_version import code_head, compatible_from, read_database_schema
+from san_jobs.job_service.storage.migrate import migrate
+from san_jobs.job_service.storage.schema_version import (
+    code_head,
+    compatible_from,
+    read_database_schema,
+)
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
 from tests.support.jobs_api import SAMPLE_TEXT, card_request, channel, wait_terminal
 from tests.support.processes import (
@@ -44,6 +48,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
 OLD_COMMIT = "2c7ac02"
 OLD_SCHEMA = "0007"
 REPO = Path(__file__).resolve().parents[3]
+# The old commit's layout: its packages were top-level (job_service, san_shared, gen/).
 OLD_MAIN = "import sys; sys.argv[0] = 'job-service'; from job_service.cli import main; main()"
 JOBS_PER_PHASE = 40
 

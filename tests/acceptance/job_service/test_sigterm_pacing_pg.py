@@ -22,11 +22,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from job_service.domain.model import Job, JobStatus, JobType, NewJob, OnDuplicate
-from job_service.storage import SqlJobStore
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.storage import SqlJobStore
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.jobs_api import SAMPLE_TEXT, channel
 from tests.support.processes import RunningService, running, start_gateway, start_job_service
 

@@ -9,11 +9,11 @@ import grpc
 import pytest
 from fake_openai_server import FakeOpenAI
 from gateway_helpers import StartGateway
-from san.aigateway.v1 import ai_gateway_pb2_grpc
 
-from ai_gateway.backends.base import Backend
-from ai_gateway.server import GatewayServer
-from ai_gateway.settings import GatewaySettings
+from san_jobs.ai_gateway.backends.base import Backend
+from san_jobs.ai_gateway.server import GatewayServer
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from ai_gateway.backends.instant import InstantBackend
-from ai_gateway.models import AnalyzeInput, AnalyzeResult
+from san_jobs.ai_gateway.backends.instant import InstantBackend
+from san_jobs.ai_gateway.models import AnalyzeInput, AnalyzeResult
 
 # start_gateway(backend_impl=None, /, **settings) -> an async AiGatewayService stub
 StartGateway = Callable[..., Awaitable[Any]]

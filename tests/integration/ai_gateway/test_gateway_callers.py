@@ -17,20 +17,20 @@ from gateway_helpers import (
     wait_for_lines,
     write_caller_tokens,
 )
-from san.aigateway.v1 import ai_gateway_pb2 as pb
-from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
-from ai_gateway.backends.instant import InstantBackend
-from ai_gateway.bounds import StreamLimits
-from ai_gateway.callers import Authenticator
-from ai_gateway.calllog import CallLog
-from ai_gateway.faults import FaultConfig, FaultInjector
-from ai_gateway.gateway import Gateway
-from ai_gateway.limits import ConcurrencyLimiter, RateLimiter
-from ai_gateway.servicer import AiGatewayServicer
-from ai_gateway.settings import GatewaySettings
-from san_shared.client_identity import ClientNames
-from san_shared.tls import channel_credentials, server_credentials
+from san_jobs.ai_gateway.backends.instant import InstantBackend
+from san_jobs.ai_gateway.bounds import StreamLimits
+from san_jobs.ai_gateway.callers import Authenticator
+from san_jobs.ai_gateway.calllog import CallLog
+from san_jobs.ai_gateway.faults import FaultConfig, FaultInjector
+from san_jobs.ai_gateway.gateway import Gateway
+from san_jobs.ai_gateway.limits import ConcurrencyLimiter, RateLimiter
+from san_jobs.ai_gateway.servicer import AiGatewayServicer
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
+from san_jobs.shared.client_identity import ClientNames
+from san_jobs.shared.tls import channel_credentials, server_credentials
 from scripts.dev_certs import write_dev_certs
 
 JOB_SERVICE_TOKEN = "js-" + "k" * 40
@@ -150,7 +150,7 @@ async def test_without_authentication_the_peer_address_keys_the_rate_limit(
 async def test_reloaded_tokens_file_admits_new_and_refuses_removed_callers(
     start_gateway: StartGateway, tokens_file: Path
 ) -> None:
-    from ai_gateway.server import GatewayServer
+    from san_jobs.ai_gateway.server import GatewayServer
 
     stub = await start_gateway(backend="instant", caller_tokens_file=tokens_file)
     server: GatewayServer = start_gateway.servers[-1]  # type: ignore[attr-defined]

@@ -12,12 +12,12 @@ from typing import Any
 import grpc
 import pytest
 from gateway_helpers import CountingBackend, StartGateway, bearer, rich, write_caller_tokens
-from san.aigateway.v1 import ai_gateway_pb2 as pb
-from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
-from ai_gateway.cli import load_settings
-from ai_gateway.settings import GatewaySettings
-from san_shared.tls import channel_credentials
+from san_jobs.ai_gateway.cli import load_settings
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
+from san_jobs.shared.tls import channel_credentials
 from scripts.dev_certs import write_dev_certs
 
 REQUEST = pb.AnalyzeContentRequest(text="Queues hold jobs. Workers run them.")

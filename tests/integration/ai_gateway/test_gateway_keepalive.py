@@ -19,14 +19,14 @@ from typing import Any
 
 import grpc
 import pytest
-from san.aigateway.v1 import ai_gateway_pb2 as gw
-from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
-from ai_gateway import server
-from ai_gateway.server import GatewayServer
-from ai_gateway.settings import GatewaySettings
-from job_service import gateway_client
-from job_service.gateway_client import caller_metadata, open_channel
+from san_jobs.ai_gateway import server
+from san_jobs.ai_gateway.server import GatewayServer
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.job_service import gateway_client
+from san_jobs.job_service.gateway_client import caller_metadata, open_channel
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
 SCALE = 100  # JobService pings every 30 s: scaled, every 0.3 s
 # Long enough for grpc's default policy to end the stream (it did so from about 3 s

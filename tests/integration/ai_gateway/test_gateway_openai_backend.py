@@ -9,15 +9,15 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from fake_openai_server import FakeOpenAI
 
-from ai_gateway.backends.openai import OpenAIBackend, parse_retry_after
-from ai_gateway.errors import (
+from san_jobs.ai_gateway.backends.openai import OpenAIBackend, parse_retry_after
+from san_jobs.ai_gateway.errors import (
     BackendUnavailable,
     DeadlineExceeded,
     MalformedResponse,
     RateLimited,
     TokenLimitExceeded,
 )
-from ai_gateway.models import AnalyzeInput, RecallInput, RecallSource, TilInput
+from san_jobs.ai_gateway.models import AnalyzeInput, RecallInput, RecallSource, TilInput
 
 MakeBackend = Callable[..., OpenAIBackend]
 

@@ -15,10 +15,10 @@ from fake_openai_server import FakeOpenAI
 from gateway_helpers import CountingBackend, StartGateway, bearer, rich, write_caller_tokens
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from san.aigateway.v1 import ai_gateway_pb2 as pb
 
-from ai_gateway.backends.local.embed import DIMENSION
-from ai_gateway.tokens import estimate_tokens
+from san_jobs.ai_gateway.backends.local.embed import DIMENSION
+from san_jobs.ai_gateway.tokens import estimate_tokens
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
 
 EN = (
     "A job queue stores background work in a database table. Each worker claims a job by "
@@ -359,8 +359,8 @@ async def test_instant_backend(start_gateway: StartGateway) -> None:
 
 
 async def test_health_reflection_and_not_serving_on_shutdown(start_gateway: StartGateway) -> None:
-    from ai_gateway.server import GatewayServer
-    from ai_gateway.settings import GatewaySettings
+    from san_jobs.ai_gateway.server import GatewayServer
+    from san_jobs.ai_gateway.settings import GatewaySettings
 
     server = GatewayServer(GatewaySettings(listen="127.0.0.1:0", backend="instant"))
     port = await server.start()

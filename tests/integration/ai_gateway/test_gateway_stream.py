@@ -26,14 +26,14 @@ from gateway_helpers import (
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, status_pb2
 from grpc_status import rpc_status
-from san.aigateway.v1 import ai_gateway_pb2 as pb
-from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
-from ai_gateway.backends.instant import InstantBackend
-from ai_gateway.bounds import BATCH_BYTES as MAX_RESULTS_BYTES
-from ai_gateway.models import AnalyzeInput, AnalyzeResult
-from ai_gateway.server import GatewayServer
-from ai_gateway.settings import GatewaySettings
+from san_jobs.ai_gateway.backends.instant import InstantBackend
+from san_jobs.ai_gateway.bounds import BATCH_BYTES as MAX_RESULTS_BYTES
+from san_jobs.ai_gateway.models import AnalyzeInput, AnalyzeResult
+from san_jobs.ai_gateway.server import GatewayServer
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
 EN = (
     "A job queue stores background work in a database table. Each worker claims a job by "

@@ -10,15 +10,15 @@ from typing import Any
 import grpc
 import pytest
 from gateway_helpers import StartGateway, rich, rich_status, wait_until
-from san.aigateway.v1 import ai_gateway_pb2 as pb
-from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 from test_gateway_stream import CLIENT, analyze, open_stream, read_results, send, stream_error
 
-from ai_gateway.backends.instant import InstantBackend
-from ai_gateway.bounds import MAX_CALL_ID_CHARS, MAX_CALLS_PER_MESSAGE
-from ai_gateway.models import AnalyzeInput, AnalyzeResult
-from ai_gateway.server import GatewayServer
-from ai_gateway.settings import GatewaySettings
+from san_jobs.ai_gateway.backends.instant import InstantBackend
+from san_jobs.ai_gateway.bounds import MAX_CALL_ID_CHARS, MAX_CALLS_PER_MESSAGE
+from san_jobs.ai_gateway.models import AnalyzeInput, AnalyzeResult
+from san_jobs.ai_gateway.server import GatewayServer
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
 MIB = 1024 * 1024
 # The tests' own channels take big messages, so that what fails is the gateway's choice.

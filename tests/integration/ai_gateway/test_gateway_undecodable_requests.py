@@ -13,7 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 from gateway_helpers import StartGateway, bearer, rich, write_caller_tokens
-from san.aigateway.v1 import ai_gateway_pb2 as pb
+
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
 
 TOKEN = "js-" + "k" * 40
 UNARY = ["AnalyzeContent", "GenerateTil", "GenerateRecall", "Embed"]

@@ -11,10 +11,10 @@ from typing import Any
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from job_service.server import JobServiceRuntime, prepare_database
-from job_service.settings import JobServiceSettings
+from san_jobs.job_service.server import JobServiceRuntime, prepare_database
+from san_jobs.job_service.settings import JobServiceSettings
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.integration.job_service.scripted_gateway import ScriptedGateway, start_scripted_gateway
 from tests.support.ci import skip_or_fail_in_ci
 from tests.support.databases import (

@@ -20,8 +20,9 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from san.aigateway.v1 import ai_gateway_pb2 as gw
-from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
+
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 
 
 @dataclass

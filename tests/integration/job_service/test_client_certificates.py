@@ -15,11 +15,11 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from job_service.auth.tokens import new_token, token_hash
-from job_service.storage.tokens import SqlTokenStore
+from san_jobs.job_service.auth.tokens import new_token, token_hash
+from san_jobs.job_service.storage.tokens import SqlTokenStore
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from scripts.dev_certs import write_dev_certs
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Hang

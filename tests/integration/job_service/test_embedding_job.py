@@ -11,14 +11,14 @@ from typing import Any
 
 import grpc
 import pytest
-from san.aigateway.v1 import ai_gateway_pb2 as gw
-from san.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
-from san.jobs.v1 import job_service_pb2 as pb
 
-from ai_gateway.backends.local.backend import MODEL as LOCAL_MODEL
-from ai_gateway.backends.local.embed import DIMENSION, embed
-from ai_gateway.server import GatewayServer
-from ai_gateway.settings import GatewaySettings
+from san_jobs.ai_gateway.backends.local.backend import MODEL as LOCAL_MODEL
+from san_jobs.ai_gateway.backends.local.embed import DIMENSION, embed
+from san_jobs.ai_gateway.server import GatewayServer
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.ai_gateway.fake_openai_server import FakeOpenAI
 from tests.integration.job_service.conftest import StartService
 from tests.support.jobs_api import wait_terminal

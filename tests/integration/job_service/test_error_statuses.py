@@ -12,15 +12,15 @@ import uuid
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.errors import (
+from san_jobs.job_service.domain.errors import (
     FieldViolation,
     InvalidRequestError,
     JobNotFoundError,
     StorageDataError,
 )
-from job_service.transport.errors import to_status
+from san_jobs.job_service.transport.errors import to_status
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service
 from tests.support.rich_errors import rich_error
 

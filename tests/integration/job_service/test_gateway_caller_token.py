@@ -11,15 +11,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from ai_gateway.server import GatewayServer
-from ai_gateway.settings import GatewaySettings
-from job_service.domain.failures import GatewayCallError
-from job_service.domain.model import Job, JobStatus, JobType
-from job_service.gateway_client import GrpcAiGateway
-from job_service.settings import JobServiceSettings
+from san_jobs.ai_gateway.server import GatewayServer
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.job_service.domain.failures import GatewayCallError
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType
+from san_jobs.job_service.gateway_client import GrpcAiGateway
+from san_jobs.job_service.settings import JobServiceSettings
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.jobs_api import SAMPLE_TEXT, card_request, wait_terminal
 from tests.support.processes import RunningService, running, start_gateway, start_job_service
 

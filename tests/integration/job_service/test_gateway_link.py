@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.model import Job, JobStatus, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType, NewJob, OnDuplicate
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import (
     Fail,

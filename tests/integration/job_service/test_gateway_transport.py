@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from san.jobs.v1 import job_service_pb2 as pb
 
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import StartService
 from tests.integration.job_service.scripted_gateway import (
     Fail,

@@ -39,9 +39,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.auth.roles import Role
+from san_jobs.job_service.auth.roles import Role
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Fail, Hang
 from tests.integration.job_service.test_auth_roles import add_token, bearer

@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import grpc
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.dispatch import PauseReason
-from job_service.domain.model import JobType
+from san_jobs.job_service.domain.dispatch import PauseReason
+from san_jobs.job_service.domain.model import JobType
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Fail
 from tests.support.jobs_api import card_request

@@ -14,11 +14,11 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain import limits
-from job_service.transport import requests as request_rules
 from san_jobs.client import AsyncJobsClient, CardAnalysisInput, InvalidRequestError
+from san_jobs.job_service.domain import limits
+from san_jobs.job_service.transport import requests as request_rules
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service
 from tests.support.jobs_api import card_request, list_all
 from tests.support.rich_errors import rich_error

@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
 from san_jobs.client import (
     AsyncJobsClient,
@@ -20,6 +19,7 @@ from san_jobs.client import (
     JobsClient,
     ServiceUnavailableError,
 )
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Hang
 from tests.support.jobs_api import card_request, list_all

@@ -15,9 +15,9 @@ from typing import Any
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Hang
 from tests.support.jobs_api import card_request

@@ -14,11 +14,11 @@ from typing import Any
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.auth.roles import Role
-from job_service.auth.tokens import CACHE_SECONDS, new_token, token_hash
-from job_service.storage.tokens import SqlTokenStore
+from san_jobs.job_service.auth.roles import Role
+from san_jobs.job_service.auth.tokens import CACHE_SECONDS, new_token, token_hash
+from san_jobs.job_service.storage.tokens import SqlTokenStore
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Hang
 from tests.support.jobs_api import SAMPLE_TEXT, card_request

@@ -10,9 +10,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.updates import Subscription, UpdateHub
+from san_jobs.job_service.updates import Subscription, UpdateHub
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Fail, Hang, Held, Slow
 from tests.support.jobs_api import card_request, wait_terminal

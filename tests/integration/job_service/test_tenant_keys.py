@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.auth.roles import Role
+from san_jobs.job_service.auth.roles import Role
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Fail, Hang
 from tests.integration.job_service.test_auth_roles import Metadata, add_token, bearer

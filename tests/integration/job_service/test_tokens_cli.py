@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import StartService
 from tests.support.processes import BIN
 

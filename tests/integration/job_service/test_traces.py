@@ -23,15 +23,15 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
-from ai_gateway.backends.instant import InstantBackend
-from ai_gateway.servicer import AiGatewayServicer
-from job_service.server import JobServiceRuntime, prepare_database
-from job_service.settings import JobServiceSettings
-from san_shared.trace_context import outgoing_metadata
-from san_shared.trace_logging import install_trace_ids
+from san_jobs.ai_gateway.backends.instant import InstantBackend
+from san_jobs.ai_gateway.servicer import AiGatewayServicer
+from san_jobs.job_service.server import JobServiceRuntime, prepare_database
+from san_jobs.job_service.settings import JobServiceSettings
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
+from san_jobs.shared.trace_context import outgoing_metadata
+from san_jobs.shared.trace_logging import install_trace_ids
 from tests.support.gateway_in_process import InProcessGateway, gateway_in_process
 from tests.support.jobs_api import SAMPLE_TEXT, card_request, wait_terminal
 

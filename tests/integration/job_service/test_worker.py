@@ -11,9 +11,9 @@ from typing import Any
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.model import JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.model import JobType, NewJob, OnDuplicate
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import StartService
 from tests.integration.job_service.scripted_gateway import Fail, Hang, Slow
 from tests.support.jobs_api import card_request, wait_terminal

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from job_service.server import JobServiceRuntime, prepare_database
-from job_service.settings import JobServiceSettings
 from san_jobs.client import AsyncJobsClient
 from san_jobs.client.outbox import create_outbox_table
+from san_jobs.job_service.server import JobServiceRuntime, prepare_database
+from san_jobs.job_service.settings import JobServiceSettings
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.integration.job_service.scripted_gateway import ScriptedGateway, start_scripted_gateway
 from tests.integration.outbox.outbox_support import (
     EnqueueProxy,

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_jobs.client import AsyncJobsClient
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.integration.job_service.scripted_gateway import ScriptedGateway
 from tests.support.ci import skip_or_fail_in_ci
 from tests.support.databases import (

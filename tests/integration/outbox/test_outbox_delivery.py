@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from san.jobs.v1 import job_service_pb2 as pb
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from san_jobs.client.outbox import Outbox, OutboxEntry
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.scripted_gateway import Hang
 from tests.integration.outbox.outbox_support import Stack, wait_for
 

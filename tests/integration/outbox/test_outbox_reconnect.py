@@ -14,10 +14,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
 from san_jobs.client import outbox as outbox_module
 from san_jobs.client.outbox import Outbox
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.outbox.outbox_support import Stack, wait_for
 
 # The relay's first pause while JobService is away, with the base backoff raised to

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from job_service.domain.model import Failure, Job, JobType, NewJob, OnDuplicate
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.model import Failure, Job, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
 
 # open_store(instance_id): one more store on the test's database (conftest.py).
 OpenStore = Callable[[str], JobStore]

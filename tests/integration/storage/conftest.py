@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 import pytest
 from _storage_support import OpenStore
 
-from job_service.domain.ports import JobStore
-from job_service.storage.memory import MemoryJobStore, MemoryTable
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.storage.memory import MemoryJobStore, MemoryTable
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 STORES = [

@@ -13,14 +13,14 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
 
-from job_service.domain.errors import (
+from san_jobs.job_service.domain.errors import (
     StorageDataError,
     StorageError,
     StorageFailureError,
     StorageUnavailableError,
 )
-from job_service.storage.engine import create_engine
-from job_service.storage.errors import storage_errors
+from san_jobs.job_service.storage.engine import create_engine
+from san_jobs.job_service.storage.errors import storage_errors
 from tests.support.jobs_api import free_port
 
 

@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from job_service.domain.model import JobType, NewJob, OnDuplicate
-from job_service.metrics import JobServiceMetrics
-from job_service.storage.engine import create_engine
-from job_service.storage.repository import SqlJobStore
-from san_shared.metrics_http import MetricsListenError, MetricsServer
+from san_jobs.job_service.domain.model import JobType, NewJob, OnDuplicate
+from san_jobs.job_service.metrics import JobServiceMetrics
+from san_jobs.job_service.storage.engine import create_engine
+from san_jobs.job_service.storage.repository import SqlJobStore
+from san_jobs.shared.metrics_http import MetricsListenError, MetricsServer
 
 
 class StatementCounter:

@@ -17,10 +17,10 @@ from alembic import command
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from job_service.domain.model import OnDuplicate
-from job_service.storage.engine import create_engine
-from job_service.storage.migrate import alembic_config, migrate
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.model import OnDuplicate
+from san_jobs.job_service.storage.engine import create_engine
+from san_jobs.job_service.storage.migrate import alembic_config, migrate
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.databases import create_temp_postgres_database_async, drop_database_async
 from tests.support.schema_states import execute
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from job_service.storage import schema_version
-from job_service.storage.engine import create_engine
-from job_service.storage.migrate import MigrationLockTimeout, SchemaTooNew, migrate
-from job_service.storage.schema_version import (
+from san_jobs.job_service.storage import schema_version
+from san_jobs.job_service.storage.engine import create_engine
+from san_jobs.job_service.storage.migrate import MigrationLockTimeout, SchemaTooNew, migrate
+from san_jobs.job_service.storage.schema_version import (
     DatabaseSchema,
     SchemaMismatch,
     Verdict,
@@ -31,8 +31,8 @@ from job_service.storage.schema_version import (
 from tests.support.databases import create_temp_postgres_database_async, drop_database_async
 from tests.support.schema_states import FUTURE, execute, pretend_a_newer_version_migrated
 
-# The module (job_service.storage.migrate is also the name of its function).
-runner = importlib.import_module("job_service.storage.migrate")
+# The module (san_jobs.job_service.storage.migrate is also the name of its function).
+runner = importlib.import_module("san_jobs.job_service.storage.migrate")
 HEAD = code_head()
 
 

@@ -13,12 +13,12 @@ import pytest
 from _storage_support import enqueue
 from sqlalchemy import text
 
-from clients.web._store import ScrapStore
-from job_service.server import prepare_database
-from job_service.settings import JobServiceSettings
-from job_service.storage.engine import create_engine
-from job_service.storage.repository import SqlJobStore
-from san_shared.sqlite_files import prepare_sqlite_url
+from san_jobs.job_service.server import prepare_database
+from san_jobs.job_service.settings import JobServiceSettings
+from san_jobs.job_service.storage.engine import create_engine
+from san_jobs.job_service.storage.repository import SqlJobStore
+from san_jobs.shared.sqlite_files import prepare_sqlite_url
+from san_jobs.web._store import ScrapStore
 
 # sqlite3's numbers for PRAGMA synchronous.
 SYNCHRONOUS_FULL = 2

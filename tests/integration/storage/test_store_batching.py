@@ -15,16 +15,16 @@ import pytest
 from _storage_support import OpenStore, enqueue, failure, new_job
 from sqlalchemy import Engine, event
 
-from job_service.domain.errors import (
+from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
     LeaseLostError,
     StorageDataError,
     StorageFailureError,
 )
-from job_service.domain.model import Failure, Job, JobStatus, NewJob, OnDuplicate
-from job_service.domain.ports import JobStore
-from job_service.storage.direct import DirectStatement, HeldConnection
-from job_service.storage.repository import MAX_BATCH, SqlJobStore
+from san_jobs.job_service.domain.model import Failure, Job, JobStatus, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.storage.direct import DirectStatement, HeldConnection
+from san_jobs.job_service.storage.repository import MAX_BATCH, SqlJobStore
 from tests.support.clock import FakeClock
 
 REJECT, RETURN = OnDuplicate.REJECT, OnDuplicate.RETURN_EXISTING

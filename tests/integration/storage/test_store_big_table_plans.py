@@ -19,9 +19,9 @@ from _storage_support import enqueue
 from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 
-from job_service.domain.model import JobFilter, JobStatus, JobType
-from job_service.storage import counts, queries
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.model import JobFilter, JobStatus, JobType
+from san_jobs.job_service.storage import counts, queries
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 ROWS = 6_000

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 from _storage_support import OpenStore, enqueue
 
-from job_service.domain.claim_limits import CONCURRENCY_RECHECK_SECONDS, TypeLimit
-from job_service.domain.model import JobStatus, JobType
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.claim_limits import CONCURRENCY_RECHECK_SECONDS, TypeLimit
+from san_jobs.job_service.domain.model import JobStatus, JobType
+from san_jobs.job_service.domain.ports import JobStore
 from tests.support.clock import FakeClock
 
 CARD, TIL = JobType.CARD_ANALYSIS, JobType.TIL_GENERATION

@@ -7,10 +7,14 @@ from datetime import timedelta
 import pytest
 from _storage_support import enqueue, failure
 
-from job_service.domain.errors import InvalidJobStateError, JobNotFoundError, LeaseLostError
-from job_service.domain.model import JobStatus
-from job_service.domain.ports import JobStore
-from job_service.storage.repository import LEASE_EXPIRED_CODE
+from san_jobs.job_service.domain.errors import (
+    InvalidJobStateError,
+    JobNotFoundError,
+    LeaseLostError,
+)
+from san_jobs.job_service.domain.model import JobStatus
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.storage.repository import LEASE_EXPIRED_CODE
 from tests.support.clock import FakeClock
 
 

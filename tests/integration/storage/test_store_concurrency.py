@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 from _storage_support import OpenStore, make_failed, new_job
 
-from job_service.domain.model import JobFilter, JobStatus, OnDuplicate
-from job_service.domain.ports import JobStore
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.model import JobFilter, JobStatus, OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 

@@ -22,9 +22,9 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from _storage_support import enqueue
 
-from job_service.domain.errors import StorageUnavailableError
-from job_service.storage.notify import asyncpg_dsn
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.errors import StorageUnavailableError
+from san_jobs.job_service.storage.notify import asyncpg_dsn
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 pytestmark = pytest.mark.postgres

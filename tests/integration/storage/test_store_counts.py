@@ -16,9 +16,9 @@ import pytest
 from _storage_support import OpenStore, enqueue, failure, make_failed
 from sqlalchemy import text
 
-from job_service.domain.model import JobFilter, JobStats, JobStatus, JobType
-from job_service.domain.ports import JobStore
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.model import JobFilter, JobStats, JobStatus, JobType
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 Counts = dict[tuple[JobType, JobStatus], int]

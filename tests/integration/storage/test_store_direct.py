@@ -9,10 +9,10 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from _storage_support import enqueue
 
-from job_service.domain.errors import StorageUnavailableError
-from job_service.domain.model import JobFilter, JobStatus
-from job_service.storage.notify import asyncpg_dsn
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.errors import StorageUnavailableError
+from san_jobs.job_service.domain.model import JobFilter, JobStatus
+from san_jobs.job_service.storage.notify import asyncpg_dsn
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 pytestmark = pytest.mark.postgres

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 from _storage_support import OpenStore, enqueue
 
-from job_service.domain.dispatch import PauseReason
-from job_service.domain.model import JobType
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.dispatch import PauseReason
+from san_jobs.job_service.domain.model import JobType
+from san_jobs.job_service.domain.ports import JobStore
 from tests.support.clock import FakeClock
 
 CARD, TIL = JobType.CARD_ANALYSIS, JobType.TIL_GENERATION

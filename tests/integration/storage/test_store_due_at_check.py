@@ -15,10 +15,10 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from job_service.storage.engine import create_engine
-from job_service.storage.migrate import migrate
-from job_service.storage.repository import SqlJobStore
-from job_service.storage.tables import async_jobs
+from san_jobs.job_service.storage.engine import create_engine
+from san_jobs.job_service.storage.migrate import migrate
+from san_jobs.job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.storage.tables import async_jobs
 from tests.support.clock import FakeClock
 from tests.support.databases import create_temp_postgres_database_async, drop_database_async
 

@@ -10,10 +10,14 @@ import pytest
 from _storage_support import enqueue, failure, make_failed, new_job
 from sqlalchemy import text
 
-from job_service.domain.errors import DuplicateJobError, InvalidRequestError, JobNotFoundError
-from job_service.domain.model import JobFilter, JobStatus, JobType, OnDuplicate
-from job_service.domain.ports import JobStore
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.errors import (
+    DuplicateJobError,
+    InvalidRequestError,
+    JobNotFoundError,
+)
+from san_jobs.job_service.domain.model import JobFilter, JobStatus, JobType, OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 
@@ -220,7 +224,7 @@ async def test_stats_give_the_oldest_due_job_of_each_type(
 
 
 async def test_job_ids_are_time_ordered_uuid7(store: JobStore, clock: FakeClock) -> None:
-    """New ids land on the id index's right edge (job_service/domain/job_ids.py)."""
+    """New ids land on the id index's right edge (san_jobs/job_service/domain/job_ids.py)."""
     first = await enqueue(store, "u1")
     clock.advance(0.01)
     second = await enqueue(store, "u2")

@@ -13,12 +13,23 @@ import pytest
 from _storage_support import enqueue, new_job
 from sqlalchemy import Engine, event
 
-from job_service.domain.errors import DuplicateJobError, StorageError, StorageUnavailableError
-from job_service.domain.model import ACTIVE_STATUSES, Job, JobFilter, JobType, NewJob, OnDuplicate
-from job_service.domain.ports import EnqueueOutcome, JobStore
-from job_service.storage.direct import DirectStatement, HeldConnection
-from job_service.storage.repository import MAX_BATCH, SqlJobStore
-from job_service.storage.writes import JobWrites
+from san_jobs.job_service.domain.errors import (
+    DuplicateJobError,
+    StorageError,
+    StorageUnavailableError,
+)
+from san_jobs.job_service.domain.model import (
+    ACTIVE_STATUSES,
+    Job,
+    JobFilter,
+    JobType,
+    NewJob,
+    OnDuplicate,
+)
+from san_jobs.job_service.domain.ports import EnqueueOutcome, JobStore
+from san_jobs.job_service.storage.direct import DirectStatement, HeldConnection
+from san_jobs.job_service.storage.repository import MAX_BATCH, SqlJobStore
+from san_jobs.job_service.storage.writes import JobWrites
 
 REJECT, RETURN = OnDuplicate.REJECT, OnDuplicate.RETURN_EXISTING
 

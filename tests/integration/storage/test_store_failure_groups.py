@@ -8,12 +8,12 @@ from datetime import timedelta
 
 from _storage_support import enqueue, new_job
 
-from job_service.domain.failure_groups import (
+from san_jobs.job_service.domain.failure_groups import (
     MESSAGE_PREFIX_CHARS,
     FailureQuery,
 )
-from job_service.domain.model import Failure, Job, JobFilter, JobType, OnDuplicate
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.model import Failure, Job, JobFilter, JobType, OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
 from tests.support.clock import FakeClock
 
 TIMEOUT = "Timeout: the call took too long"

@@ -7,9 +7,9 @@ from collections import Counter
 
 from _storage_support import OpenStore
 
-from job_service.domain.claim_limits import TypeLimit
-from job_service.domain.model import Claim, JobType, NewJob, OnDuplicate
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.claim_limits import TypeLimit
+from san_jobs.job_service.domain.model import Claim, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
 from tests.support.clock import FakeClock
 
 CARD, TIL = JobType.CARD_ANALYSIS, JobType.TIL_GENERATION

@@ -9,8 +9,8 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from _storage_support import enqueue
 
-from job_service.domain.errors import DuplicateJobError
-from job_service.storage.notify import (
+from san_jobs.job_service.domain.errors import DuplicateJobError
+from san_jobs.job_service.storage.notify import (
     CHANNEL,
     FIELD_SEPARATOR,
     ID_SEPARATOR,
@@ -20,7 +20,7 @@ from job_service.storage.notify import (
     asyncpg_dsn,
     payload_prefix,
 )
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 pytestmark = pytest.mark.postgres

@@ -6,7 +6,7 @@ from __future__ import annotations
 from _storage_support import enqueue
 from sqlalchemy import text
 
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.storage.repository import SqlJobStore
 
 
 async def test_the_database_stores_a_type_it_was_never_told_of(sql_store: SqlJobStore) -> None:

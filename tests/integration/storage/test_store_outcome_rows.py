@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from _storage_support import failure
 
-from job_service.domain.errors import LeaseLostError
-from job_service.domain.model import (
+from san_jobs.job_service.domain.errors import LeaseLostError
+from san_jobs.job_service.domain.model import (
     AttemptUsage,
     Claim,
     Failure,
@@ -20,7 +20,7 @@ from job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import JobStore
 from tests.support.clock import FakeClock
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

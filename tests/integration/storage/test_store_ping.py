@@ -1,4 +1,4 @@
-"""JobStore.ping (health checks, job_service.db_health): answers while the database
+"""JobStore.ping (health checks, san_jobs.job_service.db_health): answers while the database
 does; StorageUnavailableError, quickly, when it cannot be reached: a PostgreSQL
 server that refuses or never answers, a SQLite file that is gone."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
-from job_service.domain.errors import StorageUnavailableError
-from job_service.domain.ports import JobStore
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.errors import StorageUnavailableError
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.jobs_api import free_port
 from tests.support.tcp_proxy import TcpProxy
 

@@ -8,11 +8,11 @@ import pytest
 from _storage_support import OpenStore, enqueue, make_failed
 from sqlalchemy import text
 
-from job_service.domain.errors import JobNotFoundError
-from job_service.domain.model import Job, JobFilter, JobStatus
-from job_service.domain.ports import JobStore
-from job_service.storage.prune import count_past_statement, prune_batch_statement
-from job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.domain.errors import JobNotFoundError
+from san_jobs.job_service.domain.model import Job, JobFilter, JobStatus
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.storage.prune import count_past_statement, prune_batch_statement
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 COMPLETED, FAILED, CANCELLED = JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED

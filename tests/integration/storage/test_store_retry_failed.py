@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from _storage_support import enqueue, make_failed
 
-from job_service.domain.model import JobFilter, JobStatus, JobType
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.model import JobFilter, JobStatus, JobType
+from san_jobs.job_service.domain.ports import JobStore
 from tests.support.clock import FakeClock
 
 

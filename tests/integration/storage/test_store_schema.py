@@ -12,12 +12,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import CheckConstraint, inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from job_service.domain.errors import StorageFailureError, StorageUnavailableError
-from job_service.domain.model import JobFilter
-from job_service.storage.engine import create_engine
-from job_service.storage.migrate import alembic_config, migrate
-from job_service.storage.repository import SqlJobStore
-from job_service.storage.tables import metadata
+from san_jobs.job_service.domain.errors import StorageFailureError, StorageUnavailableError
+from san_jobs.job_service.domain.model import JobFilter
+from san_jobs.job_service.storage.engine import create_engine
+from san_jobs.job_service.storage.migrate import alembic_config, migrate
+from san_jobs.job_service.storage.repository import SqlJobStore
+from san_jobs.job_service.storage.tables import metadata
 
 
 async def test_migrated_schema_equals_the_models(database_url: str) -> None:

@@ -12,9 +12,9 @@ import dataclasses
 import pytest
 from _storage_support import failure, new_job
 
-from job_service.domain.errors import DuplicateJobError
-from job_service.domain.model import JobFilter, JobType, NewJob, OnDuplicate
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.errors import DuplicateJobError
+from san_jobs.job_service.domain.model import JobFilter, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
 
 REJECT, RETURN = OnDuplicate.REJECT, OnDuplicate.RETURN_EXISTING
 

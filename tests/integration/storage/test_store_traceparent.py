@@ -8,8 +8,8 @@ import dataclasses
 
 from _storage_support import new_job
 
-from job_service.domain.model import OnDuplicate
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.model import OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

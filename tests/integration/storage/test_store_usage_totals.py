@@ -9,9 +9,9 @@ from datetime import timedelta
 
 from _storage_support import failure, new_job
 
-from job_service.domain.model import AttemptUsage, JobType, OnDuplicate
-from job_service.domain.ports import JobStore
-from job_service.domain.usage import UsageQuery, UsageTotal
+from san_jobs.job_service.domain.model import AttemptUsage, JobType, OnDuplicate
+from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal
 from tests.support.clock import FakeClock
 
 GPT = AttemptUsage("gpt-4o-mini", 120, 30, 0.25)

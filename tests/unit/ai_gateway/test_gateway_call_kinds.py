@@ -1,16 +1,15 @@
-"""The gateway's kinds of call (ai_gateway/calls.py CALL_KINDS) are exactly the
+"""The gateway's kinds of call (san_jobs/ai_gateway/calls.py CALL_KINDS) are exactly the
 contract's unary RPCs and StreamCalls cases, and each has its servicer method."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from san.aigateway.v1 import ai_gateway_pb2 as pb
-from san.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
-
-from ai_gateway import stream
-from ai_gateway.calls import CALL_KINDS
-from ai_gateway.servicer import AiGatewayServicer
+from san_jobs.ai_gateway import stream
+from san_jobs.ai_gateway.calls import CALL_KINDS
+from san_jobs.ai_gateway.servicer import AiGatewayServicer
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
 SERVICE = pb.DESCRIPTOR.services_by_name["AiGatewayService"]
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ai_gateway.cli import load_settings
+from san_jobs.ai_gateway.cli import load_settings
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,7 +44,7 @@ def test_bad_values_exit_2_with_one_line(
     args: list[str], env: dict[str, str], expected: str
 ) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "ai_gateway", *args],
+        [sys.executable, "-m", "san_jobs.ai_gateway", *args],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", **env},
@@ -83,7 +83,7 @@ def test_without_a_file_the_key_setting_is_used(monkeypatch: pytest.MonkeyPatch)
 
 def _run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ai_gateway", *args],
+        [sys.executable, "-m", "san_jobs.ai_gateway", *args],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", **env},

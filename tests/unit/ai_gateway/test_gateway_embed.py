@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from gateway_texts import EN_BREAD, EN_QUEUE, EN_QUEUE_2, KO_BREAD, KO_QUEUE, KO_QUEUE_2
 
-from ai_gateway.backends.local.embed import DIMENSION, cosine, embed
+from san_jobs.ai_gateway.backends.local.embed import DIMENSION, cosine, embed
 
 
 @pytest.mark.parametrize("text", [EN_QUEUE, KO_BREAD, "the a of", "!!!", "x"])

@@ -4,8 +4,8 @@ import grpc
 import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from ai_gateway import errors
-from ai_gateway.errors import (
+from san_jobs.ai_gateway import errors
+from san_jobs.ai_gateway.errors import (
     BackendUnavailable,
     FieldViolation,
     GatewayError,
@@ -15,7 +15,7 @@ from ai_gateway.errors import (
     TokenLimitExceeded,
     json_error_message,
 )
-from ai_gateway.transport_errors import (
+from san_jobs.ai_gateway.transport_errors import (
     DOMAIN,
     WIRE,
     cancelled_status,

@@ -1,4 +1,4 @@
-"""The fallback backend and the primary's circuit (ai_gateway/fallback.py): which
+"""The fallback backend and the primary's circuit (san_jobs/ai_gateway/fallback.py): which
 backend serves a call, when the primary is skipped, probed, and trusted again."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from ai_gateway.backends.base import Backend
-from ai_gateway.backends.instant import InstantBackend
-from ai_gateway.backends.local.backend import LocalBackend
-from ai_gateway.errors import (
+from san_jobs.ai_gateway.backends.base import Backend
+from san_jobs.ai_gateway.backends.instant import InstantBackend
+from san_jobs.ai_gateway.backends.local.backend import LocalBackend
+from san_jobs.ai_gateway.errors import (
     BackendUnavailable,
     DeadlineExceeded,
     GatewayError,
@@ -22,11 +22,11 @@ from ai_gateway.errors import (
     RateLimited,
     TokenLimitExceeded,
 )
-from ai_gateway.fallback import Fallback, PrimaryCircuit
-from ai_gateway.models import EmbedInput, EmbedResult
-from ai_gateway.server import make_fallback
-from ai_gateway.settings import GatewaySettings
-from san_shared.field_violation import FieldViolation
+from san_jobs.ai_gateway.fallback import Fallback, PrimaryCircuit
+from san_jobs.ai_gateway.models import EmbedInput, EmbedResult
+from san_jobs.ai_gateway.server import make_fallback
+from san_jobs.ai_gateway.settings import GatewaySettings
+from san_jobs.shared.field_violation import FieldViolation
 
 
 class FakeClock:

@@ -1,7 +1,12 @@
 import pytest
 
-from ai_gateway.errors import BackendUnavailable, GatewayError, MalformedResponse, RateLimited
-from ai_gateway.faults import FaultConfig, FaultInjector
+from san_jobs.ai_gateway.errors import (
+    BackendUnavailable,
+    GatewayError,
+    MalformedResponse,
+    RateLimited,
+)
+from san_jobs.ai_gateway.faults import FaultConfig, FaultInjector
 
 
 async def _outcomes(config: FaultConfig, n: int) -> list[str]:

@@ -10,15 +10,18 @@ import pytest
 from tests.support.imports import ROOT, forbidden_imports, module_name
 
 CORE = [
-    "ai_gateway.gateway",
-    "ai_gateway.errors",
-    "ai_gateway.limits",
-    "ai_gateway.faults",
-    "ai_gateway.models",
-    "ai_gateway.tokens",
-    "ai_gateway.bounds",
-    "ai_gateway.calllog",
-    *(module_name(path) for path in sorted((ROOT / "ai_gateway" / "backends").rglob("*.py"))),
+    "san_jobs.ai_gateway.gateway",
+    "san_jobs.ai_gateway.errors",
+    "san_jobs.ai_gateway.limits",
+    "san_jobs.ai_gateway.faults",
+    "san_jobs.ai_gateway.models",
+    "san_jobs.ai_gateway.tokens",
+    "san_jobs.ai_gateway.bounds",
+    "san_jobs.ai_gateway.calllog",
+    *(
+        module_name(path)
+        for path in sorted((ROOT / "san_jobs" / "ai_gateway" / "backends").rglob("*.py"))
+    ),
 ]
 
 
@@ -29,6 +32,7 @@ def test_the_core_imports_no_grpc_nor_protobuf(module: str) -> None:
 
 def test_the_check_follows_imports_through_project_modules() -> None:
     # calls.py is transport-side: it reaches gRPC through the status mapping.
-    assert "ai_gateway.calls -> ai_gateway.transport_errors -> grpc" in forbidden_imports(
-        "ai_gateway.calls"
+    assert (
+        "san_jobs.ai_gateway.calls -> san_jobs.ai_gateway.transport_errors -> grpc"
+        in forbidden_imports("san_jobs.ai_gateway.calls")
     )

@@ -1,7 +1,7 @@
 import pytest
 
-from ai_gateway.errors import RateLimited
-from ai_gateway.limits import ConcurrencyLimiter, RateLimiter
+from san_jobs.ai_gateway.errors import RateLimited
+from san_jobs.ai_gateway.limits import ConcurrencyLimiter, RateLimiter
 
 
 class FakeClock:

@@ -1,6 +1,6 @@
 from gateway_texts import EN_QUEUE, KO_BREAD
 
-from ai_gateway.backends.local.recall import BLANK, generate_recall, make_cloze
+from san_jobs.ai_gateway.backends.local.recall import BLANK, generate_recall, make_cloze
 
 
 def test_make_cloze_english_blanks_whole_word() -> None:

@@ -1,5 +1,5 @@
 """The result cache (LRU, time to live), identical calls in flight sharing one backend
-call, and both in the gateway's dispatch (ai_gateway/result_cache.py, coalesce.py,
+call, and both in the gateway's dispatch (san_jobs/ai_gateway/result_cache.py, coalesce.py,
 gateway.py)."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ import time
 
 import pytest
 
-from ai_gateway.backends.base import Backend
-from ai_gateway.coalesce import Coalescer
-from ai_gateway.errors import BackendUnavailable, DeadlineExceeded
-from ai_gateway.fallback import Fallback, PrimaryCircuit
-from ai_gateway.faults import FaultConfig, FaultInjector
-from ai_gateway.gateway import CallInfo, Gateway
-from ai_gateway.limits import ConcurrencyLimiter, RateLimiter
-from ai_gateway.models import EmbedInput, EmbedResult
-from ai_gateway.result_cache import CacheKey, ResultCache, cache_key, input_digest
-from ai_gateway.usage import Usage
+from san_jobs.ai_gateway.backends.base import Backend
+from san_jobs.ai_gateway.coalesce import Coalescer
+from san_jobs.ai_gateway.errors import BackendUnavailable, DeadlineExceeded
+from san_jobs.ai_gateway.fallback import Fallback, PrimaryCircuit
+from san_jobs.ai_gateway.faults import FaultConfig, FaultInjector
+from san_jobs.ai_gateway.gateway import CallInfo, Gateway
+from san_jobs.ai_gateway.limits import ConcurrencyLimiter, RateLimiter
+from san_jobs.ai_gateway.models import EmbedInput, EmbedResult
+from san_jobs.ai_gateway.result_cache import CacheKey, ResultCache, cache_key, input_digest
+from san_jobs.ai_gateway.usage import Usage
 
 
 class FakeClock:

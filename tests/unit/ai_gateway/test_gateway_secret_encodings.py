@@ -11,10 +11,10 @@ from urllib.parse import quote, quote_plus
 import httpx
 import pytest
 
-from ai_gateway.backends import secrets
-from ai_gateway.backends.openai import OpenAIBackend
-from ai_gateway.backends.secrets import SecretMasker
-from ai_gateway.errors import BackendUnavailable
+from san_jobs.ai_gateway.backends import secrets
+from san_jobs.ai_gateway.backends.openai import OpenAIBackend
+from san_jobs.ai_gateway.backends.secrets import SecretMasker
+from san_jobs.ai_gateway.errors import BackendUnavailable
 
 KEY = "plain/Secret+0123456789=xyz&<ok>"
 ECHOES = [

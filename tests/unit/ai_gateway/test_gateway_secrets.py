@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ai_gateway.backends.secrets import SecretMasker
+from san_jobs.ai_gateway.backends.secrets import SecretMasker
 
 CONFIGURED = "my-Configured-Key-42"
 

@@ -1,13 +1,13 @@
 from gateway_texts import EN_QUEUE, KO_QUEUE
 
-from ai_gateway.backends.local.summarize import (
+from san_jobs.ai_gateway.backends.local.summarize import (
     MAX_SENTENCE_CHARS,
     clip,
     rank_sentences,
     summarize,
     summary_size,
 )
-from ai_gateway.backends.local.text import split_sentences
+from san_jobs.ai_gateway.backends.local.text import split_sentences
 
 
 def _is_subsequence(parts: list[str], whole: list[str]) -> bool:

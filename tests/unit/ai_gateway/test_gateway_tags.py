@@ -1,6 +1,6 @@
 from gateway_texts import EN_BREAD, EN_QUEUE, KO_BREAD, KO_QUEUE
 
-from ai_gateway.backends.local.tags import (
+from san_jobs.ai_gateway.backends.local.tags import (
     MAX_TAGS,
     MIN_TAGS,
     extract_tags,

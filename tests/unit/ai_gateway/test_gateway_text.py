@@ -1,4 +1,4 @@
-from ai_gateway.backends.local.text import (
+from san_jobs.ai_gateway.backends.local.text import (
     content_keys,
     english_stem,
     is_mostly_korean,
@@ -6,7 +6,7 @@ from ai_gateway.backends.local.text import (
     split_sentences,
     tokenize,
 )
-from ai_gateway.tokens import estimate_tokens, estimate_tokens_all
+from san_jobs.ai_gateway.tokens import estimate_tokens, estimate_tokens_all
 
 
 def test_split_sentences_english_and_korean() -> None:

@@ -1,4 +1,4 @@
-from ai_gateway.backends.local.til import clean_note, generate_til, merge_repeats
+from san_jobs.ai_gateway.backends.local.til import clean_note, generate_til, merge_repeats
 
 NOTES_EN = [
     "- Postgres SKIP LOCKED lets workers claim jobs without blocking",

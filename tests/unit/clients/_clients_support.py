@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
-from san.jobs.v1 import job_service_pb2 as pb
+
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 DETAILS_KEY = "grpc-status-details-bin"
 

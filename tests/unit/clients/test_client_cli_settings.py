@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from clients.jobsctl import cli as jobsctl
-from clients.jobsctl._connection import resolve
-from clients.web import cli as web
+from san_jobs.jobsctl import cli as jobsctl
+from san_jobs.jobsctl._connection import resolve
+from san_jobs.web import cli as web
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
-from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.jobsctl import _job_inputs, _render, cli
-from clients.web.app import job_view
 from san_jobs.client._job_types import JOB_TYPES, JobTypeInfo, job_type_info
 from san_jobs.client._requests import enqueue_request
+from san_jobs.jobsctl import _job_inputs, _render, cli
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.web.app import job_view
 
 IDS = [info.name for info in JOB_TYPES]
 

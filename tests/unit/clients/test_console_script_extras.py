@@ -20,13 +20,13 @@ from tests.support.install_extras import (
     run_without,
 )
 
-# The packages each program is made of; the shared helpers (clients._display,
-# san_shared, ...) come in through their imports.
+# The packages each program is made of; the shared helpers (san_jobs.shared.display,
+# san_jobs.shared, ...) come in through their imports.
 PROGRAM_PACKAGES = {
-    "job-service": "job_service",
-    "ai-gateway": "ai_gateway",
-    "jobsctl": "clients.jobsctl",
-    "san-web": "clients.web",
+    "job-service": "san_jobs.job_service",
+    "ai-gateway": "san_jobs.ai_gateway",
+    "jobsctl": "san_jobs.jobsctl",
+    "san-web": "san_jobs.web",
 }
 PROGRAM_IDS = [program.command for program in PROGRAMS]
 
@@ -165,7 +165,7 @@ def test_a_module_missing_once_the_program_runs_names_the_extra_too(tmp_path: Pa
 
 
 def test_a_missing_module_of_the_project_itself_keeps_its_traceback() -> None:
-    broken = Program("job-service", "server", "job_service.no_such_module")
+    broken = Program("job-service", "server", "san_jobs.job_service.no_such_module")
     with pytest.raises(ModuleNotFoundError) as raised:
         run(broken)
-    assert raised.value.name == "job_service.no_such_module"
+    assert raised.value.name == "san_jobs.job_service.no_such_module"

@@ -10,9 +10,9 @@ from unittest import mock
 import grpc
 import pytest
 
-from clients.jobsctl._connection import SettingsError, resolve, unavailable_message
-from clients.jobsctl.cli import build_parser
 from san_jobs.client import ChannelSettings, ServiceUnavailableError
+from san_jobs.jobsctl._connection import SettingsError, resolve, unavailable_message
+from san_jobs.jobsctl.cli import build_parser
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import io
 
-from san.jobs.v1 import job_service_pb2 as pb
-
-from clients.jobsctl import _enqueue_tally as tally_
-from clients.jobsctl._enqueue_file import parse_line, read_batches
+from san_jobs.jobsctl import _enqueue_tally as tally_
+from san_jobs.jobsctl._enqueue_file import parse_line, read_batches
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 
 def test_a_line_is_a_request_a_reason_or_skipped() -> None:

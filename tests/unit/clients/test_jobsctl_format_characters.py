@@ -9,9 +9,9 @@ import json
 
 import pytest
 from rich.console import Console
-from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.jobsctl import _render
+from san_jobs.jobsctl import _render
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.unit.clients._clients_support import make_job
 
 TARGET = "scrap-\u202eDELIAF\u202c-1"

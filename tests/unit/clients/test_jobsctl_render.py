@@ -9,9 +9,9 @@ import json
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
-from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.jobsctl import _render, cli
+from san_jobs.jobsctl import _render, cli
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 # ESC [2J clears the screen; CSI (\x9b) is its one-byte C1 form; BEL rings; U+2028
 # breaks lines in some terminals and editors.

@@ -7,16 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from san.jobs.v1 import job_service_pb2 as pb
 
-from clients._display import format_time
-from clients.jobsctl import cli
-from clients.jobsctl._values import (
+from san_jobs.jobsctl import cli
+from san_jobs.jobsctl._values import (
     format_age,
     parse_job_type,
     parse_since,
     parse_status,
 )
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.shared.display import format_time
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -97,7 +97,7 @@ def test_a_completed_jobs_old_failure_is_history_not_an_error() -> None:
     from _clients_support import make_job
     from rich.console import Console
 
-    from clients.jobsctl import _render
+    from san_jobs.jobsctl import _render
 
     done = make_job(pb.JOB_STATUS_COMPLETED, attempt=2, error="AI gateway unavailable: x")
     failed = make_job(pb.JOB_STATUS_FAILED, attempt=3, error="AI gateway unavailable: y")

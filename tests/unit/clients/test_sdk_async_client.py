@@ -11,8 +11,6 @@ from _clients_support import bad_request, error_info, make_job, retry_info
 from google.protobuf import any_pb2
 from google.rpc import status_pb2
 from grpc_status import rpc_status
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from san_jobs.client import (
     AsyncJobsClient,
@@ -23,6 +21,8 @@ from san_jobs.client import (
     RateLimitedError,
     ServiceUnavailableError,
 )
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 
 def rich(code: grpc.StatusCode, message: str, *details: Any) -> grpc.Status:

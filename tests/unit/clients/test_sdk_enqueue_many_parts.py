@@ -10,10 +10,10 @@ import pytest
 from _clients_support import bad_request, error_info
 from google.protobuf import any_pb2
 from google.rpc import status_pb2
-from san.jobs.v1 import job_service_pb2 as pb
 
 from san_jobs.client import DuplicateJobError, InvalidRequestError, JobsError
 from san_jobs.client._batch import as_sent, check_batch_size, chunks, outcomes
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 
 def card(target: str, text: str = "t", **kwargs: Any) -> pb.EnqueueRequest:

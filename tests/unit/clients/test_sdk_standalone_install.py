@@ -32,7 +32,9 @@ MUST_NOT_NEED = frozenset(
         "httpx",
     }
 )
-OTHER_PROGRAMS = frozenset({"job_service", "ai_gateway", "clients", "san_shared"})
+OTHER_PROGRAMS = frozenset(
+    {"san_jobs.job_service", "san_jobs.ai_gateway", "san_jobs.jobsctl", "san_jobs.web"}
+)
 
 # A JobService of a few lines in the same process: Enqueue answers with the job it
 # was asked for, GetJob knows no job (a rich NOT_FOUND, as the real service sends).
@@ -46,8 +48,8 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 from san_jobs.client import AsyncJobsClient, CardAnalysisInput, JobNotFoundError, JobsClient
 

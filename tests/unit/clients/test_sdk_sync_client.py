@@ -13,8 +13,6 @@ import grpc
 import grpc_testing
 import pytest
 from _clients_support import bad_request, error_info, make_job, retry_info, rich_trailers
-from san.jobs.v1 import job_service_pb2 as pb
-from san.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 import san_jobs.client
 from san_jobs.client import (
@@ -34,6 +32,8 @@ from san_jobs.client import (
     WaitTimeoutError,
 )
 from san_jobs.client._channel import RETRY_POLICY, ChannelSettings
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 SERVICE = pb.DESCRIPTOR.services_by_name["JobService"]
 T = TypeVar("T")

@@ -3,9 +3,8 @@ server sends the same PENDING state again with a new `waiting_for`)."""
 
 from __future__ import annotations
 
-from san.jobs.v1 import job_service_pb2 as pb
-
 from san_jobs.client._requests import ChangeFilter
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 
 def test_a_pause_opening_or_closing_is_a_change_to_watch() -> None:

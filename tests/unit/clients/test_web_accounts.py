@@ -13,9 +13,9 @@ from typing import TypeVar
 
 import pytest
 
-from clients.web._passwords import PasswordChecker, hash_password, password_problem
-from clients.web._store import Scrap, ScrapStore
-from clients.web._users_cli import users_main
+from san_jobs.web._passwords import PasswordChecker, hash_password, password_problem
+from san_jobs.web._store import Scrap, ScrapStore
+from san_jobs.web._users_cli import users_main
 
 GOOD = "a long enough passphrase"
 T = TypeVar("T")

@@ -9,22 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from clients.web._auth import same_origin, token_hash, tokens_match
-from clients.web._auth_cli import resolve_auth_mode
-from clients.web._login_throttle import (
+from san_jobs.web._auth import same_origin, token_hash, tokens_match
+from san_jobs.web._auth_cli import resolve_auth_mode
+from san_jobs.web._login_throttle import (
     MAX_REMEMBERED_PAIRS,
     LoginAttempt,
     LoginThrottle,
     Throttled,
 )
-from clients.web._passwords import (
+from san_jobs.web._passwords import (
     PasswordChecker,
     hash_password,
     password_problem,
     username_problem,
 )
-from clients.web._security_headers import AllowedHosts, default_allowed_hosts, host_name
-from clients.web._store import ScrapStore
+from san_jobs.web._security_headers import AllowedHosts, default_allowed_hosts, host_name
+from san_jobs.web._store import ScrapStore
 
 
 class Clock:
@@ -105,7 +105,7 @@ def test_a_weaker_old_hash_is_replaced_on_login() -> None:
     from argon2 import PasswordHasher
 
     old = PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1).hash("s3cret")
-    from clients.web._passwords import _verify
+    from san_jobs.web._passwords import _verify
 
     valid, rehash = _verify(old, "s3cret")
     assert valid and rehash is not None and rehash != old

@@ -8,9 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 from _clients_support import make_job
-from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.web.app import job_view, jobs_error_response
 from san_jobs.client import (
     DuplicateJobError,
     FieldViolation,
@@ -21,6 +19,8 @@ from san_jobs.client import (
     RateLimitedError,
     ServiceUnavailableError,
 )
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.web.app import job_view, jobs_error_response
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ async def test_quiet_event_stream_sends_keepalive_comments(
 ) -> None:
     import httpx
 
-    from clients.web import app as web
+    from san_jobs.web import app as web
 
     monkeypatch.setattr(web, "SSE_HEARTBEAT_SECONDS", 0.1)
     application = web.create_app(

@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy.exc as sa_exc
-from san.jobs.v1 import job_service_pb2 as pb
 
-from clients.web import cli
-from clients.web._failures import is_database_unavailable
-from clients.web.app import create_app
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.web import cli
+from san_jobs.web._failures import is_database_unavailable
+from san_jobs.web.app import create_app
 
 
 class _BrokenJobs:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from clients.web._https import HttpsSettingsError, reload_certificate, server_tls
-from clients.web._job_service_link import LinkSettingsError, load_link
-from clients.web.cli import build_parser
+from san_jobs.web._https import HttpsSettingsError, reload_certificate, server_tls
+from san_jobs.web._job_service_link import LinkSettingsError, load_link
+from san_jobs.web.cli import build_parser
 from tests.acceptance.clients._certs import write_test_certs
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

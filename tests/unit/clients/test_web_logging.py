@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from clients.web._logging import safe_log_config
+from san_jobs.web._logging import safe_log_config
 
 FORGED = "INFO:     FAKE LINE"
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from clients.web._client_address import TrustedProxies, address_key, parse_networks
-from clients.web._connection_limits import ConnectionLimits
-from clients.web._login_throttle import LoginAttempt, LoginThrottle, Throttled
-from clients.web._security_headers import wants_hsts
-from clients.web.cli import build_parser
+from san_jobs.web._client_address import TrustedProxies, address_key, parse_networks
+from san_jobs.web._connection_limits import ConnectionLimits
+from san_jobs.web._login_throttle import LoginAttempt, LoginThrottle, Throttled
+from san_jobs.web._security_headers import wants_hsts
+from san_jobs.web.cli import build_parser
 
 
 class Clock:

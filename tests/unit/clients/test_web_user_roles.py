@@ -13,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from clients.web._store import ScrapStore
-from clients.web._users_cli import users_main
+from san_jobs.web._store import ScrapStore
+from san_jobs.web._users_cli import users_main
 from tests.support.databases import (
     create_temp_postgres_database_async,
     drop_database_async,

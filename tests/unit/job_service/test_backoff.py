@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from job_service.domain.backoff import BackoffPolicy, bounded_retry_after
+from san_jobs.job_service.domain.backoff import BackoffPolicy, bounded_retry_after
 
 
 def test_delay_doubles_within_jitter_band() -> None:

@@ -7,26 +7,25 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from san.jobs.v1 import job_service_pb2 as pb
-
-from job_service.domain.dispatch import DispatchPause, PauseReason
-from job_service.domain.errors import (
+from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
     StorageDataError,
     StorageUnavailableError,
 )
-from job_service.domain.job_ids import new_job_id
-from job_service.domain.limits import (
+from san_jobs.job_service.domain.job_ids import new_job_id
+from san_jobs.job_service.domain.limits import (
     MAX_ATTEMPTS_LIMIT,
     MAX_REQUEST_ID_CHARS,
     MAX_REQUESTED_BY_CHARS,
     MAX_TARGET_ID_CHARS,
 )
-from job_service.domain.model import JobAttempt, JobStatus, JobType
-from job_service.domain.ports import EnqueueOutcome
-from job_service.domain.validation import EnqueueLimits
-from job_service.storage.rows import pending_job
-from job_service.transport import batch
+from san_jobs.job_service.domain.model import JobAttempt, JobStatus, JobType
+from san_jobs.job_service.domain.ports import EnqueueOutcome
+from san_jobs.job_service.domain.validation import EnqueueLimits
+from san_jobs.job_service.storage.rows import pending_job
+from san_jobs.job_service.transport import batch
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 # Nanoseconds in every time: the longest Timestamp a job can carry.
 NOW = datetime(2026, 12, 2, 1, 2, 3, 999999, tzinfo=UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from job_service.worker import CallSlots
+from san_jobs.job_service.worker import CallSlots
 
 
 async def test_waiters_get_slots_in_turn_urgent_first() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from job_service.cli import load_settings
-from job_service.domain.claim_limits import TypeLimit, parse_rate
-from job_service.domain.model import JobType
+from san_jobs.job_service.cli import load_settings
+from san_jobs.job_service.domain.claim_limits import TypeLimit, parse_rate
+from san_jobs.job_service.domain.model import JobType
 
 
 @pytest.fixture(autouse=True)

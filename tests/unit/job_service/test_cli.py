@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from job_service.cli import load_settings
-from job_service.domain.model import JobType
-from job_service.settings import JobServiceSettings
+from san_jobs.job_service.cli import load_settings
+from san_jobs.job_service.domain.model import JobType
+from san_jobs.job_service.settings import JobServiceSettings
 
 BIN = Path(sys.executable).parent
 

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from job_service.count_folding import CountFolder
-from job_service.domain.errors import StorageUnavailableError
-from job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.count_folding import CountFolder
+from san_jobs.job_service.domain.errors import StorageUnavailableError
+from san_jobs.job_service.storage.memory import MemoryJobStore
 
 
 class FoldingStore(MemoryJobStore):

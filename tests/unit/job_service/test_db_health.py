@@ -1,4 +1,4 @@
-"""The database health monitor (job_service.db_health) with a fake store: readiness
+"""The database health monitor (san_jobs.job_service.db_health) with a fake store: readiness
 goes down when the database stops answering (refused or silent) and back up by
 itself, reported once per change, logged once per change."""
 
@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from job_service.db_health import MAX_TIMEOUT, DatabaseHealth
-from job_service.domain.errors import StorageUnavailableError
+from san_jobs.job_service.db_health import MAX_TIMEOUT, DatabaseHealth
+from san_jobs.job_service.domain.errors import StorageUnavailableError
 
 
 class FakeStore:

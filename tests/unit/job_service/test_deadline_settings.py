@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from job_service.cli import load_settings
-from job_service.domain.job_types import JOB_TYPES, JobType
-from job_service.settings import JobServiceSettings
+from san_jobs.job_service.cli import load_settings
+from san_jobs.job_service.domain.job_types import JOB_TYPES, JobType
+from san_jobs.job_service.settings import JobServiceSettings
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """JobService's domain, its worker and its update hub know no gRPC nor protobuf: the
-transport (job_service/transport/) and the gateway adapter do the converting. Read
+transport (san_jobs/job_service/transport/) and the gateway adapter do the converting. Read
 from the source with `ast`, following the project's own imports."""
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ import pytest
 from tests.support.imports import ROOT, forbidden_imports, module_name
 
 GRPC_FREE = [
-    *(module_name(path) for path in sorted((ROOT / "job_service" / "domain").rglob("*.py"))),
-    "job_service.worker",
-    "job_service.updates",
+    *(
+        module_name(path)
+        for path in sorted((ROOT / "san_jobs" / "job_service" / "domain").rglob("*.py"))
+    ),
+    "san_jobs.job_service.worker",
+    "san_jobs.job_service.updates",
 ]
 
 

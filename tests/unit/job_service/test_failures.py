@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from job_service.domain.failures import (
+from san_jobs.job_service.domain.failures import (
     GatewayCallError,
     describe_gateway_error,
     truncate_error_message,

@@ -6,11 +6,11 @@ joins an emoji)."""
 from __future__ import annotations
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.errors import InvalidRequestError
-from job_service.domain.validation import EnqueueLimits
-from job_service.transport import requests
+from san_jobs.job_service.domain.errors import InvalidRequestError
+from san_jobs.job_service.domain.validation import EnqueueLimits
+from san_jobs.job_service.transport import requests
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 LIMITS = EnqueueLimits(max_text_chars=1000)
 

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.model import JobAttempt, JobStatus, JobType, NewJob
-from job_service.storage.rows import pending_job
-from job_service.transport.convert import fill_fresh_job, job_to_pb, timestamp_of
+from san_jobs.job_service.domain.model import JobAttempt, JobStatus, JobType, NewJob
+from san_jobs.job_service.storage.rows import pending_job
+from san_jobs.job_service.transport.convert import fill_fresh_job, job_to_pb, timestamp_of
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 NOW = datetime(2026, 12, 1, 18, 19, 32, 123456, tzinfo=UTC)
 

@@ -10,17 +10,17 @@ from typing import Any
 
 import grpc
 import pytest
-from san.aigateway.v1 import ai_gateway_pb2 as gw
 
-from job_service.domain.failures import GatewayCallError, describe_gateway_error
-from job_service.gateway_client import CALL_OVERHEAD_BYTES, check_call_size, max_call_bytes
-from job_service.gateway_stream import (
+from san_jobs.job_service.domain.failures import GatewayCallError, describe_gateway_error
+from san_jobs.job_service.gateway_client import CALL_OVERHEAD_BYTES, check_call_size, max_call_bytes
+from san_jobs.job_service.gateway_stream import (
     MAX_CALL_ID_CHARS,
     MAX_CALLS_IN_FLIGHT,
     MAX_CALLS_PER_MESSAGE,
     _Session,
     stream_ended,
 )
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
 
 
 class FakeStreamCall:

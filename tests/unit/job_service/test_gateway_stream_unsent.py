@@ -12,11 +12,11 @@ from typing import Any
 
 import grpc
 import pytest
-from san.aigateway.v1 import ai_gateway_pb2 as gw
 
-from job_service.domain.failures import GatewayCallError
-from job_service.domain.model import Job, JobStatus, JobType
-from job_service.gateway_stream import StreamingAiGateway, _NotSent, _Session
+from san_jobs.job_service.domain.failures import GatewayCallError
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType
+from san_jobs.job_service.gateway_stream import StreamingAiGateway, _NotSent, _Session
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
 
 UNAVAILABLE = grpc.aio.AioRpcError(
     grpc.StatusCode.UNAVAILABLE,

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from job_service.domain.freshness import FINAL_STATUSES, supersedes
-from job_service.domain.model import Job, JobStatus, JobType
-from job_service.domain.validation import EnqueueLimits
-from job_service.transport.servicer import JobServiceServicer
-from job_service.transport.stream_limits import StreamGate, StreamLimits
-from job_service.updates import UpdateHub
+from san_jobs.job_service.domain.freshness import FINAL_STATUSES, supersedes
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType
+from san_jobs.job_service.domain.validation import EnqueueLimits
+from san_jobs.job_service.transport.servicer import JobServiceServicer
+from san_jobs.job_service.transport.stream_limits import StreamGate, StreamLimits
+from san_jobs.job_service.updates import UpdateHub
 
 T0 = datetime(2026, 11, 29, tzinfo=UTC)
 P, R, C, F, X = (

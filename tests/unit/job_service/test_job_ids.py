@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from job_service.domain import job_ids
-from job_service.domain.job_ids import new_job_id
+from san_jobs.job_service.domain import job_ids
+from san_jobs.job_service.domain.job_ids import new_job_id
 
 
 def test_an_id_is_a_canonical_uuid7_with_the_current_time() -> None:

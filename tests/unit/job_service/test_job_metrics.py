@@ -1,4 +1,4 @@
-"""JobService's metrics (job_service.metrics) without a database: the stats collector's
+"""JobService's metrics (san_jobs.job_service.metrics) without a database: the stats collector's
 one-query-per-scrape rule, its failure modes, the wait histogram of first attempts and
 retries, and the pause gauge. Scrapes run in a thread, as prometheus-client's HTTP
 server runs them."""
@@ -12,11 +12,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from job_service.dispatch_breaker import BreakerConfig, DispatchBreaker
-from job_service.domain.dispatch import DispatchPause, PauseReason
-from job_service.domain.model import Job, JobCount, JobStats, JobStatus, JobType
-from job_service.metrics import COMPLETED, FAILED, JobServiceMetrics
-from job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.dispatch_breaker import BreakerConfig, DispatchBreaker
+from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.model import Job, JobCount, JobStats, JobStatus, JobType
+from san_jobs.job_service.metrics import COMPLETED, FAILED, JobServiceMetrics
+from san_jobs.job_service.storage.memory import MemoryJobStore
 from tests.support.waiting import wait_until
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The job-type registry (job_service/domain/job_types.py) against the contract: every
+"""The job-type registry (san_jobs/job_service/domain/job_types.py) against the contract: every
 entry names real parts of the generated descriptors, by the conventions the clients
 rely on, and every type of the contract is registered."""
 
@@ -7,19 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from san.aigateway.v1 import ai_gateway_pb2 as gw
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.job_inputs import check_card_analysis
-from job_service.domain.job_types import (
+from san_jobs.client._job_types import JOB_TYPES as CONTRACT_TYPES
+from san_jobs.job_service.domain.job_inputs import check_card_analysis
+from san_jobs.job_service.domain.job_types import (
     JOB_TYPES,
     JobType,
     JobTypeSpec,
     _registry,
     default_deadlines,
 )
-from job_service.gateway_client import USAGE_FIELD
-from san_jobs.client._job_types import JOB_TYPES as CONTRACT_TYPES
+from san_jobs.job_service.gateway_client import USAGE_FIELD
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 ENTRIES = list(JOB_TYPES.values())
 GATEWAY = gw.DESCRIPTOR.services_by_name["AiGatewayService"].methods_by_name

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from job_service.logformat import CachedTimeFormatter
-from san_shared.safe_text import escape_control, mask_secrets
+from san_jobs.job_service.logformat import CachedTimeFormatter
+from san_jobs.shared.safe_text import escape_control, mask_secrets
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -10,10 +10,10 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
-from san.aigateway.v1 import ai_gateway_pb2 as gw
 
-from job_service.gateway_client import checked_answer
-from job_service.message_dicts import message_from_dict, message_to_dict
+from san_jobs.job_service.gateway_client import checked_answer
+from san_jobs.job_service.message_dicts import message_from_dict, message_to_dict
+from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
 
 
 def analyzed(**extra: Any) -> gw.AnalyzeContentResponse:

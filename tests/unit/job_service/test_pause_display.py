@@ -10,15 +10,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from san.jobs.v1 import job_service_pb2 as pb
-
-from job_service.domain.dispatch import DispatchPause, PauseReason
-from job_service.domain.model import JobStats, JobStatus, JobType
-from job_service.domain.validation import EnqueueLimits
-from job_service.transport.convert import job_to_pb, stats_to_pb
-from job_service.transport.pause_cache import PauseCache
-from job_service.transport.servicer import JobServiceServicer
-from job_service.transport.stream_limits import StreamGate, StreamLimits
+from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.model import JobStats, JobStatus, JobType
+from san_jobs.job_service.domain.validation import EnqueueLimits
+from san_jobs.job_service.transport.convert import job_to_pb, stats_to_pb
+from san_jobs.job_service.transport.pause_cache import PauseCache
+from san_jobs.job_service.transport.servicer import JobServiceServicer
+from san_jobs.job_service.transport.stream_limits import StreamGate, StreamLimits
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.unit.job_service.test_job_freshness import state
 
 SINCE = datetime(2026, 12, 1, 15, 4, tzinfo=UTC)

@@ -9,15 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from job_service.domain.errors import PruneRunningError
-from job_service.domain.model import Failure, Job, JobStatus, JobType, NewJob, OnDuplicate
-from job_service.domain.retention import (
+from san_jobs.job_service.domain.errors import PruneRunningError
+from san_jobs.job_service.domain.model import Failure, Job, JobStatus, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.retention import (
     RetentionPolicy,
     format_retention,
     parse_retention,
 )
-from job_service.pruner import Pruner, PrunerConfig
-from job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.pruner import Pruner, PrunerConfig
+from san_jobs.job_service.storage.memory import MemoryJobStore
 from tests.support.clock import FakeClock
 
 COMPLETED, FAILED, CANCELLED = JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED

@@ -9,15 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.errors import FieldViolation, InvalidRequestError
-from job_service.domain.model import Job, JobStatus, JobType
-from job_service.domain.page_token import decode_page_token, encode_page_token
-from job_service.domain.validation import check_free_text, check_identifier
-from job_service.transport import requests
-from job_service.transport.decoding import UndecodableRequest, lenient_deserializer
-from job_service.transport.pages import encoded_entry_bytes, fit_page
+from san_jobs.job_service.domain.errors import FieldViolation, InvalidRequestError
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType
+from san_jobs.job_service.domain.page_token import decode_page_token, encode_page_token
+from san_jobs.job_service.domain.validation import check_free_text, check_identifier
+from san_jobs.job_service.transport import requests
+from san_jobs.job_service.transport.decoding import UndecodableRequest, lenient_deserializer
+from san_jobs.job_service.transport.pages import encoded_entry_bytes, fit_page
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 JOB_ID = "3f1c3a9e-8a52-4d0e-9a55-2d2f0b6f7c11"
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)

@@ -1,13 +1,13 @@
-"""The role table (job_service.auth.roles) and the --auth setting, without a server."""
+"""The role table (san_jobs.job_service.auth.roles) and the --auth setting, without a server."""
 
 from __future__ import annotations
 
 import pytest
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.auth.roles import RPC_RULES, Access, Caller, Role, access, wants_every_job
-from job_service.auth.tokens import TOKEN_PREFIX, looks_like_token, new_token, token_hash
-from job_service.settings import JobServiceSettings
+from san_jobs.job_service.auth.roles import RPC_RULES, Access, Caller, Role, access, wants_every_job
+from san_jobs.job_service.auth.tokens import TOKEN_PREFIX, looks_like_token, new_token, token_hash
+from san_jobs.job_service.settings import JobServiceSettings
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 SERVICE = pb.DESCRIPTOR.services_by_name["JobService"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from job_service.domain.model import JobStatus, can_transition
+from san_jobs.job_service.domain.model import JobStatus, can_transition
 
 P, R, C, F, X = (
     JobStatus.PENDING,

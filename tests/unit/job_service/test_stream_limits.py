@@ -1,11 +1,12 @@
-"""Who a peer is, and the counting of open streams (job_service/transport/stream_limits.py)."""
+"""Who a peer is, and the counting of open streams
+(san_jobs/job_service/transport/stream_limits.py)."""
 
 from __future__ import annotations
 
 import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from job_service.transport.stream_limits import (
+from san_jobs.job_service.transport.stream_limits import (
     StreamGate,
     StreamLimits,
     StreamRefusedError,

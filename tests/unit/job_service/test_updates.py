@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from job_service.domain.model import Job, JobStatus, JobType
-from job_service.updates import UpdateHub
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType
+from san_jobs.job_service.updates import UpdateHub
 
 T0 = datetime(2026, 11, 29, tzinfo=UTC)
 

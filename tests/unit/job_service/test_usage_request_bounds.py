@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from san.jobs.v1 import job_service_pb2 as pb
 
-from job_service.domain.errors import InvalidRequestError
-from job_service.domain.limits import DEFAULT_USAGE_RANGE_SECONDS, MAX_USAGE_RANGE_SECONDS
-from job_service.domain.model import JobType
-from job_service.transport import requests
+from san_jobs.job_service.domain.errors import InvalidRequestError
+from san_jobs.job_service.domain.limits import DEFAULT_USAGE_RANGE_SECONDS, MAX_USAGE_RANGE_SECONDS
+from san_jobs.job_service.domain.model import JobType
+from san_jobs.job_service.transport import requests
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""The worker's dispatch pauses (job_service/dispatch_breaker.py): the real Worker over
+"""The worker's dispatch pauses (san_jobs/job_service/dispatch_breaker.py): the real Worker over
 MemoryJobStore and a gateway whose health the test switches, on the virtual-time loop
 (tests/support/virtual_time.py), so outages of minutes take milliseconds."""
 
@@ -12,11 +12,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from job_service.dispatch_breaker import BreakerConfig
-from job_service.domain.backoff import BackoffPolicy
-from job_service.domain.dispatch import DispatchPause, PauseReason
-from job_service.domain.failures import GatewayCallError
-from job_service.domain.model import (
+from san_jobs.job_service.dispatch_breaker import BreakerConfig
+from san_jobs.job_service.domain.backoff import BackoffPolicy
+from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.failures import GatewayCallError
+from san_jobs.job_service.domain.model import (
     GatewayAnswer,
     Job,
     JobStatus,
@@ -25,8 +25,8 @@ from job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
-from job_service.storage.memory import MemoryJobStore
-from job_service.worker import Worker, WorkerConfig
+from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
 
 RESULT: JsonDict = {"summary": "요약.", "tags": ["breaker"], "embedding": [0.6, 0.8]}

@@ -9,8 +9,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from job_service.domain.claim_limits import LimitedClaim, TypeLimit
-from job_service.domain.model import (
+from san_jobs.job_service.domain.claim_limits import LimitedClaim, TypeLimit
+from san_jobs.job_service.domain.model import (
     GatewayAnswer,
     Job,
     JobStatus,
@@ -18,8 +18,8 @@ from job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
-from job_service.storage.memory import MemoryJobStore
-from job_service.worker import Worker, WorkerConfig
+from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
 
 CARD, TIL = JobType.CARD_ANALYSIS, JobType.TIL_GENERATION

@@ -1,4 +1,4 @@
-"""What the worker reports to its metrics (job_service.metrics): the real Worker over
+"""What the worker reports to its metrics (san_jobs.job_service.metrics): the real Worker over
 MemoryJobStore and a scripted gateway, on the virtual-time loop."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from job_service.dispatch_breaker import BreakerConfig
-from job_service.domain.backoff import BackoffPolicy
-from job_service.domain.failures import GatewayCallError
-from job_service.domain.model import (
+from san_jobs.job_service.dispatch_breaker import BreakerConfig
+from san_jobs.job_service.domain.backoff import BackoffPolicy
+from san_jobs.job_service.domain.failures import GatewayCallError
+from san_jobs.job_service.domain.model import (
     GatewayAnswer,
     Job,
     JobStatus,
@@ -21,9 +21,9 @@ from job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
-from job_service.metrics import JobServiceMetrics
-from job_service.storage.memory import MemoryJobStore
-from job_service.worker import Worker, WorkerConfig
+from san_jobs.job_service.metrics import JobServiceMetrics
+from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
 
 RESULT: JsonDict = {"summary": "s", "tags": ["t"], "embedding": [0.6, 0.8]}

@@ -19,11 +19,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from job_service.app import JobApplication
-from job_service.domain.backoff import BackoffPolicy
-from job_service.domain.errors import StorageUnavailableError
-from job_service.domain.failures import GatewayCallError
-from job_service.domain.model import (
+from san_jobs.job_service.app import JobApplication
+from san_jobs.job_service.domain.backoff import BackoffPolicy
+from san_jobs.job_service.domain.errors import StorageUnavailableError
+from san_jobs.job_service.domain.failures import GatewayCallError
+from san_jobs.job_service.domain.model import (
     AttemptUsage,
     Failure,
     GatewayAnswer,
@@ -34,10 +34,10 @@ from job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
-from job_service.domain.transitions import LEASE_EXPIRED_CODE
-from job_service.storage.memory import MemoryJobStore
-from job_service.updates import UpdateHub
-from job_service.worker import Worker, WorkerConfig
+from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE
+from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.updates import UpdateHub
+from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
 
 RESULT: JsonDict = {"summary": "요약.", "tags": ["scripted"], "embedding": [0.6, 0.8]}

@@ -1,4 +1,4 @@
-"""san_shared.batch_logging.log_each: the same lines as logging each one, in both
+"""san_jobs.shared.batch_logging.log_each: the same lines as logging each one, in both
 --log-format text and json, written once per batch to a plain stream handler."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from job_service.logformat import log_formatter
-from san_shared.batch_logging import log_each
-from san_shared.trace_logging import install_trace_ids
+from san_jobs.job_service.logformat import log_formatter
+from san_jobs.shared.batch_logging import log_each
+from san_jobs.shared.trace_logging import install_trace_ids
 
 MSG = "job_id=%s enqueued: %s target_id=%s by %s"
 LINES = [

@@ -1,5 +1,5 @@
 """Both services' text log lines use the one cached-time formatter
-(san_shared.cached_time): the date is formatted once a second, the text is the
+(san_jobs.shared.cached_time): the date is formatted once a second, the text is the
 default formatter's."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from ai_gateway import cli as gateway_cli
-from ai_gateway.cli import LOG_FORMAT
-from job_service.logformat import log_formatter
-from san_shared.cached_time import CachedTimeFormatter
+from san_jobs.ai_gateway import cli as gateway_cli
+from san_jobs.ai_gateway.cli import LOG_FORMAT
+from san_jobs.job_service.logformat import log_formatter
+from san_jobs.shared.cached_time import CachedTimeFormatter
 
 
 def test_the_gateway_text_format_caches_the_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ai_gateway.cli import build_parser as gateway_parser
-from clients.jobsctl.cli import build_parser as jobsctl_parser
-from clients.web.cli import build_parser as web_parser
-from job_service.cli import build_parser as job_service_parser
-from san_shared.cli_settings import SettingsParser, env_of, flag_of
+from san_jobs.ai_gateway.cli import build_parser as gateway_parser
+from san_jobs.job_service.cli import build_parser as job_service_parser
+from san_jobs.jobsctl.cli import build_parser as jobsctl_parser
+from san_jobs.shared.cli_settings import SettingsParser, env_of, flag_of
+from san_jobs.web.cli import build_parser as web_parser
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 # Longest first: SAN_JOBSCTL_ before SAN_JOBS_.

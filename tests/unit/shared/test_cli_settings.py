@@ -1,4 +1,4 @@
-"""san_shared.cli_settings: flags derived from a settings model, read over the
+"""san_jobs.shared.cli_settings: flags derived from a settings model, read over the
 environment, and a bad value as one line naming where it came from."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from san_shared.cli_settings import (
+from san_jobs.shared.cli_settings import (
     EXIT_USAGE,
     HostPort,
     SettingsParser,

@@ -1,5 +1,5 @@
 """Both services run on the event loop their --event-loop setting names, chosen in
-one place (san_shared.event_loop)."""
+one place (san_jobs.shared.event_loop)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import uvloop
 
-from san_shared.event_loop import loop_factory, run
+from san_jobs.shared.event_loop import loop_factory, run
 
 
 async def _loop_type() -> type[asyncio.AbstractEventLoop]:
@@ -26,8 +26,8 @@ def test_the_factory_is_uvloops_or_none_for_asyncios_own() -> None:
 
 
 def test_both_services_choose_their_loop_here() -> None:
-    import ai_gateway.cli
-    import job_service.cli
+    from san_jobs.ai_gateway import cli as gateway_cli
+    from san_jobs.job_service import cli as job_service_cli
 
-    assert job_service.cli.run is run
-    assert ai_gateway.cli.run is run
+    assert job_service_cli.run is run
+    assert gateway_cli.run is run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from san_shared.exposure import exposure_problem, is_loopback
+from san_jobs.shared.exposure import exposure_problem, is_loopback
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ import unicodedata
 
 import pytest
 
-from job_service.logformat import log_formatter
-from san_shared import safe_text as safe_text_module
-from san_shared.safe_text import escape_control, safe_text
+from san_jobs.job_service.logformat import log_formatter
+from san_jobs.shared import safe_text as safe_text_module
+from san_jobs.shared.safe_text import escape_control, safe_text
 
 # A target that would make its job's line read "... FAILED" instead of "... DELIAF".
 RLO_TARGET = "scrap-\u202eDELIAF\u202c-1"

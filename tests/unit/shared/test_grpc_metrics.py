@@ -1,4 +1,4 @@
-"""The RPC metrics interceptor (san_shared.grpc_metrics) on a real grpc.aio server on
+"""The RPC metrics interceptor (san_jobs.shared.grpc_metrics) on a real grpc.aio server on
 loopback: unary and streaming RPCs are counted once, when they end, with the code
 they ended with; streams are in the in-flight gauge while open."""
 
@@ -12,7 +12,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from san_shared.grpc_metrics import GrpcServerMetrics
+from san_jobs.shared.grpc_metrics import GrpcServerMetrics
 from tests.support.waiting import wait_until
 
 SERVICE = "test.v1.Probe"

@@ -1,4 +1,4 @@
-"""--log-format json (san_shared.json_logs): one JSON object per record, one record
+"""--log-format json (san_jobs.shared.json_logs): one JSON object per record, one record
 per line, with the fields log collectors index, secrets masked as in text logs."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from ai_gateway.cli import build_parser as gateway_parser
-from job_service.cli import build_parser as job_service_parser
-from job_service.logformat import CachedTimeFormatter, log_formatter
-from san_shared.json_logs import JsonFormatter
+from san_jobs.ai_gateway.cli import build_parser as gateway_parser
+from san_jobs.job_service.cli import build_parser as job_service_parser
+from san_jobs.job_service.logformat import CachedTimeFormatter, log_formatter
+from san_jobs.shared.json_logs import JsonFormatter
 
 JOB_ID = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 CREATED = 1_764_576_000.0425  # 2025-12-01T08:00:00.042Z

@@ -1,11 +1,11 @@
-"""san_shared.rich_status: google.rpc.Status with packed details, as both servers send it."""
+"""san_jobs.shared.rich_status: google.rpc.Status with packed details, as both servers send it."""
 
 from __future__ import annotations
 
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from san_shared import rich_status
-from san_shared.field_violation import FieldViolation
+from san_jobs.shared import rich_status
+from san_jobs.shared.field_violation import FieldViolation
 
 
 def test_details_are_packed_in_order_and_the_trailer_carries_the_whole_status() -> None:

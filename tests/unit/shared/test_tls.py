@@ -1,4 +1,4 @@
-"""san_shared.tls (files checked in one line, reload on request) and the development
+"""san_jobs.shared.tls (files checked in one line, reload on request) and the development
 certificates of `make certs` (scripts/dev_certs.py)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from san_shared import tls
-from san_shared.tls_settings import tls_pair_problem
+from san_jobs.shared import tls
+from san_jobs.shared.tls_settings import tls_pair_problem
 from scripts import dev_certs
 from scripts.dev_certs import write_dev_certs
 

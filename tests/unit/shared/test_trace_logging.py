@@ -1,4 +1,4 @@
-"""Log lines carry the trace id of the current span (san_shared.trace_logging), and
+"""Log lines carry the trace id of the current span (san_jobs.shared.trace_logging), and
 only then: a line outside any span is exactly the line it always was."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from job_service.logformat import CachedTimeFormatter
-from san_shared.json_logs import JsonFormatter
-from san_shared.trace_logging import TraceIdFilter, install_trace_ids
+from san_jobs.job_service.logformat import CachedTimeFormatter
+from san_jobs.shared.json_logs import JsonFormatter
+from san_jobs.shared.trace_logging import TraceIdFilter, install_trace_ids
 
 FORMAT = "%(levelname)s job-service[i-1] %(name)s: %(message)s"
 
@@ -72,9 +72,9 @@ def test_the_filter_is_installed_once_and_the_json_format_reads_it(
 def test_both_services_install_the_filter_on_their_handler(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ai_gateway import cli as gateway_cli
-    from job_service import server as job_server
-    from job_service.settings import JobServiceSettings
+    from san_jobs.ai_gateway import cli as gateway_cli
+    from san_jobs.job_service import server as job_server
+    from san_jobs.job_service.settings import JobServiceSettings
 
     handlers: list[logging.Handler] = []
 

@@ -1,4 +1,4 @@
-"""The tracing setup (san_shared.tracing): off without an endpoint, the OTLP exporter
+"""The tracing setup (san_jobs.shared.tracing): off without an endpoint, the OTLP exporter
 with --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT (checked against a real OTLP
 collector stub on loopback), and the W3C trace context helpers."""
 
@@ -13,15 +13,15 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as otlp_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
-from ai_gateway.cli import load_settings as gateway_settings
-from job_service.cli import load_settings as job_settings
-from san_shared.trace_context import (
+from san_jobs.ai_gateway.cli import load_settings as gateway_settings
+from san_jobs.job_service.cli import load_settings as job_settings
+from san_jobs.shared.trace_context import (
     context_of,
     current_traceparent,
     incoming_context,
     outgoing_metadata,
 )
-from san_shared.tracing import OTLP_ENDPOINT_ENV, start_tracing
+from san_jobs.shared.tracing import OTLP_ENDPOINT_ENV, start_tracing
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

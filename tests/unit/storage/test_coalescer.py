@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from job_service.storage.batching import Coalescer
+from san_jobs.job_service.storage.batching import Coalescer
 
 
 class Recorder:

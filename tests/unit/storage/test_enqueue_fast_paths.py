@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from job_service.domain import job_ids
-from job_service.domain.model import Job, JobStatus, JobType, NewJob
-from job_service.storage.rows import pending_job
-from job_service.storage.statements import Statements
-from job_service.storage.writes import enqueue_row
-from job_service.transport import requests
+from san_jobs.job_service.domain import job_ids
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType, NewJob
+from san_jobs.job_service.storage.rows import pending_job
+from san_jobs.job_service.storage.statements import Statements
+from san_jobs.job_service.storage.writes import enqueue_row
+from san_jobs.job_service.transport import requests
 
 NOW = datetime(2025, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
 JOB_ID = "0190b1c2-1234-7abc-8def-0123456789ab"

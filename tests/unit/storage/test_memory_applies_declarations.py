@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from job_service.domain.model import JobStatus, JobType, NewJob, OnDuplicate
-from job_service.domain.transitions import RELEASE, Expr, Lit, Source, Transition
-from job_service.storage import memory
-from job_service.storage.apply_transition import Call, apply, blank_row
-from job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.domain.model import JobStatus, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.transitions import RELEASE, Expr, Lit, Source, Transition
+from san_jobs.job_service.storage import memory
+from san_jobs.job_service.storage.apply_transition import Call, apply, blank_row
+from san_jobs.job_service.storage.memory import MemoryJobStore
 
 NOW = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 

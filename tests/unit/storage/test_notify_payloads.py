@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from job_service.domain.model import JobStatus
-from job_service.storage.notify import (
+from san_jobs.job_service.domain.model import JobStatus
+from san_jobs.job_service.storage.notify import (
     FIELD_SEPARATOR,
     ID_SEPARATOR,
     IDS_PER_NOTIFICATION,

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
-from job_service.domain import transitions as tr
-from job_service.domain.model import Job, JobStatus, JobType
-from job_service.storage.outcome_rows import KEPT_COLUMNS, OUTCOME_COLUMNS, outcome_job
-from job_service.storage.statements import Statements
-from job_service.storage.tables import async_jobs
+from san_jobs.job_service.domain import transitions as tr
+from san_jobs.job_service.domain.model import Job, JobStatus, JobType
+from san_jobs.job_service.storage.outcome_rows import KEPT_COLUMNS, OUTCOME_COLUMNS, outcome_job
+from san_jobs.job_service.storage.statements import Statements
+from san_jobs.job_service.storage.tables import async_jobs
 
 
 def test_no_transition_but_enqueue_writes_a_kept_column() -> None:

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from job_service.domain import transitions as tr
-from job_service.domain.model import ALLOWED_TRANSITIONS, JobAttempt, JobStatus
-from job_service.domain.ports import JobStore
+from san_jobs.job_service.domain import transitions as tr
+from san_jobs.job_service.domain.model import ALLOWED_TRANSITIONS, JobAttempt, JobStatus
+from san_jobs.job_service.domain.ports import JobStore
 
 # Which declarations each write of the JobStore port applies. Every port method is a
 # write (here) or a read (READS): a new write without a declaration fails below.

@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import CheckConstraint
 from sqlalchemy.dialects import postgresql, sqlite
 
-from job_service.domain import transitions as tr
-from job_service.storage import migrations
-from job_service.storage.statements import Statements
-from job_service.storage.tables import async_jobs
-from job_service.storage.transition_sql import (
+from san_jobs.job_service.domain import transitions as tr
+from san_jobs.job_service.storage import migrations
+from san_jobs.job_service.storage.statements import Statements
+from san_jobs.job_service.storage.tables import async_jobs
+from san_jobs.job_service.storage.transition_sql import (
     TransitionSql,
     argument_columns,
     written_columns,

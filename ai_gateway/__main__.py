@@ -1,5 +1,0 @@
-"""``python -m ai_gateway``: the same as the ``ai-gateway`` command."""
-
-from san_jobs._console_scripts import ai_gateway
-
-ai_gateway()

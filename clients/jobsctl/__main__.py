@@ -1,5 +1,0 @@
-"""``python -m clients.jobsctl``: the same as the ``jobsctl`` command."""
-
-from san_jobs._console_scripts import jobsctl
-
-jobsctl()

@@ -1,5 +1,0 @@
-"""``python -m clients.web``: the same as the ``san-web`` command."""
-
-from san_jobs._console_scripts import san_web
-
-san_web()

@@ -1,5 +1,0 @@
-"""``python -m job_service``: the same as the ``job-service`` command."""
-
-from san_jobs._console_scripts import job_service
-
-job_service()

@@ -1,0 +1,145 @@
+"""The job types, declared once: every layer reads its type lists from here.
+
+An entry says all JobService knows of a type: the word stored in
+`async_jobs.job_type` (its JobType member), the oneof cases its input and result take
+in the API (EnqueueRequest.input / Job.input, Job.result), the AiGateway method that
+does its work, the default gateway deadline, and its input rules (job_inputs.py).
+
+What is not written here is derived, by conventions that tests/unit/job_service/
+test_job_type_registry.py checks against the generated descriptors:
+- the API enum value is `JOB_TYPE_<NAME>`, and the input and result cases are
+  `<name>_input` and `<name>_result` (the clients rely on these too);
+- the StreamCalls case is the gateway method in snake_case (`AnalyzeContent` ->
+  `analyze_content`);
+- the gateway's request and response carry the input's and the result's fields under
+  the same names, so a job's stored input is its gateway request and the gateway's
+  answer is its stored result, with no per-type code.
+
+Adding a type: docs/adding_a_job_type.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from san_jobs.job_service.domain.job_inputs import (
+    InputCheck,
+    check_card_analysis,
+    check_embedding,
+    check_recall_generation,
+    check_til_generation,
+)
+
+
+class JobType(enum.StrEnum):
+    """Kinds of work; the values are the plain words stored in `async_jobs.job_type`.
+    Each member has exactly one entry in JOB_TYPES below (checked at import)."""
+
+    CARD_ANALYSIS = "CARD_ANALYSIS"
+    TIL_GENERATION = "TIL_GENERATION"
+    RECALL_GENERATION = "RECALL_GENERATION"
+    EMBEDDING = "EMBEDDING"
+
+
+_CAMEL_HUMP = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+@dataclass(frozen=True, slots=True)
+class JobTypeSpec:
+    """One job type, as every layer of JobService sees it."""
+
+    job_type: JobType
+    # The case of the `input` oneof (EnqueueRequest and Job) that carries the input.
+    input_field: str
+    # The case of Job's `result` oneof that carries the result.
+    result_field: str
+    # The AiGatewayService RPC that does the work (also the call's StreamCalls case).
+    gateway_method: str
+    # Seconds the gateway call may take, unless the operator says otherwise
+    # (--deadline, --deadline-for).
+    default_deadline: float
+    # Enqueue's rules for the input (job_inputs.py).
+    check_input: InputCheck
+
+    @property
+    def name(self) -> str:
+        """The stored word, e.g. CARD_ANALYSIS."""
+        return self.job_type.value
+
+    @property
+    def proto_name(self) -> str:
+        """The JobType enum value's name in the API, e.g. JOB_TYPE_CARD_ANALYSIS."""
+        return f"JOB_TYPE_{self.name}"
+
+    @property
+    def gateway_field(self) -> str:
+        """The case of StreamedCall.request and StreamedCallResult.outcome for the
+        gateway method, e.g. analyze_content."""
+        return _CAMEL_HUMP.sub("_", self.gateway_method).lower()
+
+
+def _registry(entries: Iterable[JobTypeSpec]) -> Mapping[JobType, JobTypeSpec]:
+    """The entries by type; every JobType member must have exactly one."""
+    by_type: dict[JobType, JobTypeSpec] = {}
+    for entry in entries:
+        if entry.job_type in by_type:
+            raise ValueError(f"job type {entry.name} is registered twice")
+        by_type[entry.job_type] = entry
+    missing = [t.value for t in JobType if t not in by_type]
+    if missing:
+        raise ValueError(f"job types without a registry entry: {', '.join(missing)}")
+    return {t: by_type[t] for t in JobType}  # in the enum's order
+
+
+JOB_TYPES: Mapping[JobType, JobTypeSpec] = _registry(
+    [
+        JobTypeSpec(
+            JobType.CARD_ANALYSIS,
+            input_field="card_analysis_input",
+            result_field="card_analysis_result",
+            gateway_method="AnalyzeContent",
+            default_deadline=30.0,
+            check_input=check_card_analysis,
+        ),
+        JobTypeSpec(
+            JobType.TIL_GENERATION,
+            input_field="til_generation_input",
+            result_field="til_generation_result",
+            gateway_method="GenerateTil",
+            default_deadline=60.0,
+            check_input=check_til_generation,
+        ),
+        JobTypeSpec(
+            JobType.RECALL_GENERATION,
+            input_field="recall_generation_input",
+            result_field="recall_generation_result",
+            gateway_method="GenerateRecall",
+            default_deadline=60.0,
+            check_input=check_recall_generation,
+        ),
+        JobTypeSpec(
+            JobType.EMBEDDING,
+            input_field="embedding_input",
+            result_field="embedding_result",
+            gateway_method="Embed",
+            default_deadline=30.0,
+            check_input=check_embedding,
+        ),
+    ]
+)
+
+
+def job_type_named(name: str) -> JobType | None:
+    """The type stored as `name` (e.g. CARD_ANALYSIS), or None for an unknown word."""
+    try:
+        return JobType(name)
+    except ValueError:
+        return None
+
+
+def default_deadlines() -> dict[JobType, float]:
+    """Each type's default gateway deadline, in seconds."""
+    return {t: spec.default_deadline for t, spec in JOB_TYPES.items()}

@@ -1,0 +1,299 @@
+"""The ports the service's core depends on. Storage implements JobStore; the worker
+and the servicers depend on this Protocol, never on a session or an engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Protocol
+
+from san_jobs.job_service.domain.claim_limits import LimitedClaim, TypeLimit
+from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.errors import JobServiceError
+from san_jobs.job_service.domain.failure_groups import FailureGroup, FailureQuery
+from san_jobs.job_service.domain.model import (
+    AttemptUsage,
+    Claim,
+    Failure,
+    GatewayAnswer,
+    Job,
+    JobFilter,
+    JobStats,
+    JobStatus,
+    JobType,
+    JsonDict,
+    NewJob,
+    OnDuplicate,
+    RetryOutcome,
+)
+from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal
+
+# One item of `JobStore.enqueue_many`: (job, deduplicated) as `enqueue` returns, or the
+# error `enqueue` would have raised for that item alone: DuplicateJobError, or a
+# StorageError other than StorageUnavailableError (the database refused its data).
+EnqueueOutcome = tuple[Job, bool] | JobServiceError
+
+
+class JobStore(Protocol):
+    """Everything the service does to `async_jobs`. Every method is one transaction
+    (or one atomic statement); every write that changes a job returns the job as it
+    now is, so callers can publish the change. Driver errors surface as
+    StorageUnavailableError."""
+
+    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        """Insert a PENDING job and commit. Returns (job, deduplicated).
+
+        The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
+        job (deduplicated=True); an active job of the tenant for (job_type,
+        target_id), detected by the partial unique index, raises DuplicateJobError, or
+        with RETURN_EXISTING returns that job. Another tenant's jobs are never found,
+        named or returned."""
+        ...
+
+    async def enqueue_many(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]]
+    ) -> list[EnqueueOutcome]:
+        """Each item as `enqueue` would store it, in order: one outcome per item, and
+        an item's own error as its outcome (never raised). Items are resolved in
+        order, so a later item deduplicates to an earlier one of the same call (same
+        tenant and request_id, or same tenant and active (job_type, target_id)).
+        Storage trouble for the whole call (StorageUnavailableError) is raised: some
+        items may then be stored, which their request_id makes safe to send again."""
+        ...
+
+    async def get(self, job_id: str) -> Job:
+        """One job, or JobNotFoundError."""
+        ...
+
+    async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
+        """The jobs that exist among `job_ids` (unknown ids are left out)."""
+        ...
+
+    async def list_jobs(
+        self, job_filter: JobFilter, page_size: int, page_token: str | None
+    ) -> tuple[list[Job], str | None]:
+        """A page of jobs, newest first (created_at DESC, id DESC), keyset-paged.
+        Returns (jobs, next_page_token or None on the last page). A malformed
+        token raises InvalidRequestError on field `page_token`."""
+        ...
+
+    async def claim(
+        self,
+        limit: int,
+        lease_seconds: float,
+        *,
+        skip_types: frozenset[JobType] = frozenset(),
+        only_type: JobType | None = None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
+        """Atomically take up to `limit` due jobs, none of a type in `skip_types` (paused
+        types, domain/dispatch.py) and, with `only_type`, only of that type (a probe).
+        With `max_per_caller` (fair share), no caller (requested_by) gets more than that
+        many PROCESSING: each caller's oldest due jobs, up to what it may still start:
+        PENDING with next_attempt_at unset or past, and PROCESSING whose lease expired
+        (re-claim: that lost attempt is closed with LEASE_EXPIRED). Each becomes
+        PROCESSING with a fresh claim token, lease_expires_at = now + lease,
+        attempt_count + 1, started_at = now and a new open attempt record. Expired
+        jobs that already used max_attempts become FAILED (error_code LEASE_EXPIRED)
+        instead and are not returned; call `fail_exhausted_leases` for that. Oldest
+        due first. SKIP LOCKED on PostgreSQL."""
+        ...
+
+    async def claim_limited(
+        self,
+        job_type: JobType,
+        limit: int,
+        lease_seconds: float,
+        type_limit: TypeLimit,
+        max_per_caller: int | None = None,
+    ) -> LimitedClaim:
+        """Claim (as `claim` with only_type) up to `limit` due jobs of `job_type`, no
+        more than its limits allow across every instance on the database
+        (domain/claim_limits.py): a whole token each from the type's shared bucket (with
+        `type_limit.per_second`; tokens not used stay), and no more than
+        `type_limit.max_running` PROCESSING at once. Instances claiming the same type
+        take turns. Says how long until a limit that held the claim back may allow more.
+        `max_per_caller`: fair share, as in `claim`."""
+        ...
+
+    async def fail_exhausted_leases(self) -> list[Job]:
+        """PROCESSING jobs whose lease expired and whose attempts are used up become
+        FAILED with error_code LEASE_EXPIRED. Returns them."""
+        ...
+
+    async def renew_leases(
+        self, leases: Sequence[tuple[str, str]], lease_seconds: float
+    ) -> set[str]:
+        """Push forward the leases of jobs we own, for many (job id, claim token)
+        pairs in one statement: the lease of each job the token still owns becomes
+        now + lease. Returns the ids of those jobs; the others are no longer ours."""
+        ...
+
+    async def complete(
+        self,
+        job_id: str,
+        token: str,
+        result: JsonDict,
+        usage: AttemptUsage | None = None,
+        *,
+        claimed: Job | None = None,
+    ) -> Job:
+        """PROCESSING -> COMPLETED with the result, if `token` still owns the job;
+        else LeaseLostError. Closes the open attempt record, with `usage` in it.
+        `claimed`: the job as `token` claimed it (the worker's); the columns no write
+        after ENQUEUE changes (its input above all) are then taken from it, not read
+        back (storage/outcome_rows.py). The job returned is whole either way."""
+        ...
+
+    async def fail(
+        self,
+        job_id: str,
+        token: str,
+        failure: Failure,
+        retry_at: datetime | None,
+        *,
+        claimed: Job | None = None,
+    ) -> Job:
+        """Record a failed attempt if `token` still owns the job (else LeaseLostError).
+        With `retry_at`: back to PENDING with next_attempt_at = retry_at. Without:
+        FAILED with failed_at = now. error_message/code/reason are stored as given
+        (already truncated by the caller); `failure.usage` goes into the attempt.
+        `claimed`: as in `complete`."""
+        ...
+
+    async def release(self, job_id: str, token: str) -> Job | None:
+        """Give a claimed job back as PENDING without charging the attempt (clean
+        shutdown): attempt_count - 1 and the open attempt record dropped. None if
+        the token no longer owns it."""
+        ...
+
+    async def cancel(self, job_id: str, reason: str, owner: str | None = None) -> Job:
+        """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
+        late write is refused). JobNotFoundError, or InvalidJobStateError if terminal.
+        With `owner`, only a job whose requested_by is `owner` moves; any other is
+        JobNotFoundError, as if it did not exist."""
+        ...
+
+    async def retry_failed(
+        self, job_filter: JobFilter, limit: int, dry_run: bool, extra_attempts: int
+    ) -> RetryOutcome:
+        """Move FAILED jobs matching the filter (at most `limit`, oldest failure first)
+        back to PENDING, due now: attempt_count and the attempt history are kept,
+        max_attempts becomes attempt_count + extra_attempts (a fresh round), the
+        error fields stay until the next outcome, failed_at is cleared. Each job
+        moves at most once however many calls race. A job whose (job_type,
+        target_id) already has an active job of the same tenant is skipped with a
+        reason."""
+        ...
+
+    async def stats(self) -> JobStats:
+        """Counts by (job_type, status), the created_at of the oldest PENDING job and
+        each type's oldest due time. One cheap read whatever the table's size (the SQL
+        store reads counts kept by triggers: storage/counts.py)."""
+        ...
+
+    async def fold_counts(self) -> int:
+        """Fold the counts' pending deltas into their totals (a short write; the SQL
+        store on PostgreSQL, every few seconds: san_jobs/job_service/count_folding.py). Returns
+        how many deltas were folded; 0 where there is nothing to fold."""
+        ...
+
+    async def usage_totals(
+        self, query: UsageQuery, max_groups: int
+    ) -> tuple[list[UsageTotal], bool]:
+        """Usage summed per (job type, model, caller) over the attempts `query`
+        selects, ordered by those three (domain.usage.group_key): at most `max_groups`
+        groups, and whether more were left out."""
+        ...
+
+    async def failure_groups(
+        self, query: FailureQuery, max_groups: int
+    ) -> tuple[list[FailureGroup], bool]:
+        """The FAILED jobs `query` selects, counted per (error_code, error_reason,
+        message prefix), in domain.failure_groups.group_order: at most `max_groups`
+        groups, and whether more were left out. One read."""
+        ...
+
+    async def next_due_at(self) -> datetime | None:
+        """The earliest time a PENDING job becomes due or a lease expires (for the
+        worker's sleep); None if nothing waits."""
+        ...
+
+    # -- dispatch pauses (domain/dispatch.py): one row per paused job type ------------
+
+    async def dispatch_pauses(self) -> list[DispatchPause]:
+        """Every paused job type (cheap: every instance reads it about once a second)."""
+        ...
+
+    async def open_pause(
+        self,
+        job_type: JobType,
+        reason: PauseReason,
+        until: datetime,
+        last_error: str,
+        instance_id: str,
+    ) -> DispatchPause:
+        """Pause `job_type` (upsert): reason, until, last_error and opened_by are
+        replaced; `since` is kept when the type is already paused, else it is now.
+        Returns the row as it now is."""
+        ...
+
+    async def close_pause(self, job_type: JobType) -> bool:
+        """Resume `job_type`; True if a pause was removed."""
+        ...
+
+    async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
+        """Compare-and-set: if the pause's `until` is past (<= now), move it to
+        `next_probe_at` and return True (this caller sends the probe); else False.
+        Of several instances racing, exactly one wins."""
+        ...
+
+    # -- retention (san_jobs/job_service/pruner.py, domain/retention.py) ----------------------
+
+    async def count_prunable(
+        self, cutoffs: Mapping[JobStatus, datetime], limit: int
+    ) -> dict[JobStatus, int]:
+        """For each (terminal) status in `cutoffs`: how many jobs of it ended (updated_at)
+        before its cutoff, counting at most `limit` (an index range count that stops
+        there, so it stays cheap on a big table). One read."""
+        ...
+
+    async def prune_batch(self, status: JobStatus, cutoff: datetime, limit: int) -> int:
+        """Delete at most `limit` jobs of terminal `status` that ended before `cutoff`,
+        oldest first, in one short transaction (one statement; rows another
+        transaction holds are skipped on PostgreSQL). The DELETE itself re-checks the
+        status and the age, so a job that is not terminal is never deleted. Returns how
+        many were deleted; fewer than `limit` means none is left (or the rest is held
+        by a concurrent prune)."""
+        ...
+
+    def prune_lock(self) -> AbstractAsyncContextManager[bool]:
+        """Enter to take the pruners' lock, shared by every instance on the database,
+        without waiting: yields True when this caller holds it until exit, False when
+        another holds it (PostgreSQL: a session advisory lock on a connection kept for
+        the run; SQLite, one instance by design, and memory: a flag on the store)."""
+        ...
+
+    async def ping(self) -> None:
+        """Return once the database answers a trivial query; StorageUnavailableError
+        when it cannot be reached (health checks, san_jobs/job_service/db_health.py). Callers
+        bound its time (asyncio.timeout): a database that hangs never answers. Uses
+        a connection of its own, so pools busy with jobs do not make a reachable
+        database look down."""
+        ...
+
+    async def close(self) -> None:
+        """Dispose of the engine."""
+        ...
+
+
+class AiGateway(Protocol):
+    """The model-side port: run one job's AI work."""
+
+    async def run(self, job: Job, deadline: float) -> GatewayAnswer:
+        """Do the job's work within `deadline` seconds and return its result as a JSON
+        object keyed by the job type's result message field names, with the call's
+        usage as the gateway reported it. Failures raise
+        `san_jobs.job_service.domain.failures.GatewayCallError`."""
+        ...

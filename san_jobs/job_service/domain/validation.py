@@ -1,0 +1,80 @@
+"""Input rules of every Enqueue request. Field names are the API's (proto) field
+paths, so a client can point at the bad field; every violation is reported, not just
+the first.
+
+The rules of single fields (identifiers, free text, counts) are in field_rules.py; a
+job type's input rules are named by its registry entry (job_types.py).
+"""
+
+from __future__ import annotations
+
+from san_jobs.job_service.domain.errors import FieldViolation
+from san_jobs.job_service.domain.field_rules import (
+    EnqueueLimits,
+    check_count,
+    check_free_text,
+    check_identifier,
+)
+from san_jobs.job_service.domain.job_types import JOB_TYPES
+from san_jobs.job_service.domain.limits import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_REQUEST_ID_CHARS,
+    MAX_REQUESTED_BY_CHARS,
+    MAX_TARGET_ID_CHARS,
+)
+from san_jobs.job_service.domain.model import JobType, JsonDict
+
+# The field rules are imported from here by the transport and tests; they are defined
+# in field_rules.py (the job types' input rules use them, and this module uses those).
+__all__ = [
+    "EnqueueLimits",
+    "check_count",
+    "check_free_text",
+    "check_identifier",
+    "validate_enqueue",
+]
+
+
+def validate_enqueue(
+    *,
+    job_type: JobType | None,
+    target_id: str,
+    input_case: str | None,
+    params: JsonDict,
+    requested_by: str,
+    request_id: str,
+    max_attempts: int,
+    limits: EnqueueLimits,
+) -> list[FieldViolation]:
+    """Every rule Enqueue enforces; an empty list means the job may be stored.
+    `job_type` is None when the request's value was unspecified or unknown (the
+    transport layer reports that violation itself)."""
+    out: list[FieldViolation] = []
+    check_identifier("target_id", target_id, MAX_TARGET_ID_CHARS, out, required=True)
+    # Optional and mostly empty (an empty one breaks no rule): checked only when given,
+    # two calls fewer per BatchEnqueue item (issue 15).
+    if request_id:
+        check_identifier("request_id", request_id, MAX_REQUEST_ID_CHARS, out)
+    if requested_by:
+        check_identifier("requested_by", requested_by, MAX_REQUESTED_BY_CHARS, out)
+    if max_attempts < 0 or max_attempts > MAX_ATTEMPTS_LIMIT:
+        out.append(
+            FieldViolation(
+                "max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT} (0 means the default)"
+            )
+        )
+    if job_type is None:
+        return out
+    spec = JOB_TYPES[job_type]
+    expected = spec.input_field
+    if input_case is None:
+        out.append(FieldViolation(expected, f"is required for {job_type.value} jobs"))
+    elif input_case != expected:
+        out.append(
+            FieldViolation(
+                input_case, f"does not match job_type {job_type.value}; set {expected} instead"
+            )
+        )
+    else:
+        spec.check_input(expected, params, limits, out)
+    return out

@@ -1,0 +1,705 @@
+"""MemoryJobStore: the JobStore port on jobs held in a dict, for tests that must run in
+milliseconds (the worker's state machine) and as a third store under the storage
+contract suite (tests/integration/storage), beside SQLite and PostgreSQL.
+
+What a write does to a job comes from the transition declarations alone
+(domain/transitions.py, applied by apply_transition.py). What they do not declare is
+written here and matches SqlJobStore: which jobs a call picks (claim order, filters,
+keyset pages), the unique rules (within a tenant: request_id; one active job per job
+type and target), RetryFailed's skip reasons, stats, next_due_at, and the table's CHECK
+constraints.
+
+Single-process asyncio: each method yields once on entry (as a database round trip
+would), then runs to its end without another await, so every call is atomic. Stores
+made on one MemoryTable share their jobs, as SqlJobStores on one database do. Nothing
+is notified: notifications are PostgreSQL's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from san_jobs.job_service.domain.claim_limits import (
+    LimitedClaim,
+    TypeLimit,
+    allowance,
+    refilled,
+    wait_after,
+)
+from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.errors import (
+    DuplicateJobError,
+    InvalidJobStateError,
+    JobNotFoundError,
+    LeaseLostError,
+    StorageFailureError,
+)
+from san_jobs.job_service.domain.failure_groups import (
+    FailureGroup,
+    FailureQuery,
+    group_order,
+    message_prefix,
+)
+from san_jobs.job_service.domain.job_ids import new_job_id
+from san_jobs.job_service.domain.model import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    AttemptUsage,
+    Claim,
+    Failure,
+    Job,
+    JobCount,
+    JobFilter,
+    JobStats,
+    JobStatus,
+    JobType,
+    JsonDict,
+    NewJob,
+    OnDuplicate,
+    RetryOutcome,
+)
+from san_jobs.job_service.domain.page_token import decode_page_token, encode_page_token
+from san_jobs.job_service.domain.ports import EnqueueOutcome, JobStore
+from san_jobs.job_service.domain.transitions import (
+    CANCEL,
+    CLAIM,
+    COMPLETE,
+    ENQUEUE,
+    FAIL_AND_RETRY,
+    FAIL_FINAL,
+    LEASE_EXHAUSTED,
+    NOT_CANCELLABLE,
+    RELEASE,
+    RENEW_LEASE,
+    RETRY_FAILED,
+    Transition,
+    active_holder_reason,
+    cancel_message,
+    claim_type_args,
+)
+from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal, group_key
+from san_jobs.job_service.storage.apply_transition import (
+    JOB_FIELDS,
+    Call,
+    Row,
+    applies,
+    apply,
+    status_of,
+)
+from san_jobs.job_service.storage.outcome_rows import check_claimed
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime: {value!r}")
+    return value.astimezone(UTC)
+
+
+def _usage(usage: AttemptUsage | None) -> Any:
+    """An attempt's usage as the transitions' `usage` argument: its JSON object."""
+    return None if usage is None else _json(usage.to_json())
+
+
+def _json(value: Any) -> Any:
+    """A JSON value as a JSON column gives it back: a detached copy, tuples as lists."""
+    return json.loads(json.dumps(value))
+
+
+def _constraint_broken(row: Row) -> str | None:
+    """The name of the async_jobs CHECK constraint (storage/tables.py) the row breaks,
+    if any; `ck_async_jobs_due_at` holds by construction (due_at is derived)."""
+    if row["attempt_count"] < 0:
+        return "ck_async_jobs_attempt_count"
+    if row["max_attempts"] < 1:
+        return "ck_async_jobs_max_attempts"
+    if (status_of(row) is JobStatus.PROCESSING) != (row["claim_token"] is not None):
+        return "ck_async_jobs_claimed"
+    return None
+
+
+def _matches(row: Row, f: JobFilter) -> bool:
+    """JobFilter's criteria, AND-combined, with SQL's NULLs (a NULL never matches)."""
+    failed_at: datetime | None = row["failed_at"]
+    message: str | None = row["error_message"]
+    return (
+        (f.requested_by is None or row["requested_by"] == f.requested_by)
+        and (not f.job_ids or row["id"] in f.job_ids)
+        and (not f.statuses or status_of(row) in f.statuses)
+        and (not f.job_types or row["job_type"] in f.job_types)
+        and (not f.target_ids or row["target_id"] in f.target_ids)
+        # Exact and case-sensitive, as on both databases (no LIKE wildcards).
+        and (
+            not f.error_message_contains
+            or (message is not None and f.error_message_contains in message)
+        )
+        and (f.created_after is None or row["created_at"] >= _aware(f.created_after))
+        and (f.created_before is None or row["created_at"] < _aware(f.created_before))
+        and (
+            f.failed_after is None
+            or (failed_at is not None and failed_at >= _aware(f.failed_after))
+        )
+        and (
+            f.failed_before is None
+            or (failed_at is not None and failed_at < _aware(f.failed_before))
+        )
+    )
+
+
+class MemoryTable:
+    """The jobs of one in-memory database, by id, and its dispatch pauses by type."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, Row] = {}
+        self.pauses: dict[JobType, DispatchPause] = {}
+        # Claim limits' token buckets (domain/claim_limits.py): (tokens, refilled at).
+        self.buckets: dict[JobType, tuple[float, datetime]] = {}
+        # The pruners' lock (PostgreSQL's advisory lock), shared by the table's stores.
+        self.prune_locked = False
+
+
+class MemoryJobStore:
+    """JobStore on a MemoryTable (a new one unless given). `clock` gives every
+    timestamp, as SqlJobStore's does."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        table: MemoryTable | None = None,
+    ) -> None:
+        self._clock = clock
+        self.table = table if table is not None else MemoryTable()
+
+    async def close(self) -> None:
+        await asyncio.sleep(0)
+
+    async def ping(self) -> None:
+        await asyncio.sleep(0)  # memory is always there
+
+    # -- plumbing -------------------------------------------------------------------
+
+    @property
+    def _rows(self) -> dict[str, Row]:
+        return self.table.rows
+
+    def _call(self, args: dict[str, Any] | None = None, lease_seconds: float = 0.0) -> Call:
+        return Call(args=args or {}, now=_aware(self._clock()), lease_seconds=lease_seconds)
+
+    def _write(self, transition: Transition, row: Row | None, call: Call) -> Job:
+        """Apply `transition` (it applies) and store the row, unless the table's CHECK
+        constraints refuse it (StorageFailureError, as the databases' refusal is)."""
+        new = apply(transition, row, call)
+        broken = _constraint_broken(new)
+        if broken is not None:
+            raise StorageFailureError(f"{transition.name}: the row breaks {broken}")
+        self._rows[new["id"]] = new
+        return _job(new)
+
+    def _moving(self, transition: Transition, call: Call) -> Row | None:
+        """The row named by the call's `job_id`, if `transition` applies to it."""
+        row = self._rows.get(call.args["job_id"])
+        return row if row is not None and applies(transition, row, call) else None
+
+    def _active_holder(self, job_type: Any, target_id: str, tenant: str) -> Row | None:
+        """The active job of (job_type, target_id) in `tenant` (the keys are a tenant's)."""
+        for row in self._rows.values():
+            if (
+                status_of(row) in ACTIVE_STATUSES
+                and row["job_type"] == job_type
+                and row["target_id"] == target_id
+                and row["tenant"] == tenant
+            ):
+                return row
+        return None
+
+    # -- enqueue and reads ----------------------------------------------------------
+
+    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        await asyncio.sleep(0)
+        return self._enqueue_now(new, on_duplicate)
+
+    async def enqueue_many(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]]
+    ) -> list[EnqueueOutcome]:
+        await asyncio.sleep(0)  # one statement's round trip; then atomic, in order
+        outcomes: list[EnqueueOutcome] = []
+        for new, on_duplicate in items:
+            try:
+                outcomes.append(self._enqueue_now(new, on_duplicate))
+            except (DuplicateJobError, StorageFailureError) as error:
+                outcomes.append(error)  # this item's alone (a CHECK it breaks)
+        return outcomes
+
+    def _enqueue_now(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        # The unique indexes, in the order SqlJobStore resolves a refused insert; each
+        # within the caller's tenant.
+        if new.request_id is not None:
+            for row in self._rows.values():
+                if row["request_id"] == new.request_id and row["tenant"] == new.tenant:
+                    return _job(row), True
+        holder = self._active_holder(new.job_type, new.target_id, new.tenant)
+        if holder is not None:
+            if on_duplicate is OnDuplicate.RETURN_EXISTING:
+                return _job(holder), True
+            raise DuplicateJobError(holder["id"])
+        args = {
+            "job_id": new_job_id(),
+            "job_type": new.job_type,
+            "target_id": new.target_id,
+            "request_params": _json(new.request_params),
+            "requested_by": new.requested_by,
+            "request_id": new.request_id,
+            "max_attempts": new.max_attempts,
+            "traceparent": new.traceparent,
+            "tenant": new.tenant,
+        }
+        return self._write(ENQUEUE, None, self._call(args)), False
+
+    async def get(self, job_id: str) -> Job:
+        await asyncio.sleep(0)
+        row = self._rows.get(job_id)
+        if row is None:
+            raise JobNotFoundError(job_id)
+        return _job(row)
+
+    async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
+        await asyncio.sleep(0)
+        return [_job(self._rows[i]) for i in dict.fromkeys(job_ids) if i in self._rows]
+
+    async def list_jobs(
+        self, job_filter: JobFilter, page_size: int, page_token: str | None
+    ) -> tuple[list[Job], str | None]:
+        await asyncio.sleep(0)
+        page_size = max(1, page_size)
+        after = decode_page_token(page_token) if page_token else None
+        rows = sorted(
+            (
+                row
+                for row in self._rows.values()
+                if _matches(row, job_filter)
+                and (after is None or (row["created_at"], row["id"]) < after)
+            ),
+            key=lambda row: (row["created_at"], row["id"]),
+            reverse=True,
+        )
+        jobs = [_job(row) for row in rows[: page_size + 1]]
+        if len(jobs) <= page_size:
+            return jobs, None
+        jobs = jobs[:page_size]
+        return jobs, encode_page_token(jobs[-1].created_at, jobs[-1].id)
+
+    # -- the worker's writes --------------------------------------------------------
+
+    async def claim(
+        self,
+        limit: int,
+        lease_seconds: float,
+        *,
+        skip_types: frozenset[JobType] = frozenset(),
+        only_type: JobType | None = None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
+        await asyncio.sleep(0)
+        return self._claim_now(limit, lease_seconds, skip_types, only_type, max_per_caller)
+
+    def _claim_now(
+        self,
+        limit: int,
+        lease_seconds: float,
+        skip_types: frozenset[JobType],
+        only_type: JobType | None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        call = self._call(claim_type_args(skip_types, only_type), lease_seconds=lease_seconds)
+        # Oldest due first (ties: oldest job first); returned oldest job first.
+        due = sorted(
+            (row for row in self._rows.values() if applies(CLAIM, row, call)),
+            key=lambda row: (row["due_at"], row["created_at"], row["id"]),
+        )
+        if max_per_caller is not None:
+            due = self._fair(due, max_per_caller)
+        due = due[:limit]
+        jobs = sorted(
+            (self._write(CLAIM, row, call) for row in due), key=lambda j: (j.created_at, j.id)
+        )
+        return [Claim(job=job, token=job.claim_token or "") for job in jobs]
+
+    async def claim_limited(
+        self,
+        job_type: JobType,
+        limit: int,
+        lease_seconds: float,
+        type_limit: TypeLimit,
+        max_per_caller: int | None = None,
+    ) -> LimitedClaim:
+        # One event loop: nothing runs between the reads and the writes below (no
+        # await), as the SQL store's row lock ensures across instances.
+        if limit <= 0:
+            return LimitedClaim()
+        now = _aware(self._clock())
+        tokens = None
+        if type_limit.per_second is not None:
+            held, at = self.table.buckets.get(job_type, (type_limit.burst, now))
+            tokens = refilled(held, at, now, type_limit)
+        running = sum(
+            1
+            for row in self._rows.values()
+            if row["job_type"] == job_type and status_of(row) is JobStatus.PROCESSING
+        )
+        allowed = allowance(limit, type_limit, tokens, running)
+        claims = self._claim_now(allowed.jobs, lease_seconds, frozenset(), job_type, max_per_caller)
+        tokens_left = None
+        if tokens is not None:
+            tokens_left = tokens - len(claims)
+            self.table.buckets[job_type] = (tokens_left, now)
+        await asyncio.sleep(0)
+        return LimitedClaim(claims, wait_after(len(claims), allowed, tokens_left, type_limit))
+
+    def _fair(self, due: list[Row], max_per_caller: int) -> list[Row]:
+        """Of `due` (oldest due first), what each caller may still start: fair share,
+        as the SQL stores' ranking (the limit minus the caller's PROCESSING jobs)."""
+        room = Counter(
+            row["requested_by"]
+            for row in self._rows.values()
+            if status_of(row) is JobStatus.PROCESSING
+        )
+        taken: list[Row] = []
+        for row in due:
+            caller = row["requested_by"]
+            room[caller] += 1
+            if room[caller] <= max_per_caller:
+                taken.append(row)
+        return taken
+
+    async def fail_exhausted_leases(self) -> list[Job]:
+        await asyncio.sleep(0)
+        call = self._call()
+        expired = [row for row in self._rows.values() if applies(LEASE_EXHAUSTED, row, call)]
+        return [self._write(LEASE_EXHAUSTED, row, call) for row in expired]
+
+    async def renew_leases(
+        self, leases: Sequence[tuple[str, str]], lease_seconds: float
+    ) -> set[str]:
+        await asyncio.sleep(0)
+        owned: set[str] = set()
+        for job_id, token in leases:
+            call = self._call({"job_id": job_id, "token": token}, lease_seconds)
+            row = self._moving(RENEW_LEASE, call)
+            if row is not None:
+                self._write(RENEW_LEASE, row, call)
+                owned.add(job_id)
+        return owned
+
+    async def complete(
+        self,
+        job_id: str,
+        token: str,
+        result: JsonDict,
+        usage: AttemptUsage | None = None,
+        *,
+        claimed: Job | None = None,  # nothing to save: the row is at hand
+    ) -> Job:
+        check_claimed(job_id, claimed)
+        await asyncio.sleep(0)
+        call = self._call(
+            {"job_id": job_id, "token": token, "result": _json(result), "usage": _usage(usage)}
+        )
+        row = self._moving(COMPLETE, call)
+        if row is None:
+            raise LeaseLostError(job_id)
+        return self._write(COMPLETE, row, call)
+
+    async def fail(
+        self,
+        job_id: str,
+        token: str,
+        failure: Failure,
+        retry_at: datetime | None,
+        *,
+        claimed: Job | None = None,  # as in complete
+    ) -> Job:
+        check_claimed(job_id, claimed)
+        await asyncio.sleep(0)
+        call = self._call(
+            {
+                "job_id": job_id,
+                "token": token,
+                "code": failure.code,
+                "reason": failure.reason,
+                "message": failure.message,
+                "retry_at": None if retry_at is None else _aware(retry_at),
+                "usage": _usage(failure.usage),
+            }
+        )
+        # Each declaration's `when` says which of the two this call is.
+        for transition in (FAIL_AND_RETRY, FAIL_FINAL):
+            row = self._moving(transition, call)
+            if row is not None:
+                return self._write(transition, row, call)
+        raise LeaseLostError(job_id)
+
+    async def release(self, job_id: str, token: str) -> Job | None:
+        await asyncio.sleep(0)
+        call = self._call({"job_id": job_id, "token": token})
+        row = self._moving(RELEASE, call)
+        return None if row is None else self._write(RELEASE, row, call)
+
+    # -- operators ------------------------------------------------------------------
+
+    async def cancel(self, job_id: str, reason: str, owner: str | None = None) -> Job:
+        await asyncio.sleep(0)
+        args = {
+            "job_id": job_id,
+            "cancel_reason": reason,
+            "cancel_message": cancel_message(reason),
+            "owner": owner,
+        }
+        call = self._call(args)
+        row = self._moving(CANCEL, call)
+        if row is not None:
+            return self._write(CANCEL, row, call)
+        current = self._rows.get(job_id)
+        if current is None or (owner is not None and current["requested_by"] != owner):
+            raise JobNotFoundError(job_id)  # another's job does not exist for this caller
+        raise InvalidJobStateError(job_id, status_of(current).value, NOT_CANCELLABLE)
+
+    async def retry_failed(
+        self, job_filter: JobFilter, limit: int, dry_run: bool, extra_attempts: int
+    ) -> RetryOutcome:
+        await asyncio.sleep(0)
+        # The candidates: jobs in a status RetryFailed leaves from, oldest failure first.
+        candidates = sorted(
+            (
+                row
+                for row in self._rows.values()
+                if status_of(row) in RETRY_FAILED.sources and _matches(row, job_filter)
+            ),
+            key=lambda row: (row["failed_at"], row["id"]),
+        )[: max(0, limit)]
+        to_move: list[Row] = []
+        skipped: list[tuple[str, str]] = []
+        claimed_slots: dict[tuple[Any, str, str], str] = {}
+        for row in candidates:
+            slot = (row["job_type"], row["target_id"], row["tenant"])
+            holder = self._active_holder(*slot)
+            holder_id = holder["id"] if holder is not None else claimed_slots.get(slot)
+            if holder_id is not None:
+                skipped.append((row["id"], active_holder_reason(holder_id)))
+            else:
+                # Two FAILED jobs of one target: the first (oldest failure) goes.
+                claimed_slots[slot] = row["id"]
+                to_move.append(row)
+        if not dry_run:
+            for row in to_move:
+                args = {"job_id": row["id"], "extra_attempts": max(1, extra_attempts)}
+                self._write(RETRY_FAILED, row, self._call(args))
+        retried = tuple(row["id"] for row in to_move)
+        return RetryOutcome(len(candidates), retried, tuple(skipped))
+
+    async def usage_totals(
+        self, query: UsageQuery, max_groups: int
+    ) -> tuple[list[UsageTotal], bool]:
+        await asyncio.sleep(0)
+        groups: dict[tuple[JobType, str, str], list[AttemptUsage]] = {}
+        for row in self._rows.values():
+            for attempt in row["attempts"]:
+                if attempt.usage is not None and query.counts(
+                    row["job_type"], row["requested_by"], attempt
+                ):
+                    key = (row["job_type"], attempt.usage.model, row["requested_by"])
+                    groups.setdefault(key, []).append(attempt.usage)
+        totals = sorted(
+            (
+                UsageTotal(
+                    job_type=job_type,
+                    model=model,
+                    requested_by=requested_by,
+                    attempts=len(used),
+                    cached_attempts=sum(u.cached for u in used),
+                    input_tokens=sum(u.input_tokens for u in used),
+                    output_tokens=sum(u.output_tokens for u in used),
+                    duration_seconds=sum(u.duration_seconds for u in used),
+                )
+                for (job_type, model, requested_by), used in groups.items()
+            ),
+            key=group_key,
+        )
+        return totals[:max_groups], len(totals) > max_groups
+
+    async def failure_groups(
+        self, query: FailureQuery, max_groups: int
+    ) -> tuple[list[FailureGroup], bool]:
+        await asyncio.sleep(0)
+        selection = query.job_filter()
+        members: dict[tuple[str, str, str], list[Row]] = {}
+        for row in self._rows.values():
+            if _matches(row, selection):
+                key = (
+                    row["error_code"] or "",
+                    row["error_reason"] or "",
+                    message_prefix(row["error_message"]),
+                )
+                members.setdefault(key, []).append(row)
+        groups = sorted(
+            (
+                FailureGroup(
+                    error_code=code,
+                    error_reason=reason,
+                    message_prefix=prefix,
+                    count=len(rows),
+                    latest_failed_at=max(row["failed_at"] for row in rows),
+                    example_job_id=max(row["id"] for row in rows),
+                )
+                for (code, reason, prefix), rows in members.items()
+            ),
+            key=group_order,
+        )
+        return groups[:max_groups], len(groups) > max_groups
+
+    async def stats(self) -> JobStats:
+        await asyncio.sleep(0)
+        counts = Counter((row["job_type"], status_of(row)) for row in self._rows.values())
+        oldest = min(
+            (
+                row["created_at"]
+                for row in self._rows.values()
+                if status_of(row) is JobStatus.PENDING
+            ),
+            default=None,
+        )
+        return JobStats(
+            counts=tuple(
+                sorted(
+                    (JobCount(job_type, status, n) for (job_type, status), n in counts.items()),
+                    key=lambda c: (str(c.job_type), str(c.status)),
+                )
+            ),
+            oldest_pending_created_at=oldest,
+            oldest_due_by_type=self._oldest_due_by_type(),
+        )
+
+    async def fold_counts(self) -> int:
+        await asyncio.sleep(0)
+        return 0  # counted from the rows each time (the table is small)
+
+    def _oldest_due_by_type(self) -> dict[JobType, datetime]:
+        now = _aware(self._clock())
+        due: dict[JobType, datetime] = {}
+        for row in self._rows.values():
+            at = row["due_at"]
+            if status_of(row) is JobStatus.PENDING and at is not None and at <= now:
+                job_type = row["job_type"]
+                due[job_type] = min(at, due.get(job_type, at))
+        return due
+
+    async def next_due_at(self) -> datetime | None:
+        await asyncio.sleep(0)
+        return min(_due_times(self._rows.values()), default=None)
+
+    # -- dispatch pauses (one dict entry per paused type, as one row in SQL) -----------
+
+    async def dispatch_pauses(self) -> list[DispatchPause]:
+        await asyncio.sleep(0)
+        return sorted(self.table.pauses.values(), key=lambda p: str(p.job_type))
+
+    async def open_pause(
+        self,
+        job_type: JobType,
+        reason: PauseReason,
+        until: datetime,
+        last_error: str,
+        instance_id: str,
+    ) -> DispatchPause:
+        await asyncio.sleep(0)
+        current = self.table.pauses.get(job_type)
+        since = current.since if current is not None else _aware(self._clock())
+        pause = DispatchPause(job_type, reason, since, _aware(until), last_error, instance_id)
+        self.table.pauses[job_type] = pause
+        return pause
+
+    async def close_pause(self, job_type: JobType) -> bool:
+        await asyncio.sleep(0)
+        return self.table.pauses.pop(job_type, None) is not None
+
+    async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
+        await asyncio.sleep(0)
+        current = self.table.pauses.get(job_type)
+        if current is None or current.until > _aware(self._clock()):
+            return False
+        self.table.pauses[job_type] = replace(current, until=_aware(next_probe_at))
+        return True
+
+    # -- retention (storage/prune.py is the SQL twin) ----------------------------------
+
+    def _past(self, status: JobStatus, cutoff: datetime) -> list[Row]:
+        """Jobs of terminal `status` that ended (updated_at) before `cutoff`, oldest first."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"only terminal jobs are pruned, not {status.value}")
+        cutoff = _aware(cutoff)
+        rows = [
+            row
+            for row in self._rows.values()
+            if status_of(row) is status and row["updated_at"] < cutoff
+        ]
+        return sorted(rows, key=lambda row: row["updated_at"])
+
+    async def count_prunable(
+        self, cutoffs: Mapping[JobStatus, datetime], limit: int
+    ) -> dict[JobStatus, int]:
+        await asyncio.sleep(0)
+        return {s: min(len(self._past(s, c)), max(0, limit)) for s, c in cutoffs.items()}
+
+    async def prune_batch(self, status: JobStatus, cutoff: datetime, limit: int) -> int:
+        await asyncio.sleep(0)
+        chosen = self._past(status, cutoff)[: max(0, limit)]
+        for row in chosen:
+            del self._rows[row["id"]]
+        return len(chosen)
+
+    @asynccontextmanager
+    async def prune_lock(self) -> AsyncIterator[bool]:
+        await asyncio.sleep(0)
+        if self.table.prune_locked:
+            yield False
+            return
+        self.table.prune_locked = True
+        try:
+            yield True
+        finally:
+            self.table.prune_locked = False
+
+
+def _due_times(rows: Iterable[Row]) -> Iterable[datetime]:
+    for row in rows:
+        if status_of(row) in ACTIVE_STATUSES and row["due_at"] is not None:
+            yield row["due_at"]
+
+
+def _job(row: Row) -> Job:
+    """The Job a read gives back: its own copies of the JSON values."""
+    values = {name: row[name] for name in JOB_FIELDS}
+    values["status"] = status_of(row)
+    values["request_params"] = copy.deepcopy(row["request_params"])
+    values["result"] = copy.deepcopy(row["result"])
+    return Job(**values)
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_port(store: MemoryJobStore) -> JobStore:
+        """mypy checks here that MemoryJobStore has every method of the port."""
+        return store

@@ -1,0 +1,206 @@
+"""Operators' queries: cancel, RetryFailed, stats, and when the next job is due."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from san_jobs.job_service.domain.errors import InvalidJobStateError, JobNotFoundError
+from san_jobs.job_service.domain.model import (
+    Job,
+    JobCount,
+    JobFilter,
+    JobStats,
+    JobStatus,
+    JobType,
+    RetryOutcome,
+)
+from san_jobs.job_service.domain.transitions import (
+    NOT_CANCELLABLE,
+    RETRIED_BY_ANOTHER_CALL,
+    active_holder_reason,
+    cancel_message,
+)
+from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal, group_key
+from san_jobs.job_service.storage import counts, queries
+from san_jobs.job_service.storage.connections import Connections
+from san_jobs.job_service.storage.rows import as_utc, chunks
+from san_jobs.job_service.storage.statements import Statements
+from san_jobs.job_service.storage.transition_sql import time_params
+
+
+class OperatorQueries:
+    def __init__(
+        self, connections: Connections, sql: Statements, now: Callable[[], datetime]
+    ) -> None:
+        self._db = connections
+        self._sql = sql
+        self._now = now
+
+    async def cancel(self, job_id: str, reason: str, owner: str | None = None) -> Job:
+        sql = self._sql
+        args = {"job_id": job_id, "cancel_reason": reason, "cancel_message": cancel_message(reason)}
+        statement = sql.cancel
+        if owner is not None:
+            statement, args = sql.cancel_owned, args | {"owner": owner}
+        params = time_params(self._now()) | sql.cancel_params.bind(**args)
+        async with self._db.single() as conn:
+            jobs = await self._db.jobs(conn, statement, params)
+            if jobs:
+                return jobs[0]
+            current = await self._db.jobs(conn, sql.by_id, {"p_id": job_id})
+        if not current or (owner is not None and current[0].requested_by != owner):
+            raise JobNotFoundError(job_id)  # another's job does not exist for this caller
+        raise InvalidJobStateError(job_id, current[0].status.value, NOT_CANCELLABLE)
+
+    async def retry_failed(
+        self, job_filter: JobFilter, limit: int, dry_run: bool, extra_attempts: int
+    ) -> RetryOutcome:
+        now = self._now()
+        db = self._db
+        candidates_stmt = queries.retry_candidates(
+            queries.job_filter(job_filter, db.pg), limit, lock=db.pg and not dry_run
+        )
+        async with db.single() if dry_run else db.tx() as conn:
+            # A job's slot is its tenant's (job_type, target_id): another tenant's
+            # active job of the same target holds no slot of its.
+            candidates = [
+                (r.id, (r.tenant or "", r.job_type, r.target_id))
+                for r in await conn.execute(candidates_stmt)
+            ]
+            active = await self._active_by_target(conn, {c[1][2] for c in candidates})
+            to_move: list[str] = []
+            skipped: list[tuple[str, str]] = []
+            for job_id, slot in candidates:
+                holder = active.get(slot)
+                if holder is not None:
+                    skipped.append((job_id, active_holder_reason(holder)))
+                else:
+                    # Two FAILED jobs of one slot: the first (oldest failure) goes.
+                    active[slot] = job_id
+                    to_move.append(job_id)
+            if dry_run or not to_move:
+                return RetryOutcome(len(candidates), tuple(to_move), tuple(skipped))
+            params = time_params(now) | {"p_extra_attempts": max(1, extra_attempts)}
+            moved = await self._move_failed(conn, to_move, params, skipped)
+        moved_ids = {job.id for job in moved}
+        retried = tuple(i for i in to_move if i in moved_ids)
+        for job_id in to_move:
+            if job_id not in moved_ids and all(s[0] != job_id for s in skipped):
+                skipped.append((job_id, RETRIED_BY_ANOTHER_CALL))
+        return RetryOutcome(len(candidates), retried, tuple(skipped))
+
+    async def _active_by_target(
+        self, conn: AsyncConnection, target_ids: set[str]
+    ) -> dict[tuple[str, str, str], str]:
+        """The active job of each (tenant, job_type, target_id) among these targets."""
+        found: dict[tuple[str, str, str], str] = {}
+        for chunk in chunks(sorted(target_ids)):
+            for row in await conn.execute(queries.active_for_targets(chunk)):
+                found[(row.tenant or "", row.job_type, row.target_id)] = row.id
+        return found
+
+    async def _move_failed(
+        self,
+        conn: AsyncConnection,
+        job_ids: list[str],
+        params: dict[str, object],
+        skipped: list[tuple[str, str]],
+    ) -> list[Job]:
+        """FAILED -> PENDING for `job_ids` (only those still FAILED). If an active job
+        appeared since the pre-check, the unique index refuses the batch: then job by
+        job, each in a savepoint, skipping the refused ones."""
+        retry = self._sql.retry_failed
+
+        async def move(ids: list[str]) -> list[Job]:
+            return await self._db.jobs(conn, retry, params | {"p_job_ids": ids})
+
+        moved: list[Job] = []
+        try:
+            async with conn.begin_nested():
+                for chunk in chunks(job_ids):
+                    moved.extend(await move(list(chunk)))
+            return moved
+        except IntegrityError:
+            moved = []
+        for job_id in job_ids:
+            try:
+                async with conn.begin_nested():
+                    moved.extend(await move([job_id]))
+            except IntegrityError:
+                holder = await self._active_holder(conn, job_id)
+                skipped.append((job_id, active_holder_reason(holder or "unknown")))
+        return moved
+
+    async def _active_holder(self, conn: AsyncConnection, job_id: str) -> str | None:
+        """The id of the active job holding the (tenant, job_type, target_id) slot of
+        `job_id`."""
+        job = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
+        if not job:
+            return None
+        params = {
+            "p_job_type": job[0].job_type.value,
+            "p_target_id": job[0].target_id,
+            "p_tenant": job[0].tenant,
+        }
+        holders = await self._db.jobs(conn, self._sql.active_for_target, params)
+        return holders[0].id if holders else None
+
+    async def stats(self) -> JobStats:
+        """One statement, whatever the table's size (storage/counts.py)."""
+        async with self._db.single() as conn:
+            rows = (await conn.execute(counts.stats_statement(), {"now": self._now()})).all()
+        found = tuple(
+            sorted(
+                (JobCount(JobType(r.job_type), JobStatus(r.status), int(r.n)) for r in rows),
+                key=lambda c: (c.job_type.value, c.status.value),
+            )
+        )
+        return JobStats(
+            counts=found,
+            oldest_pending_created_at=as_utc(rows[0].oldest_pending) if rows else None,
+            oldest_due_by_type={
+                JobType(r.job_type): at for r in rows if (at := as_utc(r.oldest_due)) is not None
+            },
+        )
+
+    async def fold_counts(self) -> int:
+        """Move the count deltas into the totals (PostgreSQL; SQLite keeps none).
+        Returns how many delta rows were folded."""
+        if not self._db.pg:
+            return 0
+        async with self._db.tx() as conn:
+            return int((await conn.execute(counts.fold_statement())).scalar_one())
+
+    async def usage_totals(
+        self, query: UsageQuery, max_groups: int
+    ) -> tuple[list[UsageTotal], bool]:
+        statement = queries.usage_totals(query, max_groups, self._db.pg)
+        async with self._db.single() as conn:
+            rows = (await conn.execute(statement)).all()
+        # Sorted here too: the databases' collations may order the words otherwise.
+        totals = sorted(
+            (
+                UsageTotal(
+                    job_type=JobType(row[0]),
+                    model=str(row[1]),
+                    requested_by=str(row[2]),
+                    attempts=int(row[3]),
+                    cached_attempts=int(row[4] or 0),
+                    input_tokens=int(row[5] or 0),
+                    output_tokens=int(row[6] or 0),
+                    duration_seconds=float(row[7] or 0.0),
+                )
+                for row in rows
+            ),
+            key=group_key,
+        )
+        return totals[:max_groups], len(totals) > max_groups
+
+    async def next_due_at(self) -> datetime | None:
+        async with self._db.single() as conn:
+            value = (await conn.execute(queries.next_due_at())).scalar_one_or_none()
+        return as_utc(value)

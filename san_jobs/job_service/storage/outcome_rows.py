@@ -1,0 +1,80 @@
+"""What the outcome writes (complete, fail) send back, and the Job made of it.
+
+An outcome statement used to return every column (`RETURNING *`), so for each job
+written PostgreSQL sent back, and asyncpg decoded, the job's input (request_params:
+JSONB of up to 100k characters) only for the worker to drop it: the worker holds the
+very same values from its claim. The columns no transition after ENQUEUE writes
+(KEPT_COLUMNS; tests/unit/storage/test_outcome_rows.py checks them against every
+declaration in domain/transitions.py) are therefore left out of RETURNING and taken
+from the job as it was claimed, or, for a caller that has none, read by id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from san_jobs.job_service.domain.model import Job, JobAttempt, JobStatus
+from san_jobs.job_service.storage.tables import async_jobs
+
+# Written once, by ENQUEUE; the same in every later state of the row.
+KEPT_COLUMNS = frozenset(
+    {
+        "job_type",
+        "target_id",
+        "request_params",
+        "requested_by",
+        "request_id",
+        "created_at",
+        "traceparent",
+        "tenant",
+    }
+)
+
+# What complete_many and fail_many return: everything else (id and status included,
+# which the PostgreSQL notification needs) but due_at, which a Job does not hold.
+OUTCOME_COLUMNS: tuple[Any, ...] = tuple(
+    c for c in async_jobs.c if c.name not in KEPT_COLUMNS and c.name != "due_at"
+)
+
+
+def check_claimed(job_id: str, claimed: Job | None) -> None:
+    """An outcome of `job_id` given another job as its claimed one: a bug, refused."""
+    if claimed is not None and claimed.id != job_id:
+        raise ValueError(f"an outcome of job {job_id} given job {claimed.id} as claimed")
+
+
+def outcome_job(row: Mapping[str, Any], kept: Job) -> Job:
+    """The job an outcome statement wrote: its returned `row` (OUTCOME_COLUMNS) and,
+    from `kept` (the same job as claimed or read), the KEPT_COLUMNS."""
+    if row["id"] != kept.id:
+        raise ValueError(f"row of job {row['id']} joined with job {kept.id}")
+    attempts = row["attempts"] or []
+    return Job(
+        id=kept.id,
+        job_type=kept.job_type,
+        status=JobStatus(row["status"]),
+        target_id=kept.target_id,
+        request_params=kept.request_params,
+        requested_by=kept.requested_by,
+        request_id=kept.request_id,
+        result=row["result"],
+        error_message=row["error_message"],
+        error_code=row["error_code"],
+        error_reason=row["error_reason"],
+        attempt_count=row["attempt_count"],
+        max_attempts=row["max_attempts"],
+        created_at=kept.created_at,
+        updated_at=row["updated_at"],
+        started_at=row["started_at"],
+        completed_at=row["completed_at"],
+        failed_at=row["failed_at"],
+        cancelled_at=row["cancelled_at"],
+        cancel_reason=row["cancel_reason"],
+        next_attempt_at=row["next_attempt_at"],
+        lease_expires_at=row["lease_expires_at"],
+        claim_token=row["claim_token"],
+        attempts=tuple(JobAttempt.from_json(a) for a in attempts),
+        traceparent=kept.traceparent,
+        tenant=kept.tenant,
+    )

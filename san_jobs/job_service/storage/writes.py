@@ -1,0 +1,498 @@
+"""Enqueue and the worker's writes: claim, renew, complete, fail, release.
+
+Every write is one atomic `UPDATE/INSERT ... RETURNING` statement, claim included,
+run without BEGIN/COMMIT round trips. Concurrent enqueues, completions and failures
+are coalesced (batching.py): the calls waiting at the same time share ONE statement
+over a JSON array of rows, and each caller returns only after that statement
+committed, with its own row's outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from san_jobs.job_service.domain.errors import (
+    DuplicateJobError,
+    LeaseLostError,
+    StorageError,
+    StorageUnavailableError,
+)
+from san_jobs.job_service.domain.job_ids import new_job_id, new_job_ids
+from san_jobs.job_service.domain.model import (
+    AttemptUsage,
+    Claim,
+    Failure,
+    Job,
+    JobType,
+    JsonDict,
+    NewJob,
+    OnDuplicate,
+)
+from san_jobs.job_service.domain.ports import EnqueueOutcome
+from san_jobs.job_service.domain.transitions import claim_type_args
+from san_jobs.job_service.storage.batching import Coalescer
+from san_jobs.job_service.storage.connections import Connections, HotStatement, HotStatements
+from san_jobs.job_service.storage.direct import StatementInDoubtError
+from san_jobs.job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
+from san_jobs.job_service.storage.outcome_rows import check_claimed, outcome_job
+from san_jobs.job_service.storage.rows import aware, pending_job
+from san_jobs.job_service.storage.statements import P_LIMIT, P_MAX_PER_CALLER, Statements
+from san_jobs.job_service.storage.transition_sql import Params, Rows, time_params
+
+# Rows per group-commit statement (enqueue, complete, fail, renew).
+MAX_BATCH = 500
+
+# fail(): job id, claim token, time of the call, failure, retry_at, the claimed job.
+_FailItem = tuple[str, str, datetime, Failure, datetime | None, Job | None]
+# complete(): job id, claim token, time of the call, result, usage, the claimed job.
+_CompleteItem = tuple[str, str, datetime, JsonDict, AttemptUsage | None, Job | None]
+
+
+def _refused_for_its_data(error: StorageError) -> bool:
+    """A statement refused for the data of some row (a CHECK, a too-long value, as
+    classified by storage/errors.py): in a batch, each row is then written alone so
+    only its own caller hears of it. Not for connection trouble: a batch that may
+    have committed is never written again."""
+    return not isinstance(error, StorageUnavailableError)
+
+
+class JobWrites:
+    def __init__(
+        self,
+        connections: Connections,
+        sql: Statements,
+        hot: HotStatements,
+        now: Callable[[], datetime],
+        read_many: Callable[[Sequence[str]], Awaitable[list[Job]]],
+        *,
+        enqueue_interval: float,
+    ) -> None:
+        self._db = connections
+        self._sql = sql
+        self._hot = hot
+        self._now = now
+        self._read_many = read_many
+        # Group commit of the hot-path writes: concurrent calls share one statement.
+        self._enqueues: Coalescer[NewJob, Job | None] = Coalescer(
+            self._enqueue_batch, max_batch=MAX_BATCH, name="enqueue", min_interval=enqueue_interval
+        )
+        self._completes: Coalescer[_CompleteItem, Job | None] = Coalescer(
+            self._complete_batch, max_batch=MAX_BATCH, name="complete", key=lambda i: i[0]
+        )
+        self._fails: Coalescer[_FailItem, Job | None] = Coalescer(
+            self._fail_batch, max_batch=MAX_BATCH, name="fail", key=lambda i: i[0]
+        )
+
+    async def wait_idle(self) -> None:
+        for coalescer in (self._enqueues, self._completes, self._fails):
+            await coalescer.wait_idle()
+
+    # -- enqueue ------------------------------------------------------------------------
+
+    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        # Concurrent enqueues share one INSERT (group commit); the future resolves
+        # after that statement committed. A row the unique indexes refused (a
+        # request_id repeat, an active duplicate, also one within the same batch) is
+        # then resolved alone, exactly as a single enqueue would be.
+        try:
+            inserted = await self._enqueues.submit(new)
+        except EnqueueInDoubtError as doubt:
+            # The INSERT's answer was lost: the caller hears OK or UNAVAILABLE only
+            # once it is known which is true (see in_doubt.py).
+            return await doubt.settle(), False
+        if inserted is not None:
+            return inserted, False
+        return await self._enqueue_one(new, on_duplicate)
+
+    async def enqueue_many(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]]
+    ) -> list[EnqueueOutcome]:
+        """BatchEnqueue's items: one INSERT per MAX_BATCH of them (the coalesced
+        enqueues' statement, `_enqueue_batch`), then each row it did not insert
+        resolved alone, in request order, as `enqueue` resolves one. An item that
+        repeats an earlier item's request_id or (job_type, target_id), in the same
+        tenant, is held out of the INSERT, so that the earlier one is the one stored
+        and the later one is resolved against it (which row of one INSERT wins is not
+        defined)."""
+        outcomes: list[EnqueueOutcome | None] = [None] * len(items)
+        seen_keys: set[tuple[str, str, str]] = set()
+        seen_request_ids: set[tuple[str, str]] = set()
+        fresh: list[int] = []  # indexes of the items the INSERT carries
+        for index, (new, _) in enumerate(items):
+            key = (new.tenant, new.job_type.value, new.target_id)
+            keyed = None if new.request_id is None else (new.tenant, new.request_id)
+            if key in seen_keys or keyed in seen_request_ids:
+                continue  # resolved after the INSERT, against the earlier item
+            seen_keys.add(key)
+            if keyed is not None:
+                seen_request_ids.add(keyed)
+            fresh.append(index)
+        for start in range(0, len(fresh), MAX_BATCH):
+            chunk = fresh[start : start + MAX_BATCH]
+            for index, result in zip(chunk, await self._insert_chunk(items, chunk), strict=True):
+                if result is not None:
+                    outcomes[index] = (result, False)
+        left = [index for index, outcome in enumerate(outcomes) if outcome is None]
+        for start in range(0, len(left), MAX_BATCH):
+            chunk = left[start : start + MAX_BATCH]
+            for index, outcome in zip(chunk, await self._resolve_left(items, chunk), strict=True):
+                outcomes[index] = outcome
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    async def _resolve_left(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]], chunk: list[int]
+    ) -> list[EnqueueOutcome]:
+        """The outcomes of items the INSERT did not store, as `_enqueue_one` would
+        give them, from two lookups for the whole chunk (per tenant: a BatchEnqueue's
+        items are all its caller's, so one each): the jobs of their request_ids, then
+        the active jobs of the targets of the rest (a resent batch of keyed items: one
+        SELECT per chunk, not two or three round trips each). What neither finds (its
+        job left the active states since the INSERT, or its own row was refused) is
+        enqueued alone, in request order."""
+        by_request_id, active = await self._existing_for([items[index][0] for index in chunk])
+        outcomes: list[EnqueueOutcome] = []
+        for index in chunk:
+            new, on_duplicate = items[index]
+            same = (
+                by_request_id.get((new.tenant, new.request_id))
+                if new.request_id is not None
+                else None
+            )
+            existing = same or active.get((new.tenant, new.job_type.value, new.target_id))
+            if same is not None:
+                outcomes.append((same, True))
+            elif existing is not None and on_duplicate is OnDuplicate.RETURN_EXISTING:
+                outcomes.append((existing, True))
+            elif existing is not None:
+                outcomes.append(DuplicateJobError(existing.id))
+            else:
+                outcomes.append(await self._enqueue_alone(new, on_duplicate))
+        return outcomes
+
+    async def _existing_for(
+        self, news: Sequence[NewJob]
+    ) -> tuple[dict[tuple[str, str], Job], dict[tuple[str, str, str], Job]]:
+        """The stored jobs that hold the keys of `news`, each within its tenant: by
+        (tenant, request_id), and the active ones of the rest by (tenant, job_type,
+        target_id). One lookup of each kind per tenant and job type."""
+        by_request_id: dict[tuple[str, str], Job] = {}
+        active: dict[tuple[str, str, str], Job] = {}
+        keyed: dict[str, list[str]] = {}  # tenant -> its request ids
+        for new in news:
+            if new.request_id is not None:
+                keyed.setdefault(new.tenant, []).append(new.request_id)
+        async with self._db.single() as conn:
+            for tenant, request_ids in keyed.items():
+                params = {"p_request_ids": request_ids, "p_tenant": tenant}
+                for job in await self._db.jobs(conn, self._sql.by_request_ids, params):
+                    if job.request_id is not None:
+                        by_request_id[tenant, job.request_id] = job
+            targets: dict[tuple[str, str], set[str]] = {}  # (tenant, job_type) -> targets
+            for new in news:
+                if new.request_id is None or (new.tenant, new.request_id) not in by_request_id:
+                    targets.setdefault((new.tenant, new.job_type.value), set()).add(new.target_id)
+            for (tenant, job_type), target_ids in targets.items():
+                params = {
+                    "p_job_type": job_type,
+                    "p_target_ids": sorted(target_ids),
+                    "p_tenant": tenant,
+                }
+                for job in await self._db.jobs(conn, self._sql.active_for_targets, params):
+                    active[tenant, job.job_type.value, job.target_id] = job
+        return by_request_id, active
+
+    async def _enqueue_alone(self, new: NewJob, on_duplicate: OnDuplicate) -> EnqueueOutcome:
+        """One item by `_enqueue_one`; its own error (a duplicate, its data refused)
+        as its outcome."""
+        try:
+            return await self._enqueue_one(new, on_duplicate)
+        except DuplicateJobError as error:
+            return error
+        except StorageError as error:
+            if not _refused_for_its_data(error):
+                raise  # the database, not this item: the whole call
+            return error  # this item's data alone
+
+    async def _insert_chunk(
+        self, items: Sequence[tuple[NewJob, OnDuplicate]], chunk: list[int]
+    ) -> list[Job | None]:
+        """The items at `chunk` in one INSERT: per item its job, or None when not
+        inserted. An answer lost in transit is settled first (in_doubt.py): the jobs
+        if the INSERT committed, else StorageUnavailableError for the whole call."""
+        try:
+            results = await self._enqueue_batch([items[index][0] for index in chunk])
+        except StorageError as error:
+            if not _refused_for_its_data(error):
+                raise
+            return [None] * len(chunk)  # each alone: only the bad one fails
+        jobs: list[Job | None] = []
+        for result in results:
+            if isinstance(result, EnqueueInDoubtError):
+                jobs.append(await result.settle())
+            elif isinstance(result, BaseException):  # pragma: no cover - not made above
+                raise result
+            else:
+                jobs.append(result)
+        return jobs
+
+    async def _enqueue_batch(self, batch: list[NewJob]) -> list[Job | BaseException | None]:
+        """One INSERT ... ON CONFLICT DO NOTHING RETURNING id for the whole batch. Ids
+        are made here, so the returned ids map back to their items; None = not
+        inserted; an EnqueueInDoubtError each when the answer was lost. An inserted
+        row holds exactly what was sent, so its Job is built here rather than decoded
+        from the database."""
+        ids = new_job_ids(len(batch))
+        # Rows sorted by the active-target index's key (job_type, target_id, tenant)
+        # (stable: among equal keys the earlier caller still goes first and wins):
+        # every enqueue INSERT, of any instance, then takes the unique index's entries
+        # in one order, so two INSERTs sharing targets wait for each other instead of
+        # deadlocking (two BatchEnqueues of the same targets in opposite orders did, on
+        # PostgreSQL). The callers of one batch may be several tenants: each row
+        # carries its own, and the indexes judge each row within its tenant.
+        order = sorted(
+            range(len(batch)),
+            key=lambda i: (batch[i].job_type.value, batch[i].target_id, batch[i].tenant),
+        )
+        rows = [enqueue_row(ids[i], batch[i]) for i in order]
+        now = self._now()
+        try:
+            written = await self._hot.enqueue_many.rows(time_params(now) | Rows.param(rows))
+            inserted = {row["id"] for row in written}
+        except StatementInDoubtError as error:
+            doubt = InsertInDoubt(self._db.autocommit, error.backend, ids, self._read_many)
+            return [EnqueueInDoubtError(job_id, doubt, error) for job_id in ids]
+        except StorageError as error:
+            if len(batch) > 1 and _refused_for_its_data(error):
+                return [None] * len(batch)  # each alone: only the bad one fails
+            raise
+        return [
+            pending_job(job_id, new, now) if job_id in inserted else None
+            for job_id, new in zip(ids, batch, strict=True)
+        ]
+
+    async def _enqueue_one(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        sql = self._sql
+        params = time_params(self._now()) | sql.enqueue_params.bind(
+            **enqueue_row(new_job_id(), new)
+        )
+        # ON CONFLICT DO NOTHING: the unique indexes stop duplicates without an error;
+        # the winner is then read. If it left the active states in between, nothing
+        # conflicts any more: insert again.
+        for _ in range(5):
+            async with self._db.single() as conn:
+                inserted = await self._db.jobs(conn, sql.enqueue, params)
+                if inserted:
+                    return inserted[0], False
+                # The winner is looked for in the caller's tenant only: the indexes
+                # refuse a row for its own tenant's keys alone.
+                if new.request_id is not None:
+                    same = await self._db.jobs(
+                        conn,
+                        sql.by_request_id,
+                        {"p_request_id": new.request_id, "p_tenant": new.tenant},
+                    )
+                    if same:
+                        return same[0], True
+                active = await self._db.jobs(
+                    conn,
+                    sql.active_for_target,
+                    {
+                        "p_job_type": new.job_type.value,
+                        "p_target_id": new.target_id,
+                        "p_tenant": new.tenant,
+                    },
+                )
+                if active:
+                    if on_duplicate is OnDuplicate.RETURN_EXISTING:
+                        return active[0], True
+                    raise DuplicateJobError(active[0].id)
+        raise StorageUnavailableError("enqueue kept conflicting with jobs that changed state")
+
+    # -- the worker's writes ----------------------------------------------------------
+
+    async def claim(
+        self,
+        limit: int,
+        lease_seconds: float,
+        *,
+        skip_types: frozenset[JobType] = frozenset(),
+        only_type: JobType | None = None,
+        max_per_caller: int | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        types = Params.bind(**claim_type_args(skip_types, only_type))
+        params = time_params(self._now(), lease_seconds) | {P_LIMIT: limit} | types
+        if max_per_caller is None:
+            jobs = await self._hot.claim.jobs(params)
+        else:  # fair share: another statement, run only when it is set
+            fair = params | {P_MAX_PER_CALLER: max_per_caller}
+            jobs = await self._db.write(self._sql.claim_fair, fair)
+        jobs.sort(key=lambda j: (j.created_at, j.id))
+        return [Claim(job=j, token=j.claim_token or "") for j in jobs]
+
+    async def fail_exhausted_leases(self) -> list[Job]:
+        return await self._db.write(self._sql.fail_exhausted_leases, time_params(self._now()))
+
+    async def renew_leases(
+        self, leases: Sequence[tuple[str, str]], lease_seconds: float
+    ) -> set[str]:
+        held = self._sql.renew_rows
+        owned: set[str] = set()
+        for start in range(0, len(leases), MAX_BATCH):
+            rows = [
+                held.row(job_id=job_id, token=token)
+                for job_id, token in leases[start : start + MAX_BATCH]
+            ]
+            params = time_params(self._now(), lease_seconds) | Rows.param(rows)
+            owned.update(row["id"] for row in await self._hot.renew_leases.rows(params))
+        return owned
+
+    async def complete(
+        self,
+        job_id: str,
+        token: str,
+        result: JsonDict,
+        usage: AttemptUsage | None = None,
+        *,
+        claimed: Job | None = None,
+    ) -> Job:
+        check_claimed(job_id, claimed)
+        # Concurrent completions share one UPDATE; each row keeps its token check.
+        job = await self._completes.submit((job_id, token, self._now(), result, usage, claimed))
+        if job is None:
+            raise LeaseLostError(job_id)
+        return job
+
+    async def _complete_batch(self, batch: list[_CompleteItem]) -> list[Job | BaseException | None]:
+        done = self._sql.complete_rows
+        rows = [
+            done.row(at=at, job_id=job_id, token=token, result=result, usage=_usage(usage))
+            for job_id, token, at, result, usage, _ in batch
+        ]
+        claims = [(b[0], b[5]) for b in batch]
+        return await self._outcome_rows(self._hot.complete_many, claims, rows)
+
+    async def fail(
+        self,
+        job_id: str,
+        token: str,
+        failure: Failure,
+        retry_at: datetime | None,
+        *,
+        claimed: Job | None = None,
+    ) -> Job:
+        check_claimed(job_id, claimed)
+        if retry_at is not None:
+            retry_at = aware(retry_at)
+        job = await self._fails.submit((job_id, token, self._now(), failure, retry_at, claimed))
+        if job is None:
+            raise LeaseLostError(job_id)
+        return job
+
+    async def _fail_batch(self, batch: list[_FailItem]) -> list[Job | BaseException | None]:
+        failed = self._sql.fail_rows
+        rows = [
+            failed.row(
+                at=at,
+                job_id=job_id,
+                token=token,
+                code=failure.code,
+                reason=failure.reason,
+                message=failure.message,
+                usage=_usage(failure.usage),
+                retry_at=retry_at,
+            )
+            for job_id, token, at, failure, retry_at, _ in batch
+        ]
+        claims = [(b[0], b[5]) for b in batch]
+        return await self._outcome_rows(self._hot.fail_many, claims, rows)
+
+    async def release(self, job_id: str, token: str) -> Job | None:
+        params = time_params(self._now()) | self._sql.release_params.bind(
+            job_id=job_id, token=token
+        )
+        jobs = await self._db.write(self._sql.release, params)
+        return jobs[0] if jobs else None
+
+    async def _outcome_rows(
+        self,
+        statement: HotStatement,
+        claims: list[tuple[str, Job | None]],
+        rows: list[dict[str, Any]],
+    ) -> list[Job | BaseException | None]:
+        """An outcome statement for a batch of (job id, the job as claimed or None);
+        per row the job written, or None (the token no longer owns it). If the data of
+        some row is refused, each row alone."""
+        kept = await self._kept_columns(claims)
+        ids = [job_id for job_id, _ in claims]
+        try:
+            written = await _written(statement, rows)
+        except StorageError as error:
+            if len(rows) == 1 or not _refused_for_its_data(error):
+                raise
+            results: list[Job | BaseException | None] = []
+            for job_id, row in zip(ids, rows, strict=True):
+                try:
+                    alone = (await _written(statement, [row])).get(job_id)
+                    results.append(_joined(alone, kept))
+                except StorageError as row_error:
+                    results.append(row_error)
+            return results
+        return [_joined(written.get(job_id), kept) for job_id in ids]
+
+    async def _kept_columns(self, claims: list[tuple[str, Job | None]]) -> dict[str, Job]:
+        """By id, a job to take the columns the outcome statement leaves out from
+        (outcome_rows.py): the claimed job the caller gave, else the job read now
+        (those columns never change, so before or after the write is the same)."""
+        kept = {job_id: job for job_id, job in claims if job is not None}
+        unknown = [job_id for job_id, job in claims if job is None]
+        if unknown:
+            kept.update((job.id, job) for job in await self._read_many(unknown))
+        return kept
+
+
+def _usage(usage: AttemptUsage | None) -> JsonDict | None:
+    """An attempt's usage as the transitions' `usage` argument: its JSON object."""
+    return None if usage is None else usage.to_json()
+
+
+async def _written(statement: HotStatement, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run an outcome statement whose rows carry their own time (committed on return);
+    the rows it wrote (outcome_rows.OUTCOME_COLUMNS), by id."""
+    return {row["id"]: row for row in await statement.rows(Rows.param(rows))}
+
+
+def _joined(row: Any, kept: dict[str, Job]) -> Job | BaseException | None:
+    """The job an outcome row wrote, whole (None: no row, the token lost the job)."""
+    if row is None:
+        return None
+    job = kept.get(row["id"])
+    if job is None:  # only if the row was deleted between the read and the write
+        return StorageUnavailableError(f"job {row['id']} vanished while its outcome was written")
+    return outcome_job(row, job)
+
+
+def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
+    """ENQUEUE's arguments for `new` (the single INSERT binds them), which are also
+    its JSON row for the batched INSERT (`Statements.enqueue_rows`), used as they
+    are: the generic `enqueue_rows.row(**enqueue_row(...))`'s kwargs, key check
+    and per-field loops were ~8 % of the job-service's CPU in a BatchEnqueue (issue
+    15). The same row but for `request_params`, which goes in as the JSON object
+    itself rather than as its JSON text: both databases read an object in a text
+    field as its JSON text (jsonb_to_recordset, `->>`), which the INSERT casts to the
+    column's JSON, so the batch's one json_text does what was a second one per row
+    (a unit test checks the fields, the storage tests what is stored)."""
+    return {
+        "job_id": job_id,
+        "job_type": new.job_type.value,
+        "target_id": new.target_id,
+        "request_params": new.request_params,
+        "requested_by": new.requested_by,
+        "request_id": new.request_id,
+        "max_attempts": new.max_attempts,
+        "traceparent": new.traceparent,
+        "tenant": new.tenant,
+    }

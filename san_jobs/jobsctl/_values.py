@@ -1,0 +1,90 @@
+"""Parsing of command-line values and naming of enums, shared by jobsctl and san-web."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import UTC, datetime, timedelta
+
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_job_type(text: str) -> pb.JobType.ValueType:
+    """``card-analysis``, ``CARD_ANALYSIS`` or ``JOB_TYPE_CARD_ANALYSIS``."""
+    name = text.strip().upper().replace("-", "_").removeprefix("JOB_TYPE_")
+    try:
+        value = pb.JobType.Value(f"JOB_TYPE_{name}")
+    except ValueError:
+        value = pb.JOB_TYPE_UNSPECIFIED
+    if value == pb.JOB_TYPE_UNSPECIFIED:
+        choices = ", ".join(
+            n.removeprefix("JOB_TYPE_").lower().replace("_", "-")
+            for n in (v.name for v in pb.JobType.DESCRIPTOR.values)
+            if n != "JOB_TYPE_UNSPECIFIED"
+        )
+        raise argparse.ArgumentTypeError(f"unknown job type {text!r} (choose from {choices})")
+    return value
+
+
+def parse_status(text: str) -> pb.JobStatus.ValueType:
+    """``failed``, ``FAILED`` or ``JOB_STATUS_FAILED``."""
+    name = text.strip().upper().removeprefix("JOB_STATUS_")
+    try:
+        value = pb.JobStatus.Value(f"JOB_STATUS_{name}")
+    except ValueError:
+        value = pb.JOB_STATUS_UNSPECIFIED
+    if value == pb.JOB_STATUS_UNSPECIFIED:
+        choices = ", ".join(
+            n.removeprefix("JOB_STATUS_").lower()
+            for n in (v.name for v in pb.JobStatus.DESCRIPTOR.values)
+            if n != "JOB_STATUS_UNSPECIFIED"
+        )
+        raise argparse.ArgumentTypeError(f"unknown status {text!r} (choose from {choices})")
+    return value
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """A point in time: ``30m``/``1h``/``2d``/``1w`` ago, or an ISO date or time.
+
+    An ISO time without an offset is local time.
+    """
+    now = now or datetime.now(UTC)
+    match = _DURATION.match(text)
+    if match:
+        amount, unit = float(match.group(1)), match.group(2)
+        return now - timedelta(**{_UNITS[unit]: amount})
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read time {text!r} (use e.g. 30m, 1h, 2d or 2026-11-29T10:00)"
+        ) from None
+    return value.astimezone(UTC) if value.tzinfo else value.astimezone().astimezone(UTC)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def format_age(seconds: float) -> str:
+    """``3d 4h``, ``2h 5m``, ``4m 10s``, ``12s``."""
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"
