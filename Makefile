@@ -6,6 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BUF := node_modules/.bin/buf
 STAMP := $(VENV)/.installed
+# Parallel test processes for `make test`: the tests mostly wait on processes and
+# sockets, so more processes than cores pay off.
+TEST_WORKERS ?= 4
 
 .DEFAULT_GOAL := help
 .PHONY: help install proto proto-baseline lint buf-lint buf-breaking test test-fast bench run clean browser certs
@@ -46,7 +49,7 @@ browser: ## Install Debian's Chromium for the page tests (needs root)
 	fi
 
 test: $(STAMP) browser lint ## make lint, then every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
-	$(VENV)/bin/pytest -n 4 --durations=25
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --durations=25
 
 test-fast: $(STAMP) ## Unit tests only
 	$(VENV)/bin/pytest tests/unit
