@@ -38,7 +38,12 @@ from pathlib import Path
 import grpc
 
 from san_jobs.ai_gateway.errors import MAX_ECHO, PermissionDenied, Unauthenticated, echo
-from san_jobs.shared.client_identity import ClientNames, certificate_name
+from san_jobs.shared.client_identity import (
+    ClientNames,
+    bearer_token,
+    certificate_name,
+    peer_host,
+)
 from san_jobs.shared.secret_files import warn_if_shared
 
 logger = logging.getLogger("ai_gateway.callers")
@@ -47,7 +52,6 @@ MIN_TOKEN_CHARS = 16
 MAX_TOKENS_FILE_BYTES = 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9._@:-]{1,64}")
 _TOKEN = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no space: fits a header value
-_BEARER = "bearer "
 DEFAULT_CLIENT_NAMES = ClientNames(frozenset({"job-service"}))
 """JobService's certificate name as ``make certs`` (scripts/dev_certs.py) writes it."""
 
@@ -200,20 +204,3 @@ class Authenticator:
             f"the client certificate {echo(name)} is not one the AI gateway admits{token}",
             metadata={"certificateName": name[:MAX_ECHO]},
         )
-
-
-def bearer_token(metadata: Metadata) -> str | None:
-    """The token of the call's ``authorization: Bearer TOKEN`` header, or None."""
-    for key, value in metadata:
-        if key.lower() == "authorization" and isinstance(value, str):
-            if value[: len(_BEARER)].lower() == _BEARER:
-                return value[len(_BEARER) :].strip()
-            return ""  # another scheme: a credential, but never a valid one
-    return None
-
-
-def peer_host(peer: str) -> str:
-    """``ipv4:127.0.0.1:50000`` → ``ipv4:127.0.0.1``: a reconnecting client keeps its bucket."""
-    if peer.startswith(("ipv4:", "ipv6:")):
-        return peer.rsplit(":", 1)[0]
-    return peer or "unknown"

@@ -17,7 +17,7 @@ from san_jobs.ai_gateway.backends.instant import InstantBackend
 from san_jobs.ai_gateway.backends.local.backend import LocalBackend
 from san_jobs.ai_gateway.backends.openai import OpenAIBackend
 from san_jobs.ai_gateway.bounds import StreamLimits
-from san_jobs.ai_gateway.callers import Authenticator, CallerTokens, peer_host
+from san_jobs.ai_gateway.callers import Authenticator, CallerTokens
 from san_jobs.ai_gateway.calllog import CallLog
 from san_jobs.ai_gateway.decoding import add_servicer
 from san_jobs.ai_gateway.fallback import Fallback, PrimaryCircuit
@@ -31,6 +31,7 @@ from san_jobs.ai_gateway.settings import BackendName, GatewaySettings
 from san_jobs.ai_gateway.transport_errors import DOMAIN
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2
 from san_jobs.shared import health, memory_return, reflection, tls
+from san_jobs.shared.client_identity import peer_host
 from san_jobs.shared.exposure import exposure_problem
 from san_jobs.shared.grpc_metrics import GrpcServerMetrics
 from san_jobs.shared.metrics_http import MetricsListenError, MetricsServer, metrics_exposure_problem

@@ -30,6 +30,7 @@ from san_jobs.shared.json_logs import LogFormat
 from san_jobs.shared.otlp_settings import check_otlp_endpoint
 from san_jobs.shared.secret_files import warn_if_shared
 from san_jobs.shared.tls_settings import tls_pair_problem
+from san_jobs.shared.token_files import read_token_file
 
 ENV_PREFIX = "SAN_JOBS_"
 
@@ -439,17 +440,3 @@ def legacy_deadlines(environ: Mapping[str, str]) -> dict[JobType, float]:
         if environ.get(variable):
             found[job_type] = _seconds(environ[variable], variable)
     return found
-
-
-def read_token_file(path: Path) -> str:
-    """The token in `path` (surrounding white space dropped); ValueError, one line
-    that never quotes the file, when it is unreadable, empty, or not one header-safe
-    word (printable ASCII without spaces)."""
-    try:
-        token = path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else "not ASCII"
-        raise ValueError(f"cannot read the token file {str(path)!r}: {reason}") from None
-    if not token or not all("!" <= char <= "~" for char in token):
-        raise ValueError(f"the token file {str(path)!r} must hold one token (no spaces)")
-    return token

@@ -12,9 +12,9 @@ from san_jobs.client import ChannelSettings, JobsClient, ServiceUnavailableError
 from san_jobs.client._channel import read_pem
 from san_jobs.jobsctl._settings import JobsctlSettings
 from san_jobs.shared.cli_settings import env_of, flags_given, settings_of
-from san_jobs.shared.client_token_file import TokenFileError, read_token_file, token_file_warning
 from san_jobs.shared.exposure import is_loopback
 from san_jobs.shared.secret_files import shared_secret_warning
+from san_jobs.shared.token_files import TokenFileError, read_token_file, token_file_warning
 
 ENV_TOKEN = env_of(JobsctlSettings, "token")
 ENV_TOKEN_FILE = env_of(JobsctlSettings, "token_file")

@@ -1,13 +1,53 @@
-"""Who a mutual-TLS client is: the names its verified certificate carries.
-
-Both services read a caller's certificate the same way (AiGateway to admit JobService
-alone, JobService where certificates stand in for tokens), so the rule lives here.
+"""Who a client is, read the same way by both services: the names its verified
+certificate carries (AiGateway admits JobService alone; JobService lets certificates
+stand in for tokens), the bearer token it shows, and its address.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import unquote
+
+_BEARER = "bearer "
+
+
+def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    """The token of the call's first ``authorization`` header: None when there is none;
+    "" when it uses another scheme than Bearer (a credential, but never a valid one)."""
+    for key, value in metadata or ():
+        if key.lower() == "authorization" and isinstance(value, str):
+            if value[: len(_BEARER)].lower() == _BEARER:
+                return value[len(_BEARER) :].strip()
+            return ""
+    return None
+
+
+def peer_host(peer: str) -> str:
+    """The host part of a grpc peer string, in one spelling per address.
+
+    "ipv4:127.0.0.1:54321" -> "127.0.0.1"; "ipv6:%5B::1%5D:54321" -> "::1" (grpc
+    percent-encodes the brackets); an IPv4-mapped IPv6 address -> its IPv4 form;
+    every unix-socket client -> "unix" (the local machine is one peer: grpc names
+    no client path). Anything else is kept whole.
+    """
+    scheme, sep, rest = peer.partition(":")
+    if not sep:
+        return peer
+    if scheme in ("unix", "unix-abstract"):
+        return "unix"
+    if scheme not in ("ipv4", "ipv6"):
+        return peer
+    host = unquote(rest).rpartition(":")[0].strip("[]")
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return host or peer
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
 
 ANY_NAME = "*"
 """In an allow-list, admits every certificate the CA signed (the old behaviour, on purpose)."""

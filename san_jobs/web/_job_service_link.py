@@ -10,8 +10,8 @@ from pathlib import Path
 
 from san_jobs.client import AsyncJobsClient, ChannelSettings
 from san_jobs.client._channel import DEFAULT_TIMEOUT, read_pem
-from san_jobs.shared.client_token_file import TokenFileError, read_token_file, token_file_warning
 from san_jobs.shared.secret_files import shared_secret_warning
+from san_jobs.shared.token_files import TokenFileError, read_token_file, token_file_warning
 
 
 class LinkSettingsError(Exception):

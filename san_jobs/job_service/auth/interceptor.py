@@ -37,23 +37,13 @@ from san_jobs.job_service.auth.stream_checks import OpenStream, Recheck, StreamC
 from san_jobs.job_service.auth.tokens import TokenVerifier
 from san_jobs.job_service.domain.errors import PermissionDeniedError, UnauthenticatedError
 from san_jobs.job_service.transport.errors import abort
+from san_jobs.shared.client_identity import bearer_token
 
 JOB_SERVICE = "san.jobs.v1.JobService"
-_BEARER = "bearer "
 
 # grpc-stubs makes it generic; grpc itself does not (so a string, for mypy only).
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 Context = grpc.aio.ServicerContext[Any, Any]
-
-
-def bearer_token(metadata: Any) -> str | None:
-    """The token of the first `authorization: Bearer ...` header, or None."""
-    for key, value in metadata or ():
-        if key == "authorization" and isinstance(value, str):
-            if value[: len(_BEARER)].lower() == _BEARER:
-                return value[len(_BEARER) :].strip()
-            return None
-    return None
 
 
 Check: TypeAlias = Callable[[Any, Context], Awaitable[Caller]]

@@ -68,18 +68,6 @@ STATUS_TO_PB: dict[JobStatus, pb.JobStatus.ValueType] = {
 }
 STATUS_FROM_PB = {v: k for k, v in STATUS_TO_PB.items()}
 
-_INPUT_TYPES: dict[JobType, type[Message]] = {
-    JobType.CARD_ANALYSIS: pb.CardAnalysisInput,
-    JobType.TIL_GENERATION: pb.TilGenerationInput,
-    JobType.RECALL_GENERATION: pb.RecallGenerationInput,
-}
-_RESULT_TYPES: dict[JobType, type[Message]] = {
-    JobType.CARD_ANALYSIS: pb.CardAnalysisResult,
-    JobType.TIL_GENERATION: pb.TilGenerationResult,
-    JobType.RECALL_GENERATION: pb.RecallGenerationResult,
-}
-
-
 PAUSE_REASON_TO_PB: dict[PauseReason, pb.PauseReason.ValueType] = {
     PauseReason.CIRCUIT_OPEN: pb.PAUSE_REASON_CIRCUIT_OPEN,
     PauseReason.RATE_LIMITED: pb.PAUSE_REASON_RATE_LIMITED,

@@ -8,7 +8,8 @@ the caller's address (a health probe has no identity) and its connection.
 
 from __future__ import annotations
 
-from san_jobs.job_service.transport.stream_limits import StreamGate, StreamRefusedError, peer_host
+from san_jobs.job_service.transport.stream_limits import StreamGate, StreamRefusedError
+from san_jobs.shared.client_identity import peer_host
 from san_jobs.shared.open_rpcs import Context, StreamAdmission, StreamLease, StreamRefused
 
 

@@ -25,11 +25,9 @@ server stop, a generator never finalized) frees its slot.
 
 from __future__ import annotations
 
-import ipaddress
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 import grpc
 from google.rpc import code_pb2  # ships no type stubs
@@ -38,6 +36,7 @@ from san_jobs.job_service.auth.certificates import caller_certificate
 from san_jobs.job_service.auth.roles import current_caller
 from san_jobs.job_service.transport.errors import DOMAIN
 from san_jobs.shared import rich_status
+from san_jobs.shared.client_identity import peer_host
 
 REASON = "TOO_MANY_STREAMS"
 
@@ -86,31 +85,6 @@ def _per(peer: str) -> str:
 def connection_key(context: grpc.aio.ServicerContext[Any, Any]) -> str:
     """The caller's connection: grpc's whole peer string (address and port)."""
     return context.peer()
-
-
-def peer_host(peer: str) -> str:
-    """The host part of a grpc peer string, in one spelling per address.
-
-    "ipv4:127.0.0.1:54321" -> "127.0.0.1"; "ipv6:%5B::1%5D:54321" -> "::1" (grpc
-    percent-encodes the brackets); an IPv4-mapped IPv6 address -> its IPv4 form;
-    every unix-socket client -> "unix" (the local machine is one peer: grpc names
-    no client path). Anything else is kept whole.
-    """
-    scheme, sep, rest = peer.partition(":")
-    if not sep:
-        return peer
-    if scheme in ("unix", "unix-abstract"):
-        return "unix"
-    if scheme not in ("ipv4", "ipv6"):
-        return peer
-    host = unquote(rest).rpartition(":")[0].strip("[]")
-    try:
-        address = ipaddress.ip_address(host.partition("%")[0])
-    except ValueError:
-        return host or peer
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return str(address.ipv4_mapped)
-    return str(address)
 
 
 class StreamRefusedError(Exception):

@@ -144,7 +144,7 @@ async def test_without_authentication_the_peer_address_keys_the_rate_limit(
     details = rich(caught.value)
     assert details.info.reason == "RATE_LIMITED"
     assert details.quota is not None
-    assert details.quota.violations[0].subject == "client:ipv4:127.0.0.1"
+    assert details.quota.violations[0].subject == "client:127.0.0.1"
 
 
 async def test_reloaded_tokens_file_admits_new_and_refuses_removed_callers(

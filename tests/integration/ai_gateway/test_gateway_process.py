@@ -35,7 +35,7 @@ def test_process_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     ) as proc:
         stderr = _exercise(proc)
     log = "".join(stderr)
-    assert "AnalyzeContent caller=ipv4:127.0.0.1 client=test job=j-1" in log
+    assert "AnalyzeContent caller=127.0.0.1 client=test job=j-1" in log
     assert "ai-gateway stopped" in log
     assert "Traceback" not in log
     assert '"job_id": "j-1"' in (tmp_path / "calls.jsonl").read_text()

@@ -324,7 +324,7 @@ async def test_call_log_records_job_metadata(start_gateway: StartGateway, tmp_pa
         "method": "AnalyzeContent",
         # Authentication is off: the caller is the peer's address (port dropped);
         # x-client-id is only the caller's own label.
-        "caller": "ipv4:127.0.0.1",
+        "caller": "127.0.0.1",
         "client_id": "job-service",
         "job_id": "0b5c7c1e-job",
         "attempt": 3,
@@ -332,7 +332,7 @@ async def test_call_log_records_job_metadata(start_gateway: StartGateway, tmp_pa
         "duration_ms": lines[0]["duration_ms"],
     }
     assert lines[1]["code"] == "INVALID_ARGUMENT"
-    assert lines[2]["caller"] == "ipv4:127.0.0.1"
+    assert lines[2]["caller"] == "127.0.0.1"
     assert lines[2]["client_id"] is None  # no x-client-id: no label
     assert lines[2]["job_id"] is None and lines[2]["attempt"] is None
 
@@ -346,7 +346,7 @@ async def test_call_log_line_per_call_in_log(
     records = [r.getMessage() for r in caplog.records if r.name == "ai_gateway.calls"]
     assert len(records) == 1
     assert records[0].startswith(
-        "AnalyzeContent caller=ipv4:127.0.0.1 client=job-service job=0b5c7c1e-job attempt=3"
+        "AnalyzeContent caller=127.0.0.1 client=job-service job=0b5c7c1e-job attempt=3"
     )
     assert "status=OK" in records[0]
 

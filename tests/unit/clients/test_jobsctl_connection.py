@@ -63,7 +63,7 @@ def test_token_sources_and_their_precedence(files: Path) -> None:
         settings_of(env=env | env_file)
 
 
-def test_only_the_trailing_line_break_is_removed(files: Path) -> None:
+def test_a_token_with_a_space_inside_or_none_at_all_is_refused(files: Path) -> None:
     (files / "spaced.token").write_text(" tok en\n\n")
     with pytest.raises(SettingsError, match="printable ASCII"):
         settings_of("--token-file", str(files / "spaced.token"))

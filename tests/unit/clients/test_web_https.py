@@ -103,7 +103,7 @@ def test_job_service_link_refuses_what_cannot_work(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("two words\n")
     with pytest.raises(LinkSettingsError, match="--job-service-tls-cert and --job-service-tls-key"):
         load_link(tls_ca=None, tls_cert=tmp_path / "c.pem", tls_key=None, token_file=None)
-    with pytest.raises(LinkSettingsError, match=r"--job-service-token-file .*printable ASCII"):
+    with pytest.raises(LinkSettingsError, match=r"--job-service-token-file: .*printable ASCII"):
         load_link(tls_ca=None, tls_cert=None, tls_key=None, token_file=tmp_path / "token")
     with pytest.raises(LinkSettingsError, match="--job-service-tls-ca: cannot read"):
         load_link(tls_ca=tmp_path / "no.pem", tls_cert=None, tls_key=None, token_file=None)

@@ -10,8 +10,8 @@ from san_jobs.job_service.transport.stream_limits import (
     StreamGate,
     StreamLimits,
     StreamRefusedError,
-    peer_host,
 )
+from san_jobs.shared.client_identity import peer_host
 
 LIMITS = StreamLimits(
     max_streams=5,

@@ -17,8 +17,8 @@ from san_jobs.ai_gateway.settings import GatewaySettings
 from san_jobs.job_service.settings import JobServiceSettings
 from san_jobs.jobsctl._connection import resolve
 from san_jobs.jobsctl.cli import build_parser
-from san_jobs.shared.client_token_file import token_file_warning
 from san_jobs.shared.tls import channel_credentials, server_credentials
+from san_jobs.shared.token_files import token_file_warning
 from san_jobs.web._job_service_link import load_link
 from scripts.dev_certs import write_dev_certs
 

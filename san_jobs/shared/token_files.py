@@ -1,5 +1,6 @@
-"""Reading a bearer token from a file, for jobsctl ``--token-file`` and san-web
-``--job-service-token-file``: a file keeps the token out of ``ps`` and shell history."""
+"""Reading a bearer token from a file: jobsctl ``--token-file``, san-web
+``--job-service-token-file`` and job-service ``--gateway-token-file`` read it the same
+way. A file keeps the token out of ``ps`` and shell history."""
 
 from __future__ import annotations
 
@@ -9,22 +10,29 @@ from pathlib import Path
 from san_jobs.shared.secret_files import shared_secret_warning
 
 
-class TokenFileError(Exception):
-    """The token file cannot be used; the message says why in one line."""
+class TokenFileError(ValueError):
+    """The token file cannot be used; the message says why in one line (and never
+    quotes the file's content)."""
 
 
 def read_token_file(path: str | os.PathLike[str]) -> str:
-    """The token in ``path``: the file's text without its trailing line break (what
-    ``echo TOKEN > FILE`` or an editor leaves). Any other whitespace is kept, so a
-    token that is wrong shows as wrong instead of being silently repaired."""
+    """The token in ``path``: the file's text without the white space around it (the
+    line break ``echo TOKEN > FILE`` or an editor leaves). The rest must be one word
+    an ``authorization`` header can carry (printable ASCII, no spaces): a token with
+    a space or a foreign character inside is refused as such, at start, instead of
+    being sent and turned away by the server."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
         raise TokenFileError(f"cannot read token file {os.fspath(path)}: {reason}") from None
-    token = text.removesuffix("\n").removesuffix("\r")
+    token = text.strip()
     if not token:
         raise TokenFileError(f"token file {os.fspath(path)} is empty")
+    if not all("!" <= char <= "~" for char in token):
+        raise TokenFileError(
+            f"token file {os.fspath(path)} must hold one token (printable ASCII, no spaces inside)"
+        )
     return token
 
 
