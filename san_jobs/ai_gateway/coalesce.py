@@ -25,7 +25,7 @@ class _Shared(Generic[T]):
     waiters: int = field(default=0)
 
 
-class Coalescer:
+class InFlightCalls:
     """The calls in flight, by key."""
 
     def __init__(self) -> None:

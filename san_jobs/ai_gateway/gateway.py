@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from san_jobs.ai_gateway.backends.base import Backend
-from san_jobs.ai_gateway.coalesce import Coalescer
+from san_jobs.ai_gateway.coalesce import InFlightCalls
 from san_jobs.ai_gateway.errors import DeadlineExceeded, TokenLimitExceeded
 from san_jobs.ai_gateway.fallback import Fallback, Work
 from san_jobs.ai_gateway.faults import FaultInjector
@@ -85,7 +85,7 @@ class Gateway:
         self.fallback = fallback
         self.cache = cache if cache is not None and cache.enabled else None
         self.model = model or backend.name
-        self.in_flight = Coalescer()
+        self.in_flight = InFlightCalls()
 
     async def run(
         self,

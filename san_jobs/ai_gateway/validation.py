@@ -6,17 +6,12 @@ blank) and names fields as the proto spells them, for the ``BadRequest`` details
 
 from __future__ import annotations
 
-import datetime
-import re
-
 from san_jobs.ai_gateway.errors import FieldViolation, InvalidRequest, echo
 from san_jobs.ai_gateway.models import AnalyzeInput, EmbedInput, RecallInput, RecallSource, TilInput
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from san_jobs.shared.input_rules import DEFAULT_QUESTION_COUNT, MAX_QUESTION_COUNT, day_problem
 
-DEFAULT_QUESTIONS = 5
-MAX_QUESTIONS = 20
 _BLANK = "must not be empty or whitespace"
-_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def analyze_input(request: pb.AnalyzeContentRequest) -> AnalyzeInput:
@@ -29,7 +24,7 @@ def analyze_input(request: pb.AnalyzeContentRequest) -> AnalyzeInput:
 def til_input(request: pb.GenerateTilRequest) -> TilInput:
     """The validated input of GenerateTil."""
     bad: list[FieldViolation] = []
-    if not _is_day(request.day):
+    if day_problem(request.day) is not None:
         bad.append(FieldViolation("day", f"must be a date as YYYY-MM-DD, got {echo(request.day)}"))
     if not request.notes:
         bad.append(FieldViolation("notes", "at least one note is required"))
@@ -51,11 +46,11 @@ def recall_input(request: pb.GenerateRecallRequest) -> RecallInput:
         for i, s in enumerate(request.sources)
         if not s.text.strip()
     ]
-    if not 0 <= request.question_count <= MAX_QUESTIONS:
+    if not 0 <= request.question_count <= MAX_QUESTION_COUNT:
         bad.append(
             FieldViolation(
                 "question_count",
-                f"must be from 0 (meaning {DEFAULT_QUESTIONS}) to {MAX_QUESTIONS}, "
+                f"must be from 0 (meaning {DEFAULT_QUESTION_COUNT}) to {MAX_QUESTION_COUNT}, "
                 f"got {request.question_count}",
             )
         )
@@ -63,7 +58,7 @@ def recall_input(request: pb.GenerateRecallRequest) -> RecallInput:
         raise InvalidRequest(bad)
     return RecallInput(
         sources=[RecallSource(s.title, s.text) for s in request.sources],
-        question_count=request.question_count or DEFAULT_QUESTIONS,
+        question_count=request.question_count or DEFAULT_QUESTION_COUNT,
     )
 
 
@@ -72,13 +67,3 @@ def embed_input(request: pb.EmbedRequest) -> EmbedInput:
     if not request.text.strip():
         raise InvalidRequest([FieldViolation("text", _BLANK)])
     return EmbedInput(text=request.text)
-
-
-def _is_day(day: str) -> bool:
-    if not _DAY.fullmatch(day):
-        return False
-    try:
-        datetime.date.fromisoformat(day)
-    except ValueError:
-        return False
-    return True

@@ -8,9 +8,7 @@ operator's limits, and the list to append violations to; it reports every one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from datetime import date
 from typing import Any
 
 from san_jobs.job_service.domain.errors import FieldViolation
@@ -21,19 +19,16 @@ from san_jobs.job_service.domain.field_rules import (
     check_identifier,
 )
 from san_jobs.job_service.domain.limits import (
-    DAY_CHARS,
-    DEFAULT_QUESTION_COUNT,
-    MAX_QUESTION_COUNT,
     MAX_RECALL_SOURCES,
     MAX_TIL_NOTES,
     MAX_TITLE_CHARS,
     MAX_URL_CHARS,
 )
+from san_jobs.shared.input_rules import DEFAULT_QUESTION_COUNT, MAX_QUESTION_COUNT, day_problem
 
 InputCheck = Callable[[str, Mapping[str, Any], EnqueueLimits, list[FieldViolation]], None]
 
 # ASCII digits only: \d would take other scripts' digits too.
-_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 def check_card_analysis(
@@ -49,13 +44,11 @@ def check_til_generation(
     field: str, params: Mapping[str, Any], limits: EnqueueLimits, out: list[FieldViolation]
 ) -> None:
     day = str(params.get("day", ""))
-    if len(day) != DAY_CHARS or not _DAY.fullmatch(day):
+    problem = day_problem(day)
+    if problem == "format":
         out.append(FieldViolation(f"{field}.day", "must be a date as YYYY-MM-DD"))
-    else:
-        try:
-            date.fromisoformat(day)
-        except ValueError:
-            out.append(FieldViolation(f"{field}.day", f"{day} is not a real date"))
+    elif problem == "date":
+        out.append(FieldViolation(f"{field}.day", f"{day} is not a real date"))
     notes = [str(n) for n in params.get("notes", [])]
     if not check_count(f"{field}.notes", len(notes), MAX_TIL_NOTES, out):
         return

@@ -28,8 +28,6 @@ MAX_TITLE_CHARS = 1_000  # card title, recall source title
 MAX_CANCEL_REASON_CHARS = 1_000
 # error_message is stored cut to 1,000 characters plus "...": no longer needle can match.
 MAX_ERROR_MESSAGE_CONTAINS_CHARS = 1_003
-# A TIL day is YYYY-MM-DD.
-DAY_CHARS = 10
 
 # -- repeated fields ----------------------------------------------------------------
 MAX_TIL_NOTES = 1_000
@@ -45,8 +43,6 @@ MAX_RETRY_TARGET_IDS = 10_000
 MAX_ENUM_FILTER_VALUES = 100
 
 # -- numbers --------------------------------------------------------------------------
-DEFAULT_QUESTION_COUNT = 5
-MAX_QUESTION_COUNT = 20
 MAX_ATTEMPTS_LIMIT = 100
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1_000

@@ -1,6 +1,6 @@
 """Natural batching ("group commit") of concurrent calls into one statement.
 
-A `Coalescer` collects the items of concurrent callers. When nothing is being written,
+A `GroupCommit` collects the items of concurrent callers. When nothing is being written,
 the first item starts a flush at once (no timer: a lone caller waits for nothing but
 its own statement). Items that arrive while a flush runs wait for it and go together
 into the next one. Each caller's future resolves only after the statement that wrote
@@ -29,7 +29,7 @@ ResultT = TypeVar("ResultT")
 Flush = Callable[[list[ItemT]], Awaitable[Sequence[ResultT | BaseException]]]
 
 
-class Coalescer(Generic[ItemT, ResultT]):
+class GroupCommit(Generic[ItemT, ResultT]):
     """Runs `flush(items)` for batches of submitted items, one batch at a time.
 
     `flush` returns one result per item, in order; an exception instance is raised in

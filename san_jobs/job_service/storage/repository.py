@@ -77,7 +77,7 @@ class SqlJobStore:
         """`database` is an engine (the store disposes of it on close) or a URL
         (sqlite[+aiosqlite]:///path or postgresql[+asyncpg]://...).
         `enqueue_interval`: under load, the shortest time between two enqueue
-        commits (batching.Coalescer's min_interval)."""
+        commits (batching.GroupCommit's min_interval)."""
         if "|" in instance_id or len(instance_id.encode()) > MAX_INSTANCE_ID_BYTES:
             raise ValueError(f"instance_id: no '|', at most {MAX_INSTANCE_ID_BYTES} bytes")
         self._instance_id = instance_id

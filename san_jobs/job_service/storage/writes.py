@@ -32,7 +32,7 @@ from san_jobs.job_service.domain.model import (
 )
 from san_jobs.job_service.domain.ports import EnqueueOutcome
 from san_jobs.job_service.domain.transitions import claim_type_args
-from san_jobs.job_service.storage.batching import Coalescer
+from san_jobs.job_service.storage.batching import GroupCommit
 from san_jobs.job_service.storage.connections import Connections, HotStatement, HotStatements
 from san_jobs.job_service.storage.direct import StatementInDoubtError
 from san_jobs.job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
@@ -75,13 +75,13 @@ class JobWrites:
         self._now = now
         self._read_many = read_many
         # Group commit of the hot-path writes: concurrent calls share one statement.
-        self._enqueues: Coalescer[NewJob, Job | None] = Coalescer(
+        self._enqueues: GroupCommit[NewJob, Job | None] = GroupCommit(
             self._enqueue_batch, max_batch=MAX_BATCH, name="enqueue", min_interval=enqueue_interval
         )
-        self._completes: Coalescer[_CompleteItem, Job | None] = Coalescer(
+        self._completes: GroupCommit[_CompleteItem, Job | None] = GroupCommit(
             self._complete_batch, max_batch=MAX_BATCH, name="complete", key=lambda i: i[0]
         )
-        self._fails: Coalescer[_FailItem, Job | None] = Coalescer(
+        self._fails: GroupCommit[_FailItem, Job | None] = GroupCommit(
             self._fail_batch, max_batch=MAX_BATCH, name="fail", key=lambda i: i[0]
         )
 

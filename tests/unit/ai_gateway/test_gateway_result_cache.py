@@ -10,7 +10,7 @@ import time
 import pytest
 
 from san_jobs.ai_gateway.backends.base import Backend
-from san_jobs.ai_gateway.coalesce import Coalescer
+from san_jobs.ai_gateway.coalesce import InFlightCalls
 from san_jobs.ai_gateway.errors import BackendUnavailable, DeadlineExceeded
 from san_jobs.ai_gateway.fallback import Fallback, PrimaryCircuit
 from san_jobs.ai_gateway.faults import FaultConfig, FaultInjector
@@ -103,7 +103,7 @@ class Gate:
 
 
 async def test_concurrent_identical_calls_share_one_call() -> None:
-    coalescer, gate = Coalescer(), Gate()
+    coalescer, gate = InFlightCalls(), Gate()
     waiters = [asyncio.create_task(coalescer.run("k", gate.work)) for _ in range(5)]
     await gate.entered.wait()
     gate.release.set()
@@ -114,7 +114,7 @@ async def test_concurrent_identical_calls_share_one_call() -> None:
 
 
 async def test_every_waiter_gets_the_shared_error() -> None:
-    coalescer, gate = Coalescer(), Gate()
+    coalescer, gate = InFlightCalls(), Gate()
     gate.failure = BackendUnavailable("down")
     waiters = [asyncio.create_task(coalescer.run("k", gate.work)) for _ in range(3)]
     await gate.entered.wait()
@@ -124,7 +124,7 @@ async def test_every_waiter_gets_the_shared_error() -> None:
 
 
 async def test_a_waiter_that_leaves_does_not_cancel_the_others() -> None:
-    coalescer, gate = Coalescer(), Gate()
+    coalescer, gate = InFlightCalls(), Gate()
     first = asyncio.create_task(coalescer.run("k", gate.work))
     second = asyncio.create_task(coalescer.run("k", gate.work))
     await gate.entered.wait()
@@ -137,7 +137,7 @@ async def test_a_waiter_that_leaves_does_not_cancel_the_others() -> None:
 
 
 async def test_the_shared_call_is_cancelled_when_its_last_waiter_leaves() -> None:
-    coalescer, gate = Coalescer(), Gate()
+    coalescer, gate = InFlightCalls(), Gate()
     waiters = [asyncio.create_task(coalescer.run("k", gate.work)) for _ in range(2)]
     await gate.entered.wait()
     for waiter in waiters:

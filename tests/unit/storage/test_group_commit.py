@@ -1,11 +1,11 @@
-"""Coalescer timing: a lone item goes at once; under load flushes are spaced by
+"""GroupCommit timing: a lone item goes at once; under load flushes are spaced by
 min_interval and each carries what arrived meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
 
-from san_jobs.job_service.storage.batching import Coalescer
+from san_jobs.job_service.storage.batching import GroupCommit
 
 
 class Recorder:
@@ -20,7 +20,9 @@ class Recorder:
 
 async def test_flushes_are_spaced_and_carry_what_arrived_meanwhile() -> None:
     rec = Recorder()
-    coalescer: Coalescer[int, int] = Coalescer(rec.flush, max_batch=100, name="t", min_interval=0.3)
+    coalescer: GroupCommit[int, int] = GroupCommit(
+        rec.flush, max_batch=100, name="t", min_interval=0.3
+    )
     loop = asyncio.get_running_loop()
     started = loop.time()
     assert await coalescer.submit(1) == 10  # the first flush is done; these arrive after it
@@ -34,7 +36,7 @@ async def test_flushes_are_spaced_and_carry_what_arrived_meanwhile() -> None:
 
 async def test_without_min_interval_the_next_flush_follows_at_once() -> None:
     rec = Recorder()
-    coalescer: Coalescer[int, int] = Coalescer(rec.flush, max_batch=100, name="t")
+    coalescer: GroupCommit[int, int] = GroupCommit(rec.flush, max_batch=100, name="t")
     await coalescer.submit(1)
     await coalescer.submit(2)
     (t1, _), (t2, _) = rec.flushes

@@ -1,0 +1,29 @@
+"""Rules on job inputs that JobService checks at Enqueue and AiGateway checks again
+at the call: declared once, so the two can never disagree about what a valid input is.
+JobService's field checks (job_service/domain/job_inputs.py) and AiGateway's request
+checks (ai_gateway/validation.py) both read them; each words its own messages."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+# RECALL_GENERATION's question_count: 0 means the default.
+DEFAULT_QUESTION_COUNT = 5
+MAX_QUESTION_COUNT = 20
+
+# A TIL day is YYYY-MM-DD in ASCII digits (a regex `\d` would admit other scripts').
+DAY_CHARS = 10
+_DAY_FORMAT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def day_problem(day: str) -> str | None:
+    """Why `day` is not a TIL day, or None: "format" (not YYYY-MM-DD) or "date" (the
+    right shape, but no such date, as 2026-02-30)."""
+    if len(day) != DAY_CHARS or not _DAY_FORMAT.fullmatch(day):
+        return "format"
+    try:
+        datetime.date.fromisoformat(day)
+    except ValueError:
+        return "date"
+    return None
