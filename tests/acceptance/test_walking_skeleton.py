@@ -50,8 +50,9 @@ def test_run_command_serves_the_whole_path(tmp_path: Path) -> None:
         "SAN_JOBS_METRICS_LISTEN": "127.0.0.1:0",
         "SAN_WEB_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'web.db'}",
         "SAN_JOBS_DATABASE_URL": f"sqlite+aiosqlite:///{database}",
-        # Slow enough that `watch` sees the job move.
-        "SAN_GATEWAY_FAULT_LATENCY": "1.5",
+        # Slow enough that `get` and `watch` see the job move, even when each jobsctl
+        # run takes a second or two to start on a machine busy with other tests.
+        "SAN_GATEWAY_FAULT_LATENCY": "6",
     }
     log = tmp_path / "run.log"
     with log.open("w") as out:

@@ -1,7 +1,7 @@
 """Real ai-gateway, job-service and san-web processes for the clients' acceptance tests.
 
 Three stacks, started once per session and only when a test asks for them:
-``ok_stack`` (the local backend), ``slow_stack`` (every gateway call takes 10 s, so jobs
+``ok_stack`` (the local backend), ``slow_stack`` (every gateway call takes 60 s, so jobs
 stay active long enough to collide with) and ``failing_stack`` (the gateway always
 answers UNAVAILABLE and job-service gives up after one attempt).
 """
@@ -67,7 +67,8 @@ def ok_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="session")
 def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from _stack(tmp_path_factory.mktemp("slow-stack"), ["--fault-latency", "10"], [])
+    # 60 s: the jobs must stay active through several jobsctl runs on a loaded machine.
+    yield from _stack(tmp_path_factory.mktemp("slow-stack"), ["--fault-latency", "60"], [])
 
 
 @pytest.fixture(scope="session")

@@ -172,7 +172,7 @@ async def test_concurrency_is_bounded(start_service: StartService) -> None:
     """--workers bounds the gateway calls in flight; as many jobs again are claimed
     ahead (PROCESSING, waiting for a slot: worker.py's claim_ahead)."""
     service = await start_service(workers=3)
-    service.gateway.script = lambda _j, _a: Slow(0.2)
+    service.gateway.script = lambda _j, _a: Slow(1.0)
     ids = [(await service.stub.Enqueue(card_request(f"b-{i}", "Text."))).job.id for i in range(9)]
     peak = 0
 
