@@ -74,6 +74,8 @@ def test_public_names_are_pinned() -> None:
             "ChannelSettings",
             "DispatchPause",
             "DuplicateJobError",
+            "EmbeddingInput",
+            "EmbeddingResult",
             "EnqueueOutcome",
             "EnqueueRequest",
             "EnqueueResponse",
@@ -97,10 +99,12 @@ def test_public_names_are_pinned() -> None:
             "PruneJobsResponse",
             "RateLimitedError",
             "RecallGenerationInput",
+            "RecallGenerationResult",
             "RecallSource",
             "RetryFailedResponse",
             "ServiceUnavailableError",
             "TilGenerationInput",
+            "TilGenerationResult",
             "UnauthenticatedError",
             "WaitTimeoutError",
             "error_from_rpc",
@@ -109,6 +113,17 @@ def test_public_names_are_pinned() -> None:
     )
     for name in san_jobs.client.__all__:
         assert getattr(san_jobs.client, name) is not None
+
+
+def test_every_job_types_input_and_result_is_exported() -> None:
+    """Read from the contract: a new job type's messages are exported with it."""
+    from san_jobs.client._job_types import JOB_TYPES
+
+    for info in JOB_TYPES:
+        for message in (info.input_type, info.result_type):
+            name = message.DESCRIPTOR.name
+            assert name in san_jobs.client.__all__, f"{info.name}: {name} is not exported"
+            assert getattr(san_jobs.client, name) is message
 
 
 class _FlakyJobService(pb_grpc.JobServiceServicer):
