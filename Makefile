@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 4
 
 .DEFAULT_GOAL := help
-.PHONY: help install proto proto-baseline lint buf-lint buf-breaking test test-fast bench run clean browser certs
+.PHONY: help install proto proto-baseline lint buf-lint buf-breaking test test-fast bench run clean browser certs dist
 
 help: ## List the tasks
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -62,6 +62,11 @@ run: $(STAMP) ## Run AiGateway, JobService (SQLite, built-in AI backend) and san
 
 certs: $(STAMP) ## Write a development CA and TLS certificates for every part into var/certs/ (--force: FORCE=1)
 	$(PY) scripts/dev_certs.py $(if $(FORCE),--force)
+
+dist: $(STAMP) ## Build the wheel into dist/ (`pip install dist/*.whl` is the SDK; extras add the programs)
+	rm -rf dist
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	@ls dist/*.whl
 
 clean: ## Remove build and test leftovers (keeps .venv and var/)
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

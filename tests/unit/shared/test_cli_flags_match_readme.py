@@ -1,6 +1,6 @@
 """Each program's flags are its settings model's fields, one flag per field and one
-field per flag, and README.md's table of that program lists exactly those flags with
-their environment variables: a field added without its README row (or a row left
+field per flag, and docs/configuration.md's table of that program lists exactly those flags with
+their environment variables: a field added without its row there (or a row left
 behind by a removed field) fails here."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from san_jobs.jobsctl.cli import build_parser as jobsctl_parser
 from san_jobs.shared.cli_settings import SettingsParser, env_of, flag_of
 from san_jobs.web.cli import build_parser as web_parser
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+README = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 # Longest first: SAN_JOBSCTL_ before SAN_JOBS_.
 PREFIXES = ("SAN_JOBSCTL_", "SAN_GATEWAY_", "SAN_JOBS_", "SAN_WEB_")
 PROGRAMS: dict[str, tuple[Callable[[], SettingsParser], str]] = {
@@ -81,7 +81,7 @@ def test_the_readme_table_lists_exactly_the_flags(program: str) -> None:
     derived = set(setting_flags(parser))
     undocumented, stale = derived - set(documented), set(documented) - derived
     assert not undocumented and not stale, (
-        f"README.md's {program} table lacks {sorted(undocumented)}, "
+        f"docs/configuration.md's {program} table lacks {sorted(undocumented)}, "
         f"and lists {sorted(stale)} that no setting has"
     )
 
