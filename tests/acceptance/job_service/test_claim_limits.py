@@ -28,8 +28,10 @@ async def test_three_instances_share_one_rate_limit(tmp_path: Path, postgres_dat
     assert figures.completed == 100 and figures.gateway_calls == 100, figures
     # A burst of one, then 10 a second, whichever instance claims.
     assert figures.max_per_second <= 11, figures
-    # 100 starts at 10/s: about 10 s, not 100/10 x 3 and not at once.
-    assert 9.0 <= figures.start_span_seconds <= 11.0, figures
+    # 100 starts at 10/s: at least 9 s (the shared limit holds), and far less than the
+    # 30 s of an instance that could use only a third of it. The upper bound leaves
+    # room for a machine busy with other tests (11.3 s was seen under make test).
+    assert 9.0 <= figures.start_span_seconds <= 15.0, figures
 
 
 async def test_three_instances_share_one_concurrency_limit(
