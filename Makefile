@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 4
 
 .DEFAULT_GOAL := help
-.PHONY: help install proto proto-baseline lint buf-lint buf-breaking test test-fast bench run clean browser certs dist
+.PHONY: help install proto proto-baseline lint buf-lint buf-breaking test test-fast bench run clean browser certs dist sql
 
 help: ## List the tasks
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ install: $(STAMP) ## Create .venv with the project and dev tools, and the buf CL
 
 proto: $(STAMP) ## Regenerate all Python code in san_jobs/proto/ from proto/
 	$(PY) scripts/gen_proto.py
+
+sql: $(STAMP) ## Write the SQL of the hot statements, per dialect, into san_jobs/job_service/storage/sql/
+	$(PY) scripts/dump_sql.py
 
 proto-baseline: $(STAMP) ## Record the current contract as the released baseline for buf breaking
 	$(BUF) build -o contract/baseline.binpb
