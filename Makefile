@@ -16,10 +16,10 @@ TEST_WORKERS ?= 4
 help: ## List the tasks
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml package.json
+$(STAMP): pyproject.toml package.json scripts/dev_constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -c scripts/dev_constraints.txt
 	npm install --no-audit --no-fund --loglevel=error
 	@touch $(STAMP)
 
