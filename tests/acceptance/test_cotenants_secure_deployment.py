@@ -39,8 +39,8 @@ from san_jobs.proto.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from scripts.dev_certs import write_dev_certs
-from tests.integration.ai_gateway.fake_openai_server import FakeOpenAI
 from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
+from tests.support.fake_openai_server import FakeOpenAI
 from tests.support.jobs_api import SAMPLE_TEXT, card_request
 from tests.support.processes import (
     RunningService,

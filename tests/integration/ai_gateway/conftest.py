@@ -7,13 +7,13 @@ from typing import Any
 
 import grpc
 import pytest
-from fake_openai_server import FakeOpenAI
 from gateway_helpers import StartGateway
 
 from san_jobs.ai_gateway.backends.base import Backend
 from san_jobs.ai_gateway.server import GatewayServer
 from san_jobs.ai_gateway.settings import GatewaySettings
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc
+from tests.support.fake_openai_server import FakeOpenAI
 
 
 @pytest.fixture

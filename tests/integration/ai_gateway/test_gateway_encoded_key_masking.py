@@ -10,10 +10,10 @@ from urllib.parse import quote, quote_plus
 
 import grpc
 import pytest
-from fake_openai_server import FakeOpenAI
 from gateway_helpers import StartGateway, rich
 
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from tests.support.fake_openai_server import FakeOpenAI
 
 # Keys whose URL-encoded and JSON-escaped forms differ from the key itself.
 KEYS = ["sk-proj-Abc/123+SECRETdef=456ghi789", "plain/Secret+0123456789=xyz"]

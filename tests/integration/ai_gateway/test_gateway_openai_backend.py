@@ -7,7 +7,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from fake_openai_server import FakeOpenAI
 
 from san_jobs.ai_gateway.backends.openai import OpenAIBackend, parse_retry_after
 from san_jobs.ai_gateway.errors import (
@@ -18,6 +17,7 @@ from san_jobs.ai_gateway.errors import (
     TokenLimitExceeded,
 )
 from san_jobs.ai_gateway.models import AnalyzeInput, RecallInput, RecallSource, TilInput
+from tests.support.fake_openai_server import FakeOpenAI
 
 MakeBackend = Callable[..., OpenAIBackend]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from fake_openai_server import FakeOpenAI
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2, ai_gateway_pb2_grpc
+from tests.support.fake_openai_server import FakeOpenAI
 from tests.support.processes import running, start_gateway
 
 BIN = Path(sys.executable).parent / "ai-gateway"

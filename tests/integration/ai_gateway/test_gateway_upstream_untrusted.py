@@ -9,13 +9,13 @@ from typing import Any
 
 import grpc
 import pytest
-from fake_openai_server import FakeOpenAI
 from gateway_helpers import StartGateway, rich, rich_status
 from test_gateway_stream import CLIENT, analyze, open_stream, read_results, send
 
 from san_jobs.ai_gateway.backends.openai import parse_retry_after
 from san_jobs.ai_gateway.errors import MAX_RETRY_DELAY
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
+from tests.support.fake_openai_server import FakeOpenAI
 
 KEYS = ["sk-proj-Abc123SECRETdef456ghi789", "plain-Secret-0123456789xyz"]
 TEXT = pb.AnalyzeContentRequest(text="Queues hold jobs. Workers claim them.")

@@ -19,8 +19,8 @@ from san_jobs.ai_gateway.settings import GatewaySettings
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
-from tests.integration.ai_gateway.fake_openai_server import FakeOpenAI
 from tests.integration.job_service.conftest import StartService
+from tests.support.fake_openai_server import FakeOpenAI
 from tests.support.jobs_api import wait_terminal
 from tests.support.rich_errors import rich_error
 
