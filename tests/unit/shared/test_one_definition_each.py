@@ -43,7 +43,7 @@ def test_every_program_reads_a_token_file_alike(
     path.write_text("  sjt_abc123\r\n")  # an editor's indentation and line end
     path.chmod(0o600)
     assert read(path) == "sjt_abc123"
-    for content in ("sjt_abc 123\n", "sjt_äbc\n", "\n"):
+    for content in ("sjt_abc 123\n", "sjt_äbc\n", "sjt\x00abc\n", "\n", "x" * 100_000 + " y"):
         path.write_text(content)
         with pytest.raises(REFUSED) as refused:
             read(path)
