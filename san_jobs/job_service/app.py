@@ -19,7 +19,14 @@ from san_jobs.job_service.domain.model import (
     OnDuplicate,
     RetryOutcome,
 )
-from san_jobs.job_service.domain.ports import EnqueueOutcome, JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    EnqueueOutcome,
+    EnqueueParams,
+    JobStore,
+    ListJobsParams,
+    RetryFailedParams,
+)
 from san_jobs.job_service.updates import UpdateHub
 from san_jobs.job_service.worker import Worker
 from san_jobs.shared.batch_logging import log_each
@@ -85,7 +92,9 @@ class JobApplication:
     # -- commands --------------------------------------------------------------
 
     async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
-        job, deduplicated = await self.store.enqueue(new, on_duplicate)
+        job, deduplicated = await self.store.enqueue(
+            EnqueueParams(job=new, on_duplicate=on_duplicate)
+        )
         if not deduplicated:
             # Committed: only now may anyone hear of it.
             log.info(
@@ -99,9 +108,7 @@ class JobApplication:
             self.worker.wake()
         return job, deduplicated
 
-    async def enqueue_many(
-        self, items: Sequence[tuple[NewJob, OnDuplicate]]
-    ) -> list[EnqueueOutcome]:
+    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
         """BatchEnqueue's items, each as `enqueue` would store it: one outcome per
         item, in order (an item's own error as its outcome). The jobs it created are
         published together and wake the worker once."""
@@ -129,7 +136,7 @@ class JobApplication:
     ) -> Job:
         """Cancel a job; with `owner`, only one that `owner` requested (any other is
         JobNotFoundError). `actor` names the caller in the audit line."""
-        job = await self.store.cancel(job_id, reason, owner)
+        job = await self.store.cancel(CancelParams(job_id=job_id, reason=reason, owner=owner))
         audit.info("CancelJob by %s: cancelled 1 job (%s)", actor, job.id)
         log.info("job_id=%s cancelled: %s", job.id, reason or "no reason given")
         self.hub.publish([job])
@@ -140,7 +147,12 @@ class JobApplication:
         self, job_filter: JobFilter, limit: int, dry_run: bool, requested_by: str
     ) -> RetryOutcome:
         outcome = await self.store.retry_failed(
-            job_filter, limit, dry_run, extra_attempts=self._attempts_per_round
+            RetryFailedParams(
+                job_filter=job_filter,
+                limit=limit,
+                dry_run=dry_run,
+                extra_attempts=self._attempts_per_round,
+            )
         )
         if dry_run:
             audit.info(
@@ -190,7 +202,9 @@ class JobApplication:
     async def list_jobs(
         self, job_filter: JobFilter, page_size: int, page_token: str | None
     ) -> tuple[list[Job], str | None]:
-        return await self.store.list_jobs(job_filter, page_size, page_token)
+        return await self.store.list_jobs(
+            ListJobsParams(job_filter=job_filter, page_size=page_size, page_token=page_token)
+        )
 
     async def stats(self) -> JobStats:
         return await self.store.stats()

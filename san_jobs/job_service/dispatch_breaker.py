@@ -36,7 +36,7 @@ from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
 from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.failures import GatewayCallError, truncate_error_message
 from san_jobs.job_service.domain.model import Failure, JobType
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import JobStore, OpenPauseParams, TakeProbeParams
 
 log = logging.getLogger("job_service.dispatch_breaker")
 
@@ -188,7 +188,9 @@ class DispatchBreaker:
                 continue
             next_probe = now + timedelta(seconds=self._config.probe_interval)
             try:
-                taken = await self._store.take_probe(job_type, next_probe)
+                taken = await self._store.take_probe(
+                    TakeProbeParams(job_type=job_type, next_probe_at=next_probe)
+                )
             except StorageError as error:
                 log.warning("taking a probe of %s failed: %s", job_type.value, error)
                 continue
@@ -295,7 +297,13 @@ class DispatchBreaker:
         self._opening.add(job_type)
         try:
             pause = await self._store.open_pause(
-                job_type, reason, until, failure.message, self._config.instance_id
+                OpenPauseParams(
+                    job_type=job_type,
+                    reason=reason,
+                    until=until,
+                    last_error=failure.message,
+                    instance_id=self._config.instance_id,
+                )
             )
         except StorageError as err:
             log.warning("job_id=%s: pausing %s failed: %s", job_id, job_type.value, err)

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from san_jobs.job_service.domain.errors import PruneRunningError, StorageError
 from san_jobs.job_service.domain.model import JobStatus
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import CountPrunableParams, JobStore, PruneBatchParams
 from san_jobs.job_service.domain.retention import (
     PRUNABLE_STATUSES,
     PruneCount,
@@ -124,7 +124,9 @@ class Pruner:
             if cutoff is None:
                 continue  # kept forever
             while True:
-                count = await self._store.prune_batch(status, cutoff, size)
+                count = await self._store.prune_batch(
+                    PruneBatchParams(status=status, cutoff=cutoff, limit=size)
+                )
                 batches += 1
                 if count:
                     deleted[status] += count
@@ -148,7 +150,9 @@ class Pruner:
         `count_cap` each; `more` says when there are more), deleting nothing."""
         cutoffs = self.config.retention.cutoffs(self._clock())
         cap = self.config.count_cap
-        counts = await self._store.count_prunable(cutoffs, cap + 1)
+        counts = await self._store.count_prunable(
+            CountPrunableParams(cutoffs=cutoffs, limit=cap + 1)
+        )
         report = report_counts(self.config.retention, cutoffs, counts, cap)
         if actor is not None:
             audit.info("PruneJobs (dry run) by %s: %s past retention", actor, _by_status(report))

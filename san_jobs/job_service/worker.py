@@ -37,7 +37,16 @@ from san_jobs.job_service.domain.failures import (
 )
 from san_jobs.job_service.domain.job_types import default_deadlines
 from san_jobs.job_service.domain.model import Claim, Failure, GatewayAnswer, Job, JobType
-from san_jobs.job_service.domain.ports import AiGateway, JobStore
+from san_jobs.job_service.domain.ports import (
+    AiGateway,
+    ClaimParams,
+    CompleteParams,
+    FailParams,
+    JobStore,
+    LimitedClaimParams,
+    ReleaseParams,
+    RenewLeasesParams,
+)
 from san_jobs.job_service.metrics import (
     CANCELLED,
     COMPLETED,
@@ -304,7 +313,9 @@ class Worker:
             for job_type in await self._breaker.take_probes():
                 if len(claims) >= free:
                     break
-                probe = await self._store.claim(1, lease, only_type=job_type)
+                probe = await self._store.claim(
+                    ClaimParams(limit=1, lease_seconds=lease, only_type=job_type)
+                )
                 for claim in probe:
                     self._probes.add(claim.job.id)
                     log.info("job_id=%s: probe of %s", claim.job.id, job_type.value)
@@ -314,10 +325,12 @@ class Worker:
                 claims += await self._claim_limited(free - len(claims), skip)
                 skip = skip | frozenset(self._config.limits)
             claims += await self._store.claim(
-                free - len(claims),
-                lease,
-                skip_types=skip,
-                max_per_caller=self._config.max_per_caller,
+                ClaimParams(
+                    limit=free - len(claims),
+                    lease_seconds=lease,
+                    skip_types=skip,
+                    max_per_caller=self._config.max_per_caller,
+                )
             )
         except StorageError as error:  # any: the loop must go on
             log.warning("claim failed: %s", error)
@@ -332,11 +345,13 @@ class Worker:
             if job_type in paused or len(claims) >= free:
                 continue
             taken = await self._store.claim_limited(
-                job_type,
-                free - len(claims),
-                self._config.lease_seconds,
-                limit,
-                self._config.max_per_caller,
+                LimitedClaimParams(
+                    job_type=job_type,
+                    limit=free - len(claims),
+                    lease_seconds=self._config.lease_seconds,
+                    type_limit=limit,
+                    max_per_caller=self._config.max_per_caller,
+                )
             )
             claims += taken.claims
             if taken.wait_seconds is not None:
@@ -530,7 +545,9 @@ class Worker:
         return job.id not in self._probes and job.job_type in self._breaker.skip_types()
 
     async def _give_back_paused(self, job: Job, token: str) -> None:
-        released = await self._write_outcome(job, lambda: self._store.release(job.id, token))
+        released = await self._write_outcome(
+            job, lambda: self._store.release(ReleaseParams(job_id=job.id, token=token))
+        )
         if released is not None:
             log.info(
                 "job_id=%s given back uncharged, %s was paused while it waited for a call",
@@ -568,7 +585,12 @@ class Worker:
         )
         try:
             failed = await self._write_outcome(
-                job, lambda: self._store.fail(job.id, token, failure, None, claimed=job)
+                job,
+                lambda: self._store.fail(
+                    FailParams(
+                        job_id=job.id, token=token, failure=failure, retry_at=None, claimed=job
+                    )
+                ),
             )
         except Exception:
             log.exception("job_id=%s: could not mark the job FAILED; giving it back", job.id)
@@ -579,7 +601,7 @@ class Worker:
                 self._publish([failed])
             return  # written, or the job is no longer ours, or its lease will expire
         try:
-            released = await self._store.release(job.id, token)
+            released = await self._store.release(ReleaseParams(job_id=job.id, token=token))
         except Exception:
             log.exception("job_id=%s: could not give the job back; its lease will expire", job.id)
             return
@@ -597,7 +619,7 @@ class Worker:
             return
         # Shutdown past the grace period: give the job back without charging it.
         try:
-            released = await self._store.release(job.id, token)
+            released = await self._store.release(ReleaseParams(job_id=job.id, token=token))
         except StorageError as error:
             log.warning(
                 "job_id=%s: could not give back at shutdown (%s); lease will expire", job.id, error
@@ -613,7 +635,15 @@ class Worker:
     ) -> None:
         done = await self._write_outcome(
             job,
-            lambda: self._store.complete(job.id, token, answer.result, answer.usage, claimed=job),
+            lambda: self._store.complete(
+                CompleteParams(
+                    job_id=job.id,
+                    token=token,
+                    result=answer.result,
+                    usage=answer.usage,
+                    claimed=job,
+                )
+            ),
         )
         if done is not None:
             self._log_completed(
@@ -661,7 +691,9 @@ class Worker:
 
     async def _give_back(self, job: Job, token: str, failure: Failure) -> None:
         """The job's type is paused: PENDING again, the attempt not charged."""
-        released = await self._write_outcome(job, lambda: self._store.release(job.id, token))
+        released = await self._write_outcome(
+            job, lambda: self._store.release(ReleaseParams(job_id=job.id, token=token))
+        )
         if released is not None:
             log.info(
                 "job_id=%s given back uncharged, %s is paused: %s",
@@ -680,7 +712,12 @@ class Worker:
             )
             retry_at = self._clock() + timedelta(seconds=delay)
         stored = await self._write_outcome(
-            job, lambda: self._store.fail(job.id, token, failure, retry_at, claimed=job)
+            job,
+            lambda: self._store.fail(
+                FailParams(
+                    job_id=job.id, token=token, failure=failure, retry_at=retry_at, claimed=job
+                )
+            ),
         )
         if stored is None:
             return
@@ -742,7 +779,9 @@ class Worker:
             if not held:
                 continue
             try:
-                owned = await self._store.renew_leases(held, self._config.lease_seconds)
+                owned = await self._store.renew_leases(
+                    RenewLeasesParams(leases=held, lease_seconds=self._config.lease_seconds)
+                )
             except StorageError as error:
                 log.warning("lease renewal of %d jobs failed: %s", len(held), error)
                 continue

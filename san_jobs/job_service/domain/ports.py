@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -35,13 +36,142 @@ from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal
 EnqueueOutcome = tuple[Job, bool] | JobServiceError
 
 
+# -- One parameter object per store operation that takes more than one value -----------
+# (River's driver style: a call names what it sends, and adding a field to an operation
+# changes its parameter object, the SQL store and the memory store, nothing else.)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueParams:
+    job: NewJob
+    on_duplicate: OnDuplicate = OnDuplicate.REJECT
+
+
+@dataclass(frozen=True, slots=True)
+class ListJobsParams:
+    job_filter: JobFilter
+    page_size: int
+    page_token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimParams:
+    limit: int
+    lease_seconds: float
+    # Paused types (domain/dispatch.py): none of them is claimed.
+    skip_types: frozenset[JobType] = frozenset()
+    # A probe: only this type.
+    only_type: JobType | None = None
+    # Fair share: no caller (requested_by) gets more than this many PROCESSING.
+    max_per_caller: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitedClaimParams:
+    job_type: JobType
+    limit: int
+    lease_seconds: float
+    type_limit: TypeLimit
+    max_per_caller: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenewLeasesParams:
+    # (job id, claim token) pairs.
+    leases: Sequence[tuple[str, str]]
+    lease_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteParams:
+    job_id: str
+    token: str
+    result: JsonDict
+    usage: AttemptUsage | None = None
+    # The job as `token` claimed it (the worker's): the columns no write after ENQUEUE
+    # changes are then taken from it, not read back (storage/outcome_rows.py).
+    claimed: Job | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailParams:
+    job_id: str
+    token: str
+    failure: Failure
+    # Set: back to PENDING, due then. None: FAILED.
+    retry_at: datetime | None
+    claimed: Job | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseParams:
+    job_id: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelParams:
+    job_id: str
+    reason: str
+    # Set: only a job whose requested_by is `owner` moves.
+    owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryFailedParams:
+    job_filter: JobFilter
+    limit: int
+    dry_run: bool
+    extra_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotalsParams:
+    query: UsageQuery
+    max_groups: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailureGroupsParams:
+    query: FailureQuery
+    max_groups: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenPauseParams:
+    job_type: JobType
+    reason: PauseReason
+    until: datetime
+    last_error: str
+    instance_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TakeProbeParams:
+    job_type: JobType
+    next_probe_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CountPrunableParams:
+    cutoffs: Mapping[JobStatus, datetime]
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class PruneBatchParams:
+    status: JobStatus
+    cutoff: datetime
+    limit: int
+
+
 class JobStore(Protocol):
     """Everything the service does to `async_jobs`. Every method is one transaction
     (or one atomic statement); every write that changes a job returns the job as it
     now is, so callers can publish the change. Driver errors surface as
     StorageUnavailableError."""
 
-    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
         """Insert a PENDING job and commit. Returns (job, deduplicated).
 
         The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
@@ -51,9 +181,7 @@ class JobStore(Protocol):
         named or returned."""
         ...
 
-    async def enqueue_many(
-        self, items: Sequence[tuple[NewJob, OnDuplicate]]
-    ) -> list[EnqueueOutcome]:
+    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
         """Each item as `enqueue` would store it, in order: one outcome per item, and
         an item's own error as its outcome (never raised). Items are resolved in
         order, so a later item deduplicates to an earlier one of the same call (same
@@ -70,23 +198,13 @@ class JobStore(Protocol):
         """The jobs that exist among `job_ids` (unknown ids are left out)."""
         ...
 
-    async def list_jobs(
-        self, job_filter: JobFilter, page_size: int, page_token: str | None
-    ) -> tuple[list[Job], str | None]:
+    async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
         """A page of jobs, newest first (created_at DESC, id DESC), keyset-paged.
         Returns (jobs, next_page_token or None on the last page). A malformed
         token raises InvalidRequestError on field `page_token`."""
         ...
 
-    async def claim(
-        self,
-        limit: int,
-        lease_seconds: float,
-        *,
-        skip_types: frozenset[JobType] = frozenset(),
-        only_type: JobType | None = None,
-        max_per_caller: int | None = None,
-    ) -> list[Claim]:
+    async def claim(self, params: ClaimParams) -> list[Claim]:
         """Atomically take up to `limit` due jobs, none of a type in `skip_types` (paused
         types, domain/dispatch.py) and, with `only_type`, only of that type (a probe).
         With `max_per_caller` (fair share), no caller (requested_by) gets more than that
@@ -100,14 +218,7 @@ class JobStore(Protocol):
         due first. SKIP LOCKED on PostgreSQL."""
         ...
 
-    async def claim_limited(
-        self,
-        job_type: JobType,
-        limit: int,
-        lease_seconds: float,
-        type_limit: TypeLimit,
-        max_per_caller: int | None = None,
-    ) -> LimitedClaim:
+    async def claim_limited(self, params: LimitedClaimParams) -> LimitedClaim:
         """Claim (as `claim` with only_type) up to `limit` due jobs of `job_type`, no
         more than its limits allow across every instance on the database
         (domain/claim_limits.py): a whole token each from the type's shared bucket (with
@@ -122,23 +233,13 @@ class JobStore(Protocol):
         FAILED with error_code LEASE_EXPIRED. Returns them."""
         ...
 
-    async def renew_leases(
-        self, leases: Sequence[tuple[str, str]], lease_seconds: float
-    ) -> set[str]:
+    async def renew_leases(self, params: RenewLeasesParams) -> set[str]:
         """Push forward the leases of jobs we own, for many (job id, claim token)
         pairs in one statement: the lease of each job the token still owns becomes
         now + lease. Returns the ids of those jobs; the others are no longer ours."""
         ...
 
-    async def complete(
-        self,
-        job_id: str,
-        token: str,
-        result: JsonDict,
-        usage: AttemptUsage | None = None,
-        *,
-        claimed: Job | None = None,
-    ) -> Job:
+    async def complete(self, params: CompleteParams) -> Job:
         """PROCESSING -> COMPLETED with the result, if `token` still owns the job;
         else LeaseLostError. Closes the open attempt record, with `usage` in it.
         `claimed`: the job as `token` claimed it (the worker's); the columns no write
@@ -146,15 +247,7 @@ class JobStore(Protocol):
         back (storage/outcome_rows.py). The job returned is whole either way."""
         ...
 
-    async def fail(
-        self,
-        job_id: str,
-        token: str,
-        failure: Failure,
-        retry_at: datetime | None,
-        *,
-        claimed: Job | None = None,
-    ) -> Job:
+    async def fail(self, params: FailParams) -> Job:
         """Record a failed attempt if `token` still owns the job (else LeaseLostError).
         With `retry_at`: back to PENDING with next_attempt_at = retry_at. Without:
         FAILED with failed_at = now. error_message/code/reason are stored as given
@@ -162,22 +255,20 @@ class JobStore(Protocol):
         `claimed`: as in `complete`."""
         ...
 
-    async def release(self, job_id: str, token: str) -> Job | None:
+    async def release(self, params: ReleaseParams) -> Job | None:
         """Give a claimed job back as PENDING without charging the attempt (clean
         shutdown): attempt_count - 1 and the open attempt record dropped. None if
         the token no longer owns it."""
         ...
 
-    async def cancel(self, job_id: str, reason: str, owner: str | None = None) -> Job:
+    async def cancel(self, params: CancelParams) -> Job:
         """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
         late write is refused). JobNotFoundError, or InvalidJobStateError if terminal.
         With `owner`, only a job whose requested_by is `owner` moves; any other is
         JobNotFoundError, as if it did not exist."""
         ...
 
-    async def retry_failed(
-        self, job_filter: JobFilter, limit: int, dry_run: bool, extra_attempts: int
-    ) -> RetryOutcome:
+    async def retry_failed(self, params: RetryFailedParams) -> RetryOutcome:
         """Move FAILED jobs matching the filter (at most `limit`, oldest failure first)
         back to PENDING, due now: attempt_count and the attempt history are kept,
         max_attempts becomes attempt_count + extra_attempts (a fresh round), the
@@ -199,17 +290,13 @@ class JobStore(Protocol):
         how many deltas were folded; 0 where there is nothing to fold."""
         ...
 
-    async def usage_totals(
-        self, query: UsageQuery, max_groups: int
-    ) -> tuple[list[UsageTotal], bool]:
+    async def usage_totals(self, params: UsageTotalsParams) -> tuple[list[UsageTotal], bool]:
         """Usage summed per (job type, model, caller) over the attempts `query`
         selects, ordered by those three (domain.usage.group_key): at most `max_groups`
         groups, and whether more were left out."""
         ...
 
-    async def failure_groups(
-        self, query: FailureQuery, max_groups: int
-    ) -> tuple[list[FailureGroup], bool]:
+    async def failure_groups(self, params: FailureGroupsParams) -> tuple[list[FailureGroup], bool]:
         """The FAILED jobs `query` selects, counted per (error_code, error_reason,
         message prefix), in domain.failure_groups.group_order: at most `max_groups`
         groups, and whether more were left out. One read."""
@@ -226,14 +313,7 @@ class JobStore(Protocol):
         """Every paused job type (cheap: every instance reads it about once a second)."""
         ...
 
-    async def open_pause(
-        self,
-        job_type: JobType,
-        reason: PauseReason,
-        until: datetime,
-        last_error: str,
-        instance_id: str,
-    ) -> DispatchPause:
+    async def open_pause(self, params: OpenPauseParams) -> DispatchPause:
         """Pause `job_type` (upsert): reason, until, last_error and opened_by are
         replaced; `since` is kept when the type is already paused, else it is now.
         Returns the row as it now is."""
@@ -243,7 +323,7 @@ class JobStore(Protocol):
         """Resume `job_type`; True if a pause was removed."""
         ...
 
-    async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
+    async def take_probe(self, params: TakeProbeParams) -> bool:
         """Compare-and-set: if the pause's `until` is past (<= now), move it to
         `next_probe_at` and return True (this caller sends the probe); else False.
         Of several instances racing, exactly one wins."""
@@ -251,15 +331,13 @@ class JobStore(Protocol):
 
     # -- retention (san_jobs/job_service/pruner.py, domain/retention.py) ----------------------
 
-    async def count_prunable(
-        self, cutoffs: Mapping[JobStatus, datetime], limit: int
-    ) -> dict[JobStatus, int]:
+    async def count_prunable(self, params: CountPrunableParams) -> dict[JobStatus, int]:
         """For each (terminal) status in `cutoffs`: how many jobs of it ended (updated_at)
         before its cutoff, counting at most `limit` (an index range count that stops
         there, so it stays cheap on a big table). One read."""
         ...
 
-    async def prune_batch(self, status: JobStatus, cutoff: datetime, limit: int) -> int:
+    async def prune_batch(self, params: PruneBatchParams) -> int:
         """Delete at most `limit` jobs of terminal `status` that ended before `cutoff`,
         oldest first, in one short transaction (one statement; rows another
         transaction holds are skipped on PostgreSQL). The DELETE itself re-checks the

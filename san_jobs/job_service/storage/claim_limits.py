@@ -9,7 +9,6 @@ nor the running count can be spent twice. Unlimited types never come here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import text
@@ -22,38 +21,25 @@ from san_jobs.job_service.domain.claim_limits import (
     refilled,
     wait_after,
 )
-from san_jobs.job_service.domain.model import Claim, JobType
+from san_jobs.job_service.domain.model import Claim
+from san_jobs.job_service.domain.ports import LimitedClaimParams
 from san_jobs.job_service.domain.transitions import claim_type_args
-from san_jobs.job_service.storage.connections import Connections
+from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.rows import as_utc
 from san_jobs.job_service.storage.statements import (
     HOT_SESSION,
     P_LIMIT,
     P_MAX_PER_CALLER,
-    Statements,
 )
 from san_jobs.job_service.storage.transition_sql import Params, time_params
 
 
-class LimitedClaims:
-    def __init__(
-        self, connections: Connections, sql: Statements, now: Callable[[], datetime]
-    ) -> None:
-        self._db = connections
-        self._sql = sql
-        self._now = now
-
-    async def claim_limited(
-        self,
-        job_type: JobType,
-        limit: int,
-        lease_seconds: float,
-        type_limit: TypeLimit,
-        max_per_caller: int | None = None,
-    ) -> LimitedClaim:
-        if limit <= 0:
+class LimitedClaims(StoreParts):
+    async def claim_limited(self, params: LimitedClaimParams) -> LimitedClaim:
+        if params.limit <= 0:
             return LimitedClaim()
-        key = {"p_job_type": str(job_type)}
+        type_limit = params.type_limit
+        key = {"p_job_type": str(params.job_type)}
         async with self._db.tx() as conn:
             if self._db.pg:
                 # The claim's plan, as on the hot connection (statements.HOT_SESSION).
@@ -64,15 +50,13 @@ class LimitedClaims:
             if type_limit.max_running is not None:
                 count = await conn.execute(self._sql.running_of_type, key)
                 running = int(count.scalar_one())
-            allowed = allowance(limit, type_limit, tokens, running)
-            claims = await self._claim(
-                conn, job_type, allowed.jobs, lease_seconds, now, max_per_caller
-            )
+            allowed = allowance(params.limit, type_limit, tokens, running)
+            claims = await self._claim_of_type(conn, params, allowed.jobs, now)
             tokens_left = None
             if tokens is not None:
                 tokens_left = tokens - len(claims)
-                params = key | {"p_tokens": tokens_left, "p_now": now}
-                await conn.execute(self._sql.spend_tokens, params)
+                spent = key | {"p_tokens": tokens_left, "p_now": now}
+                await conn.execute(self._sql.spend_tokens, spent)
         return LimitedClaim(claims, wait_after(len(claims), allowed, tokens_left, type_limit))
 
     async def _tokens(
@@ -98,23 +82,17 @@ class LimitedClaims:
         assert refilled_at is not None  # NOT NULL
         return refilled(float(row.tokens), refilled_at, now, type_limit), now
 
-    async def _claim(
-        self,
-        conn: AsyncConnection,
-        job_type: JobType,
-        jobs: int,
-        lease_seconds: float,
-        now: datetime,
-        max_per_caller: int | None,
+    async def _claim_of_type(
+        self, conn: AsyncConnection, params: LimitedClaimParams, jobs: int, now: datetime
     ) -> list[Claim]:
         if jobs <= 0:
             return []
-        types = Params.bind(**claim_type_args((), job_type))
-        params = time_params(now, lease_seconds) | {P_LIMIT: jobs} | types
+        types = Params.bind(**claim_type_args((), params.job_type))
+        bound = time_params(now, params.lease_seconds) | {P_LIMIT: jobs} | types
         statement = self._sql.claim
-        if max_per_caller is not None:  # fair share (statements.Statements._fair_claim)
+        if params.max_per_caller is not None:  # fair share (Statements._fair_claim)
             statement = self._sql.claim_fair
-            params |= {P_MAX_PER_CALLER: max_per_caller}
-        claimed = await self._db.jobs(conn, statement, params)
+            bound |= {P_MAX_PER_CALLER: params.max_per_caller}
+        claimed = await self._db.jobs(conn, statement, bound)
         claimed.sort(key=lambda j: (j.created_at, j.id))
         return [Claim(job=j, token=j.claim_token or "") for j in claimed]

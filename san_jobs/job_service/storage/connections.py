@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import URL
@@ -144,3 +145,19 @@ class HotStatements:
         for field in fields(self):
             statement: HotStatement = getattr(self, field.name)
             await statement.close()
+
+
+class StoreParts:
+    """What the parts of SqlJobStore share. Each part (writes.py, reads.py,
+    operations.py, pauses.py, claim_limits.py, prune.py, failure_groups.py) is a mixin
+    of SqlJobStore (repository.py), which sets these in its constructor: so each store
+    operation is written once, next to its SQL, and no method only forwards to
+    another."""
+
+    _db: Connections
+    _sql: Statements
+    _hot: HotStatements
+
+    def _now(self) -> datetime:
+        """The injected clock's time (timestamps never come from the database)."""
+        raise NotImplementedError

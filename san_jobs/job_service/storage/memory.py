@@ -21,7 +21,7 @@ import asyncio
 import copy
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from san_jobs.job_service.domain.claim_limits import (
     LimitedClaim,
-    TypeLimit,
     allowance,
     refilled,
     wait_after,
 )
-from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
+from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
     InvalidJobStateError,
@@ -44,7 +43,6 @@ from san_jobs.job_service.domain.errors import (
 )
 from san_jobs.job_service.domain.failure_groups import (
     FailureGroup,
-    FailureQuery,
     group_order,
     message_prefix,
 )
@@ -54,20 +52,37 @@ from san_jobs.job_service.domain.model import (
     TERMINAL_STATUSES,
     AttemptUsage,
     Claim,
-    Failure,
     Job,
     JobCount,
     JobFilter,
     JobStats,
     JobStatus,
     JobType,
-    JsonDict,
     NewJob,
     OnDuplicate,
     RetryOutcome,
 )
 from san_jobs.job_service.domain.page_token import decode_page_token, encode_page_token
-from san_jobs.job_service.domain.ports import EnqueueOutcome, JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    ClaimParams,
+    CompleteParams,
+    CountPrunableParams,
+    EnqueueOutcome,
+    EnqueueParams,
+    FailParams,
+    FailureGroupsParams,
+    JobStore,
+    LimitedClaimParams,
+    ListJobsParams,
+    OpenPauseParams,
+    PruneBatchParams,
+    ReleaseParams,
+    RenewLeasesParams,
+    RetryFailedParams,
+    TakeProbeParams,
+    UsageTotalsParams,
+)
 from san_jobs.job_service.domain.transitions import (
     CANCEL,
     CLAIM,
@@ -85,7 +100,7 @@ from san_jobs.job_service.domain.transitions import (
     cancel_message,
     claim_type_args,
 )
-from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal, group_key
+from san_jobs.job_service.domain.usage import UsageTotal, group_key
 from san_jobs.job_service.storage.apply_transition import (
     JOB_FIELDS,
     Call,
@@ -226,18 +241,16 @@ class MemoryJobStore:
 
     # -- enqueue and reads ----------------------------------------------------------
 
-    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
         await asyncio.sleep(0)
-        return self._enqueue_now(new, on_duplicate)
+        return self._enqueue_now(params.job, params.on_duplicate)
 
-    async def enqueue_many(
-        self, items: Sequence[tuple[NewJob, OnDuplicate]]
-    ) -> list[EnqueueOutcome]:
+    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
         await asyncio.sleep(0)  # one statement's round trip; then atomic, in order
         outcomes: list[EnqueueOutcome] = []
-        for new, on_duplicate in items:
+        for item in items:
             try:
-                outcomes.append(self._enqueue_now(new, on_duplicate))
+                outcomes.append(self._enqueue_now(item.job, item.on_duplicate))
             except (DuplicateJobError, StorageFailureError) as error:
                 outcomes.append(error)  # this item's alone (a CHECK it breaks)
         return outcomes
@@ -278,10 +291,9 @@ class MemoryJobStore:
         await asyncio.sleep(0)
         return [_job(self._rows[i]) for i in dict.fromkeys(job_ids) if i in self._rows]
 
-    async def list_jobs(
-        self, job_filter: JobFilter, page_size: int, page_token: str | None
-    ) -> tuple[list[Job], str | None]:
+    async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
         await asyncio.sleep(0)
+        job_filter, page_size, page_token = params.job_filter, params.page_size, params.page_token
         page_size = max(1, page_size)
         after = decode_page_token(page_token) if page_token else None
         rows = sorted(
@@ -302,17 +314,15 @@ class MemoryJobStore:
 
     # -- the worker's writes --------------------------------------------------------
 
-    async def claim(
-        self,
-        limit: int,
-        lease_seconds: float,
-        *,
-        skip_types: frozenset[JobType] = frozenset(),
-        only_type: JobType | None = None,
-        max_per_caller: int | None = None,
-    ) -> list[Claim]:
+    async def claim(self, params: ClaimParams) -> list[Claim]:
         await asyncio.sleep(0)
-        return self._claim_now(limit, lease_seconds, skip_types, only_type, max_per_caller)
+        return self._claim_now(
+            params.limit,
+            params.lease_seconds,
+            params.skip_types,
+            params.only_type,
+            params.max_per_caller,
+        )
 
     def _claim_now(
         self,
@@ -338,14 +348,9 @@ class MemoryJobStore:
         )
         return [Claim(job=job, token=job.claim_token or "") for job in jobs]
 
-    async def claim_limited(
-        self,
-        job_type: JobType,
-        limit: int,
-        lease_seconds: float,
-        type_limit: TypeLimit,
-        max_per_caller: int | None = None,
-    ) -> LimitedClaim:
+    async def claim_limited(self, params: LimitedClaimParams) -> LimitedClaim:
+        job_type, limit, type_limit = params.job_type, params.limit, params.type_limit
+        lease_seconds, max_per_caller = params.lease_seconds, params.max_per_caller
         # One event loop: nothing runs between the reads and the writes below (no
         # await), as the SQL store's row lock ensures across instances.
         if limit <= 0:
@@ -391,53 +396,43 @@ class MemoryJobStore:
         expired = [row for row in self._rows.values() if applies(LEASE_EXHAUSTED, row, call)]
         return [self._write(LEASE_EXHAUSTED, row, call) for row in expired]
 
-    async def renew_leases(
-        self, leases: Sequence[tuple[str, str]], lease_seconds: float
-    ) -> set[str]:
+    async def renew_leases(self, params: RenewLeasesParams) -> set[str]:
         await asyncio.sleep(0)
         owned: set[str] = set()
-        for job_id, token in leases:
-            call = self._call({"job_id": job_id, "token": token}, lease_seconds)
+        for job_id, token in params.leases:
+            call = self._call({"job_id": job_id, "token": token}, params.lease_seconds)
             row = self._moving(RENEW_LEASE, call)
             if row is not None:
                 self._write(RENEW_LEASE, row, call)
                 owned.add(job_id)
         return owned
 
-    async def complete(
-        self,
-        job_id: str,
-        token: str,
-        result: JsonDict,
-        usage: AttemptUsage | None = None,
-        *,
-        claimed: Job | None = None,  # nothing to save: the row is at hand
-    ) -> Job:
-        check_claimed(job_id, claimed)
+    async def complete(self, params: CompleteParams) -> Job:
+        # params.claimed saves nothing here (the row is at hand), but is checked alike.
+        job_id = params.job_id
+        check_claimed(job_id, params.claimed)
         await asyncio.sleep(0)
         call = self._call(
-            {"job_id": job_id, "token": token, "result": _json(result), "usage": _usage(usage)}
+            {
+                "job_id": job_id,
+                "token": params.token,
+                "result": _json(params.result),
+                "usage": _usage(params.usage),
+            }
         )
         row = self._moving(COMPLETE, call)
         if row is None:
             raise LeaseLostError(job_id)
         return self._write(COMPLETE, row, call)
 
-    async def fail(
-        self,
-        job_id: str,
-        token: str,
-        failure: Failure,
-        retry_at: datetime | None,
-        *,
-        claimed: Job | None = None,  # as in complete
-    ) -> Job:
-        check_claimed(job_id, claimed)
+    async def fail(self, params: FailParams) -> Job:
+        job_id, failure, retry_at = params.job_id, params.failure, params.retry_at
+        check_claimed(job_id, params.claimed)  # as in complete
         await asyncio.sleep(0)
         call = self._call(
             {
                 "job_id": job_id,
-                "token": token,
+                "token": params.token,
                 "code": failure.code,
                 "reason": failure.reason,
                 "message": failure.message,
@@ -452,16 +447,17 @@ class MemoryJobStore:
                 return self._write(transition, row, call)
         raise LeaseLostError(job_id)
 
-    async def release(self, job_id: str, token: str) -> Job | None:
+    async def release(self, params: ReleaseParams) -> Job | None:
         await asyncio.sleep(0)
-        call = self._call({"job_id": job_id, "token": token})
+        call = self._call({"job_id": params.job_id, "token": params.token})
         row = self._moving(RELEASE, call)
         return None if row is None else self._write(RELEASE, row, call)
 
     # -- operators ------------------------------------------------------------------
 
-    async def cancel(self, job_id: str, reason: str, owner: str | None = None) -> Job:
+    async def cancel(self, params: CancelParams) -> Job:
         await asyncio.sleep(0)
+        job_id, reason, owner = params.job_id, params.reason, params.owner
         args = {
             "job_id": job_id,
             "cancel_reason": reason,
@@ -477,10 +473,10 @@ class MemoryJobStore:
             raise JobNotFoundError(job_id)  # another's job does not exist for this caller
         raise InvalidJobStateError(job_id, status_of(current).value, NOT_CANCELLABLE)
 
-    async def retry_failed(
-        self, job_filter: JobFilter, limit: int, dry_run: bool, extra_attempts: int
-    ) -> RetryOutcome:
+    async def retry_failed(self, params: RetryFailedParams) -> RetryOutcome:
         await asyncio.sleep(0)
+        job_filter, limit = params.job_filter, params.limit
+        dry_run, extra_attempts = params.dry_run, params.extra_attempts
         # The candidates: jobs in a status RetryFailed leaves from, oldest failure first.
         candidates = sorted(
             (
@@ -510,10 +506,9 @@ class MemoryJobStore:
         retried = tuple(row["id"] for row in to_move)
         return RetryOutcome(len(candidates), retried, tuple(skipped))
 
-    async def usage_totals(
-        self, query: UsageQuery, max_groups: int
-    ) -> tuple[list[UsageTotal], bool]:
+    async def usage_totals(self, params: UsageTotalsParams) -> tuple[list[UsageTotal], bool]:
         await asyncio.sleep(0)
+        query, max_groups = params.query, params.max_groups
         groups: dict[tuple[JobType, str, str], list[AttemptUsage]] = {}
         for row in self._rows.values():
             for attempt in row["attempts"]:
@@ -540,10 +535,9 @@ class MemoryJobStore:
         )
         return totals[:max_groups], len(totals) > max_groups
 
-    async def failure_groups(
-        self, query: FailureQuery, max_groups: int
-    ) -> tuple[list[FailureGroup], bool]:
+    async def failure_groups(self, params: FailureGroupsParams) -> tuple[list[FailureGroup], bool]:
         await asyncio.sleep(0)
+        query, max_groups = params.query, params.max_groups
         selection = query.job_filter()
         members: dict[tuple[str, str, str], list[Row]] = {}
         for row in self._rows.values():
@@ -616,15 +610,10 @@ class MemoryJobStore:
         await asyncio.sleep(0)
         return sorted(self.table.pauses.values(), key=lambda p: str(p.job_type))
 
-    async def open_pause(
-        self,
-        job_type: JobType,
-        reason: PauseReason,
-        until: datetime,
-        last_error: str,
-        instance_id: str,
-    ) -> DispatchPause:
+    async def open_pause(self, params: OpenPauseParams) -> DispatchPause:
         await asyncio.sleep(0)
+        job_type, reason, until = params.job_type, params.reason, params.until
+        last_error, instance_id = params.last_error, params.instance_id
         current = self.table.pauses.get(job_type)
         since = current.since if current is not None else _aware(self._clock())
         pause = DispatchPause(job_type, reason, since, _aware(until), last_error, instance_id)
@@ -635,12 +624,12 @@ class MemoryJobStore:
         await asyncio.sleep(0)
         return self.table.pauses.pop(job_type, None) is not None
 
-    async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
+    async def take_probe(self, params: TakeProbeParams) -> bool:
         await asyncio.sleep(0)
-        current = self.table.pauses.get(job_type)
+        current = self.table.pauses.get(params.job_type)
         if current is None or current.until > _aware(self._clock()):
             return False
-        self.table.pauses[job_type] = replace(current, until=_aware(next_probe_at))
+        self.table.pauses[params.job_type] = replace(current, until=_aware(params.next_probe_at))
         return True
 
     # -- retention (storage/prune.py is the SQL twin) ----------------------------------
@@ -657,15 +646,14 @@ class MemoryJobStore:
         ]
         return sorted(rows, key=lambda row: row["updated_at"])
 
-    async def count_prunable(
-        self, cutoffs: Mapping[JobStatus, datetime], limit: int
-    ) -> dict[JobStatus, int]:
+    async def count_prunable(self, params: CountPrunableParams) -> dict[JobStatus, int]:
         await asyncio.sleep(0)
-        return {s: min(len(self._past(s, c)), max(0, limit)) for s, c in cutoffs.items()}
+        limit = max(0, params.limit)
+        return {s: min(len(self._past(s, c)), limit) for s, c in params.cutoffs.items()}
 
-    async def prune_batch(self, status: JobStatus, cutoff: datetime, limit: int) -> int:
+    async def prune_batch(self, params: PruneBatchParams) -> int:
         await asyncio.sleep(0)
-        chosen = self._past(status, cutoff)[: max(0, limit)]
+        chosen = self._past(params.status, params.cutoff)[: max(0, params.limit)]
         for row in chosen:
             del self._rows[row["id"]]
         return len(chosen)

@@ -1,8 +1,7 @@
-"""Operators' queries: cancel, RetryFailed, stats, and when the next job is due."""
+"""Operators' queries: cancel, RetryFailed, stats, usage, and when the next job is due."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy.exc import IntegrityError
@@ -12,43 +11,36 @@ from san_jobs.job_service.domain.errors import InvalidJobStateError, JobNotFound
 from san_jobs.job_service.domain.model import (
     Job,
     JobCount,
-    JobFilter,
     JobStats,
     JobStatus,
     JobType,
     RetryOutcome,
 )
+from san_jobs.job_service.domain.ports import CancelParams, RetryFailedParams, UsageTotalsParams
 from san_jobs.job_service.domain.transitions import (
     NOT_CANCELLABLE,
     RETRIED_BY_ANOTHER_CALL,
     active_holder_reason,
     cancel_message,
 )
-from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal, group_key
+from san_jobs.job_service.domain.usage import UsageTotal, group_key
 from san_jobs.job_service.storage import counts, queries
-from san_jobs.job_service.storage.connections import Connections
+from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.rows import as_utc, chunks
-from san_jobs.job_service.storage.statements import Statements
 from san_jobs.job_service.storage.transition_sql import time_params
 
 
-class OperatorQueries:
-    def __init__(
-        self, connections: Connections, sql: Statements, now: Callable[[], datetime]
-    ) -> None:
-        self._db = connections
-        self._sql = sql
-        self._now = now
-
-    async def cancel(self, job_id: str, reason: str, owner: str | None = None) -> Job:
+class OperatorQueries(StoreParts):
+    async def cancel(self, params: CancelParams) -> Job:
+        job_id, reason, owner = params.job_id, params.reason, params.owner
         sql = self._sql
         args = {"job_id": job_id, "cancel_reason": reason, "cancel_message": cancel_message(reason)}
         statement = sql.cancel
         if owner is not None:
             statement, args = sql.cancel_owned, args | {"owner": owner}
-        params = time_params(self._now()) | sql.cancel_params.bind(**args)
+        bound = time_params(self._now()) | sql.cancel_params.bind(**args)
         async with self._db.single() as conn:
-            jobs = await self._db.jobs(conn, statement, params)
+            jobs = await self._db.jobs(conn, statement, bound)
             if jobs:
                 return jobs[0]
             current = await self._db.jobs(conn, sql.by_id, {"p_id": job_id})
@@ -56,13 +48,12 @@ class OperatorQueries:
             raise JobNotFoundError(job_id)  # another's job does not exist for this caller
         raise InvalidJobStateError(job_id, current[0].status.value, NOT_CANCELLABLE)
 
-    async def retry_failed(
-        self, job_filter: JobFilter, limit: int, dry_run: bool, extra_attempts: int
-    ) -> RetryOutcome:
+    async def retry_failed(self, params: RetryFailedParams) -> RetryOutcome:
         now = self._now()
         db = self._db
+        dry_run = params.dry_run
         candidates_stmt = queries.retry_candidates(
-            queries.job_filter(job_filter, db.pg), limit, lock=db.pg and not dry_run
+            queries.job_filter(params.job_filter, db.pg), params.limit, lock=db.pg and not dry_run
         )
         async with db.single() if dry_run else db.tx() as conn:
             # A job's slot is its tenant's (job_type, target_id): another tenant's
@@ -84,8 +75,8 @@ class OperatorQueries:
                     to_move.append(job_id)
             if dry_run or not to_move:
                 return RetryOutcome(len(candidates), tuple(to_move), tuple(skipped))
-            params = time_params(now) | {"p_extra_attempts": max(1, extra_attempts)}
-            moved = await self._move_failed(conn, to_move, params, skipped)
+            bound = time_params(now) | {"p_extra_attempts": max(1, params.extra_attempts)}
+            moved = await self._move_failed(conn, to_move, bound, skipped)
         moved_ids = {job.id for job in moved}
         retried = tuple(i for i in to_move if i in moved_ids)
         for job_id in to_move:
@@ -175,10 +166,9 @@ class OperatorQueries:
         async with self._db.tx() as conn:
             return int((await conn.execute(counts.fold_statement())).scalar_one())
 
-    async def usage_totals(
-        self, query: UsageQuery, max_groups: int
-    ) -> tuple[list[UsageTotal], bool]:
-        statement = queries.usage_totals(query, max_groups, self._db.pg)
+    async def usage_totals(self, params: UsageTotalsParams) -> tuple[list[UsageTotal], bool]:
+        max_groups = params.max_groups
+        statement = queries.usage_totals(params.query, max_groups, self._db.pg)
         async with self._db.single() as conn:
             rows = (await conn.execute(statement)).all()
         # Sorted here too: the databases' collations may order the words otherwise.

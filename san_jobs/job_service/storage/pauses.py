@@ -7,15 +7,13 @@ renewed, probes or closes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
 from san_jobs.job_service.domain.model import JobType
-from san_jobs.job_service.storage.connections import Connections
+from san_jobs.job_service.domain.ports import OpenPauseParams, TakeProbeParams
+from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.rows import as_utc
-from san_jobs.job_service.storage.statements import Statements
 
 
 def row_to_pause(row: Any) -> DispatchPause:
@@ -31,47 +29,33 @@ def row_to_pause(row: Any) -> DispatchPause:
     )
 
 
-class PauseQueries:
-    def __init__(
-        self, connections: Connections, sql: Statements, now: Callable[[], datetime]
-    ) -> None:
-        self._db = connections
-        self._sql = sql
-        self._now = now
-
-    async def _rows(self, statement: Any, params: dict[str, Any]) -> list[Any]:
+class PauseQueries(StoreParts):
+    async def _pause_rows(self, statement: Any, params: dict[str, Any]) -> list[Any]:
         async with self._db.single() as conn:
             return list((await conn.execute(statement, params)).mappings())
 
     async def dispatch_pauses(self) -> list[DispatchPause]:
-        return [row_to_pause(r) for r in await self._rows(self._sql.dispatch_pauses, {})]
+        return [row_to_pause(r) for r in await self._pause_rows(self._sql.dispatch_pauses, {})]
 
-    async def open_pause(
-        self,
-        job_type: JobType,
-        reason: PauseReason,
-        until: datetime,
-        last_error: str,
-        instance_id: str,
-    ) -> DispatchPause:
-        params = {
-            "p_job_type": str(job_type),
-            "p_reason": reason.value,
+    async def open_pause(self, params: OpenPauseParams) -> DispatchPause:
+        bound = {
+            "p_job_type": str(params.job_type),
+            "p_reason": params.reason.value,
             "p_now": self._now(),
-            "p_until": until,
-            "p_last_error": last_error,
-            "p_opened_by": instance_id,
+            "p_until": params.until,
+            "p_last_error": params.last_error,
+            "p_opened_by": params.instance_id,
         }
-        (row,) = await self._rows(self._sql.open_pause, params)
+        (row,) = await self._pause_rows(self._sql.open_pause, bound)
         return row_to_pause(row)
 
     async def close_pause(self, job_type: JobType) -> bool:
-        return bool(await self._rows(self._sql.close_pause, {"p_job_type": str(job_type)}))
+        return bool(await self._pause_rows(self._sql.close_pause, {"p_job_type": str(job_type)}))
 
-    async def take_probe(self, job_type: JobType, next_probe_at: datetime) -> bool:
-        params = {
-            "p_job_type": str(job_type),
+    async def take_probe(self, params: TakeProbeParams) -> bool:
+        bound = {
+            "p_job_type": str(params.job_type),
             "p_now": self._now(),
-            "p_next_probe_at": next_probe_at,
+            "p_next_probe_at": params.next_probe_at,
         }
-        return bool(await self._rows(self._sql.take_probe, params))
+        return bool(await self._pause_rows(self._sql.take_probe, bound))

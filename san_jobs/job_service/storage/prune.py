@@ -23,7 +23,7 @@ stops at its LIMIT, however big the table, and never touches active rows.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 
@@ -32,7 +32,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.model import TERMINAL_STATUSES, JobStatus
-from san_jobs.job_service.storage.connections import Connections
+from san_jobs.job_service.domain.ports import CountPrunableParams, PruneBatchParams
+from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.errors import storage_errors
 from san_jobs.job_service.storage.tables import async_jobs
 
@@ -74,22 +75,19 @@ def count_past_statement(status: JobStatus, cutoff: datetime, limit: int) -> Sel
     return select(func.count()).select_from(capped.subquery())
 
 
-class PruneQueries:
-    def __init__(self, connections: Connections) -> None:
-        self._db = connections
-
-    async def count_prunable(
-        self, cutoffs: Mapping[JobStatus, datetime], limit: int
-    ) -> dict[JobStatus, int]:
+class PruneQueries(StoreParts):
+    async def count_prunable(self, params: CountPrunableParams) -> dict[JobStatus, int]:
         counts: dict[JobStatus, int] = {}
         async with self._db.single() as conn:
-            for status, cutoff in cutoffs.items():
-                statement = count_past_statement(status, cutoff, max(0, limit))
+            for status, cutoff in params.cutoffs.items():
+                statement = count_past_statement(status, cutoff, max(0, params.limit))
                 counts[status] = int((await conn.execute(statement)).scalar_one())
         return counts
 
-    async def prune_batch(self, status: JobStatus, cutoff: datetime, limit: int) -> int:
-        statement = prune_batch_statement(status, cutoff, max(0, limit), self._db.pg)
+    async def prune_batch(self, params: PruneBatchParams) -> int:
+        statement = prune_batch_statement(
+            params.status, params.cutoff, max(0, params.limit), self._db.pg
+        )
         async with self._db.single() as conn:
             result = await conn.execute(statement)
         return int(result.rowcount)

@@ -5,19 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from san_jobs.job_service.domain.errors import JobNotFoundError
-from san_jobs.job_service.domain.model import Job, JobFilter
+from san_jobs.job_service.domain.model import Job
 from san_jobs.job_service.domain.page_token import decode_page_token, encode_page_token
+from san_jobs.job_service.domain.ports import ListJobsParams
 from san_jobs.job_service.storage import queries
-from san_jobs.job_service.storage.connections import Connections
+from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.rows import chunks
-from san_jobs.job_service.storage.statements import Statements
 
 
-class JobReads:
-    def __init__(self, connections: Connections, sql: Statements) -> None:
-        self._db = connections
-        self._sql = sql
-
+class JobReads(StoreParts):
     async def get(self, job_id: str) -> Job:
         async with self._db.single() as conn:
             jobs = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
@@ -34,12 +30,10 @@ class JobReads:
                     found[job.id] = job
         return [found[i] for i in unique_ids if i in found]
 
-    async def list_jobs(
-        self, job_filter: JobFilter, page_size: int, page_token: str | None
-    ) -> tuple[list[Job], str | None]:
-        page_size = max(1, page_size)
-        after = decode_page_token(page_token) if page_token else None
-        stmt = queries.page(queries.job_filter(job_filter, self._db.pg), page_size, after)
+    async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
+        page_size = max(1, params.page_size)
+        after = decode_page_token(params.page_token) if params.page_token else None
+        stmt = queries.page(queries.job_filter(params.job_filter, self._db.pg), page_size, after)
         async with self._db.single() as conn:
             jobs = await self._db.jobs(conn, stmt, {})
         if len(jobs) <= page_size:

@@ -25,20 +25,27 @@ from san_jobs.job_service.domain.model import (
     Claim,
     Failure,
     Job,
-    JobType,
     JsonDict,
     NewJob,
     OnDuplicate,
 )
-from san_jobs.job_service.domain.ports import EnqueueOutcome
+from san_jobs.job_service.domain.ports import (
+    ClaimParams,
+    CompleteParams,
+    EnqueueOutcome,
+    EnqueueParams,
+    FailParams,
+    ReleaseParams,
+    RenewLeasesParams,
+)
 from san_jobs.job_service.domain.transitions import claim_type_args
 from san_jobs.job_service.storage.batching import GroupCommit
-from san_jobs.job_service.storage.connections import Connections, HotStatement, HotStatements
+from san_jobs.job_service.storage.connections import HotStatement, StoreParts
 from san_jobs.job_service.storage.direct import StatementInDoubtError
 from san_jobs.job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
 from san_jobs.job_service.storage.outcome_rows import check_claimed, outcome_job
 from san_jobs.job_service.storage.rows import aware, pending_job
-from san_jobs.job_service.storage.statements import P_LIMIT, P_MAX_PER_CALLER, Statements
+from san_jobs.job_service.storage.statements import P_LIMIT, P_MAX_PER_CALLER
 from san_jobs.job_service.storage.transition_sql import Params, Rows, time_params
 
 # Rows per group-commit statement (enqueue, complete, fail, renew).
@@ -58,22 +65,11 @@ def _refused_for_its_data(error: StorageError) -> bool:
     return not isinstance(error, StorageUnavailableError)
 
 
-class JobWrites:
-    def __init__(
-        self,
-        connections: Connections,
-        sql: Statements,
-        hot: HotStatements,
-        now: Callable[[], datetime],
-        read_many: Callable[[Sequence[str]], Awaitable[list[Job]]],
-        *,
-        enqueue_interval: float,
-    ) -> None:
-        self._db = connections
-        self._sql = sql
-        self._hot = hot
-        self._now = now
-        self._read_many = read_many
+class JobWrites(StoreParts):
+    # get_many (reads.py), for rows an in-doubt or refused statement left unknown.
+    _read_many: Callable[[Sequence[str]], Awaitable[list[Job]]]
+
+    def _start_group_commits(self, enqueue_interval: float) -> None:
         # Group commit of the hot-path writes: concurrent calls share one statement.
         self._enqueues: GroupCommit[NewJob, Job | None] = GroupCommit(
             self._enqueue_batch, max_batch=MAX_BATCH, name="enqueue", min_interval=enqueue_interval
@@ -85,13 +81,14 @@ class JobWrites:
             self._fail_batch, max_batch=MAX_BATCH, name="fail", key=lambda i: i[0]
         )
 
-    async def wait_idle(self) -> None:
+    async def _wait_writes_idle(self) -> None:
         for coalescer in (self._enqueues, self._completes, self._fails):
             await coalescer.wait_idle()
 
     # -- enqueue ------------------------------------------------------------------------
 
-    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
+        new, on_duplicate = params.job, params.on_duplicate
         # Concurrent enqueues share one INSERT (group commit); the future resolves
         # after that statement committed. A row the unique indexes refused (a
         # request_id repeat, an active duplicate, also one within the same batch) is
@@ -106,9 +103,7 @@ class JobWrites:
             return inserted, False
         return await self._enqueue_one(new, on_duplicate)
 
-    async def enqueue_many(
-        self, items: Sequence[tuple[NewJob, OnDuplicate]]
-    ) -> list[EnqueueOutcome]:
+    async def enqueue_many(self, batch: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
         """BatchEnqueue's items: one INSERT per MAX_BATCH of them (the coalesced
         enqueues' statement, `_enqueue_batch`), then each row it did not insert
         resolved alone, in request order, as `enqueue` resolves one. An item that
@@ -116,6 +111,8 @@ class JobWrites:
         tenant, is held out of the INSERT, so that the earlier one is the one stored
         and the later one is resolved against it (which row of one INSERT wins is not
         defined)."""
+        # The private steps below work on (job, on_duplicate) pairs.
+        items = [(item.job, item.on_duplicate) for item in batch]
         outcomes: list[EnqueueOutcome | None] = [None] * len(items)
         seen_keys: set[tuple[str, str, str]] = set()
         seen_request_ids: set[tuple[str, str]] = set()
@@ -312,23 +309,15 @@ class JobWrites:
 
     # -- the worker's writes ----------------------------------------------------------
 
-    async def claim(
-        self,
-        limit: int,
-        lease_seconds: float,
-        *,
-        skip_types: frozenset[JobType] = frozenset(),
-        only_type: JobType | None = None,
-        max_per_caller: int | None = None,
-    ) -> list[Claim]:
-        if limit <= 0:
+    async def claim(self, params: ClaimParams) -> list[Claim]:
+        if params.limit <= 0:
             return []
-        types = Params.bind(**claim_type_args(skip_types, only_type))
-        params = time_params(self._now(), lease_seconds) | {P_LIMIT: limit} | types
-        if max_per_caller is None:
-            jobs = await self._hot.claim.jobs(params)
+        types = Params.bind(**claim_type_args(params.skip_types, params.only_type))
+        bound = time_params(self._now(), params.lease_seconds) | {P_LIMIT: params.limit} | types
+        if params.max_per_caller is None:
+            jobs = await self._hot.claim.jobs(bound)
         else:  # fair share: another statement, run only when it is set
-            fair = params | {P_MAX_PER_CALLER: max_per_caller}
+            fair = bound | {P_MAX_PER_CALLER: params.max_per_caller}
             jobs = await self._db.write(self._sql.claim_fair, fair)
         jobs.sort(key=lambda j: (j.created_at, j.id))
         return [Claim(job=j, token=j.claim_token or "") for j in jobs]
@@ -336,9 +325,8 @@ class JobWrites:
     async def fail_exhausted_leases(self) -> list[Job]:
         return await self._db.write(self._sql.fail_exhausted_leases, time_params(self._now()))
 
-    async def renew_leases(
-        self, leases: Sequence[tuple[str, str]], lease_seconds: float
-    ) -> set[str]:
+    async def renew_leases(self, params: RenewLeasesParams) -> set[str]:
+        leases, lease_seconds = params.leases, params.lease_seconds
         held = self._sql.renew_rows
         owned: set[str] = set()
         for start in range(0, len(leases), MAX_BATCH):
@@ -346,24 +334,24 @@ class JobWrites:
                 held.row(job_id=job_id, token=token)
                 for job_id, token in leases[start : start + MAX_BATCH]
             ]
-            params = time_params(self._now(), lease_seconds) | Rows.param(rows)
-            owned.update(row["id"] for row in await self._hot.renew_leases.rows(params))
+            bound = time_params(self._now(), lease_seconds) | Rows.param(rows)
+            owned.update(row["id"] for row in await self._hot.renew_leases.rows(bound))
         return owned
 
-    async def complete(
-        self,
-        job_id: str,
-        token: str,
-        result: JsonDict,
-        usage: AttemptUsage | None = None,
-        *,
-        claimed: Job | None = None,
-    ) -> Job:
-        check_claimed(job_id, claimed)
+    async def complete(self, params: CompleteParams) -> Job:
+        check_claimed(params.job_id, params.claimed)
         # Concurrent completions share one UPDATE; each row keeps its token check.
-        job = await self._completes.submit((job_id, token, self._now(), result, usage, claimed))
+        item = (
+            params.job_id,
+            params.token,
+            self._now(),
+            params.result,
+            params.usage,
+            params.claimed,
+        )
+        job = await self._completes.submit(item)
         if job is None:
-            raise LeaseLostError(job_id)
+            raise LeaseLostError(params.job_id)
         return job
 
     async def _complete_batch(self, batch: list[_CompleteItem]) -> list[Job | BaseException | None]:
@@ -375,21 +363,13 @@ class JobWrites:
         claims = [(b[0], b[5]) for b in batch]
         return await self._outcome_rows(self._hot.complete_many, claims, rows)
 
-    async def fail(
-        self,
-        job_id: str,
-        token: str,
-        failure: Failure,
-        retry_at: datetime | None,
-        *,
-        claimed: Job | None = None,
-    ) -> Job:
-        check_claimed(job_id, claimed)
-        if retry_at is not None:
-            retry_at = aware(retry_at)
-        job = await self._fails.submit((job_id, token, self._now(), failure, retry_at, claimed))
+    async def fail(self, params: FailParams) -> Job:
+        check_claimed(params.job_id, params.claimed)
+        retry_at = aware(params.retry_at) if params.retry_at is not None else None
+        item = (params.job_id, params.token, self._now(), params.failure, retry_at, params.claimed)
+        job = await self._fails.submit(item)
         if job is None:
-            raise LeaseLostError(job_id)
+            raise LeaseLostError(params.job_id)
         return job
 
     async def _fail_batch(self, batch: list[_FailItem]) -> list[Job | BaseException | None]:
@@ -410,11 +390,11 @@ class JobWrites:
         claims = [(b[0], b[5]) for b in batch]
         return await self._outcome_rows(self._hot.fail_many, claims, rows)
 
-    async def release(self, job_id: str, token: str) -> Job | None:
-        params = time_params(self._now()) | self._sql.release_params.bind(
-            job_id=job_id, token=token
+    async def release(self, params: ReleaseParams) -> Job | None:
+        bound = time_params(self._now()) | self._sql.release_params.bind(
+            job_id=params.job_id, token=params.token
         )
-        jobs = await self._db.write(self._sql.release, params)
+        jobs = await self._db.write(self._sql.release, bound)
         return jobs[0] if jobs else None
 
     async def _outcome_rows(

@@ -27,8 +27,8 @@ from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import FieldViolation, InvalidRequestError, JobServiceError
 from san_jobs.job_service.domain.field_rules import check_count
 from san_jobs.job_service.domain.limits import MAX_BATCH_ENQUEUE_REQUESTS
-from san_jobs.job_service.domain.model import JobType, NewJob, OnDuplicate
-from san_jobs.job_service.domain.ports import EnqueueOutcome
+from san_jobs.job_service.domain.model import JobType
+from san_jobs.job_service.domain.ports import EnqueueOutcome, EnqueueParams
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.transport import requests
 from san_jobs.job_service.transport.convert import (
@@ -57,7 +57,7 @@ class DecodedBatch:
     """The valid items, ready for the store, and the invalid ones' errors."""
 
     # The valid items, in request order, and the request index of each.
-    items: list[tuple[NewJob, OnDuplicate]]
+    items: list[EnqueueParams]
     positions: list[int]
     # The request index of each invalid item -> its INVALID_ARGUMENT status.
     errors: dict[int, status_pb2.Status]
@@ -108,7 +108,7 @@ def decode(
                 # This call's span, stored with each job: its attempts join its trace.
                 traceparent=new.traceparent if traceparent is None else traceparent,
             )
-        batch.items.append((new, on_duplicate))
+        batch.items.append(EnqueueParams(new, on_duplicate))
         batch.positions.append(index)
     _check_answer_fits(batch, answer_budget_bytes)
     return batch
@@ -121,7 +121,8 @@ def answer_bound_bytes(batch: DecodedBatch) -> int:
     already, so measured). An existing job's stored content is not bounded here:
     `response` cuts it when it would not fit."""
     bound = batch.count * ANSWER_ITEM_OVERHEAD_BYTES
-    for new, _on_duplicate in batch.items:
+    for item in batch.items:
+        new = item.job
         bound += len(new.target_id.encode()) + len(new.requested_by.encode())
         if new.request_id is not None:
             bound += len(new.request_id.encode())

@@ -23,6 +23,7 @@ from san_jobs.job_service.domain.limits import (
     MAX_USAGE_GROUPS,
 )
 from san_jobs.job_service.domain.model import Job, JobStatus
+from san_jobs.job_service.domain.ports import FailureGroupsParams, UsageTotalsParams
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.pruner import Pruner
 from san_jobs.job_service.transport import batch, requests
@@ -169,7 +170,9 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     @unary_errors
     async def GetUsage(self, request: pb.GetUsageRequest, context: Context) -> pb.GetUsageResponse:
         query = requests.usage(request, datetime.now(UTC), _owner())
-        totals, truncated = await self._app.store.usage_totals(query, MAX_USAGE_GROUPS)
+        totals, truncated = await self._app.store.usage_totals(
+            UsageTotalsParams(query=query, max_groups=MAX_USAGE_GROUPS)
+        )
         return usage_totals_to_pb(totals, truncated, query)
 
     @unary_errors
@@ -177,7 +180,9 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         self, request: pb.ListFailureGroupsRequest, context: Context
     ) -> pb.ListFailureGroupsResponse:
         query = requests.failure_groups(request, datetime.now(UTC))
-        groups, truncated = await self._app.store.failure_groups(query, MAX_FAILURE_GROUPS)
+        groups, truncated = await self._app.store.failure_groups(
+            FailureGroupsParams(query=query, max_groups=MAX_FAILURE_GROUPS)
+        )
         return failure_groups_to_pb(groups, truncated, query)
 
     @unary_errors

@@ -17,6 +17,7 @@ from test_jobsctl import enqueue_card, jobsctl
 
 from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
 from san_jobs.job_service.domain.model import JobType
+from san_jobs.job_service.domain.ports import OpenPauseParams
 from san_jobs.job_service.storage.repository import SqlJobStore
 
 pytestmark = pytest.mark.acceptance
@@ -47,11 +48,13 @@ def open_pause(database_url: str) -> DispatchPause:
         store = SqlJobStore(database_url, instance_id="other-instance")
         try:
             return await store.open_pause(
-                JobType.CARD_ANALYSIS,
-                PauseReason.CIRCUIT_OPEN,
-                datetime.now(UTC) + timedelta(minutes=10),
-                LAST_ERROR,
-                "other-instance",
+                OpenPauseParams(
+                    job_type=JobType.CARD_ANALYSIS,
+                    reason=PauseReason.CIRCUIT_OPEN,
+                    until=datetime.now(UTC) + timedelta(minutes=10),
+                    last_error=LAST_ERROR,
+                    instance_id="other-instance",
+                )
             )
         finally:
             await store.close()

@@ -28,6 +28,13 @@ from conftest import Stack, _stack, _stop, start_web
 from san_jobs.client import CardAnalysisInput, JobsClient, JobStatus, TilGenerationInput
 from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
 from san_jobs.job_service.domain.model import Failure, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import (
+    ClaimParams,
+    EnqueueParams,
+    FailParams,
+    OpenPauseParams,
+    ReleaseParams,
+)
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.processes import BIN, running, start_gateway, start_job_service
 
@@ -61,11 +68,13 @@ def open_til_pause(jobs_database_url: str) -> DispatchPause:
         store = SqlJobStore(jobs_database_url, instance_id="other-instance")
         try:
             return await store.open_pause(
-                JobType.TIL_GENERATION,
-                PauseReason.RATE_LIMITED,
-                datetime.now(UTC) + timedelta(minutes=10),
-                PAUSED_ERROR,
-                "other-instance",
+                OpenPauseParams(
+                    job_type=JobType.TIL_GENERATION,
+                    reason=PauseReason.RATE_LIMITED,
+                    until=datetime.now(UTC) + timedelta(minutes=10),
+                    last_error=PAUSED_ERROR,
+                    instance_id="other-instance",
+                )
             )
         finally:
             await store.close()
@@ -154,14 +163,18 @@ def fail_paused_job(jobs_database_url: str, target: str, message: str) -> str:
                 request_id=None,
                 max_attempts=1,
             )
-            job, _ = await store.enqueue(new, OnDuplicate.REJECT)
-            claims = await store.claim(1000, 60, only_type=JobType.TIL_GENERATION)
+            job, _ = await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
+            claims = await store.claim(
+                ClaimParams(limit=1000, lease_seconds=60, only_type=JobType.TIL_GENERATION)
+            )
             for claim in claims:
                 if claim.job.id != job.id:
-                    await store.release(claim.job.id, claim.token)
+                    await store.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
             (mine,) = [c for c in claims if c.job.id == job.id]
             failure = Failure("INTERNAL", "MALFORMED_RESPONSE", message, transient=False)
-            await store.fail(job.id, mine.token, failure, None)
+            await store.fail(
+                FailParams(job_id=job.id, token=mine.token, failure=failure, retry_at=None)
+            )
             return job.id
         finally:
             await store.close()

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from san_jobs.job_service.domain.model import Job, JobStatus, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import EnqueueParams
 from san_jobs.job_service.storage import SqlJobStore
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
@@ -45,15 +46,17 @@ async def enqueue_in_one_statement(database_url: str, count: int) -> list[str]:
         made = await asyncio.gather(
             *(
                 store.enqueue(
-                    NewJob(
-                        job_type=JobType.CARD_ANALYSIS,
-                        target_id=f"pacing-{i}",
-                        request_params={"text": SAMPLE_TEXT},
-                        requested_by="tester",
-                        request_id=None,
-                        max_attempts=3,
-                    ),
-                    OnDuplicate.REJECT,
+                    EnqueueParams(
+                        job=NewJob(
+                            job_type=JobType.CARD_ANALYSIS,
+                            target_id=f"pacing-{i}",
+                            request_params={"text": SAMPLE_TEXT},
+                            requested_by="tester",
+                            request_id=None,
+                            max_attempts=3,
+                        ),
+                        on_duplicate=OnDuplicate.REJECT,
+                    )
                 )
                 for i in range(count)
             )

@@ -17,6 +17,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from san_jobs.job_service.domain.model import Job, JobStatus, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import EnqueueParams
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import (
@@ -70,8 +71,12 @@ async def test_a_call_too_big_to_send_fails_alone_and_the_stream_survives(
         # An old row (or one stored under a raised --max-text-chars) bigger than the
         # gateway accepts: written straight to the store, as Enqueue would refuse it.
         big, _ = await service.runtime.store.enqueue(
-            NewJob(JobType.CARD_ANALYSIS, "big", {"text": "x" * (17 * 1024 * 1024)}, "", None, 3),
-            on_duplicate=OnDuplicate.REJECT,
+            EnqueueParams(
+                job=NewJob(
+                    JobType.CARD_ANALYSIS, "big", {"text": "x" * (17 * 1024 * 1024)}, "", None, 3
+                ),
+                on_duplicate=OnDuplicate.REJECT,
+            )
         )
         service.runtime.worker.wake()
         final = await wait_terminal(service.stub, normal, timeout=60)
@@ -109,8 +114,12 @@ async def test_an_answer_too_large_to_store_fails_its_job_alone(
         await wait_terminal(service.stub, [normal], timeout=30)
         # 1.2 MB in one sentence: an input only a raised --max-text-chars lets in.
         big, _ = await service.runtime.store.enqueue(
-            NewJob(JobType.CARD_ANALYSIS, "huge-answer", {"text": "y" * 1_200_000}, "", None, 3),
-            on_duplicate=OnDuplicate.REJECT,
+            EnqueueParams(
+                job=NewJob(
+                    JobType.CARD_ANALYSIS, "huge-answer", {"text": "y" * 1_200_000}, "", None, 3
+                ),
+                on_duplicate=OnDuplicate.REJECT,
+            )
         )
         service.runtime.worker.wake()
         final = await wait_terminal(service.stub, [big.id, normal], timeout=30)

@@ -12,6 +12,7 @@ import grpc
 
 from san_jobs.job_service.domain.dispatch import PauseReason
 from san_jobs.job_service.domain.model import JobType
+from san_jobs.job_service.domain.ports import OpenPauseParams
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Fail
@@ -61,11 +62,13 @@ async def test_a_pause_shows_in_stats_get_list_and_stream_then_goes(
 
     until = datetime.now(UTC) + timedelta(seconds=5)
     opened = await store.open_pause(
-        JobType.CARD_ANALYSIS,
-        PauseReason.CIRCUIT_OPEN,
-        until,
-        "AI gateway unavailable: connection refused",
-        "other-instance",
+        OpenPauseParams(
+            job_type=JobType.CARD_ANALYSIS,
+            reason=PauseReason.CIRCUIT_OPEN,
+            until=until,
+            last_error="AI gateway unavailable: connection refused",
+            instance_id="other-instance",
+        )
     )
 
     async def stats_show_it() -> bool:

@@ -7,12 +7,12 @@ import asyncio
 import contextlib
 import time
 from datetime import timedelta
-from typing import Any
 
 import grpc
 import pytest
 
 from san_jobs.job_service.domain.model import JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import CompleteParams, EnqueueParams
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import StartService
 from tests.integration.job_service.scripted_gateway import Fail, Hang, Slow
@@ -144,8 +144,12 @@ async def test_job_whose_wakeup_was_lost_is_found_by_the_poll(start_service: Sta
     service = await start_service(poll_interval=0.2)
     # Written straight to the store: nobody wakes the worker.
     job, _ = await service.runtime.store.enqueue(
-        NewJob(JobType.CARD_ANALYSIS, "silent", {"text": "Nobody told the worker."}, "", None, 3),
-        on_duplicate=OnDuplicate.REJECT,
+        EnqueueParams(
+            job=NewJob(
+                JobType.CARD_ANALYSIS, "silent", {"text": "Nobody told the worker."}, "", None, 3
+            ),
+            on_duplicate=OnDuplicate.REJECT,
+        )
     )
     started = time.monotonic()
     final = (await wait_terminal(service.stub, [job.id], timeout=10))[job.id]
@@ -224,12 +228,10 @@ async def test_shutdown_during_the_outcome_write_leaves_nothing_processing(
     original = store.complete
     writing = asyncio.Event()
 
-    async def slow_complete(
-        job_id: str, token: str, result: dict[str, object], usage: object = None, **kw: Any
-    ) -> object:
+    async def slow_complete(params: CompleteParams) -> object:
         writing.set()
         await asyncio.sleep(0.5)
-        return await original(job_id, token, result, usage, **kw)  # type: ignore[arg-type]
+        return await original(params)
 
     store.complete = slow_complete  # type: ignore[method-assign,assignment]
     job = (await service.stub.Enqueue(card_request("cut", "Text."))).job

@@ -6,7 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 from san_jobs.job_service.domain.model import Failure, Job, JobType, NewJob, OnDuplicate
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    ClaimParams,
+    EnqueueParams,
+    FailParams,
+    JobStore,
+    ReleaseParams,
+)
 
 # open_store(instance_id): one more store on the test's database (conftest.py).
 OpenStore = Callable[[str], JobStore]
@@ -31,7 +37,9 @@ def new_job(
 
 
 async def enqueue(store: JobStore, target_id: str = "scrap-1", **kwargs: Any) -> Job:
-    job, _ = await store.enqueue(new_job(target_id, **kwargs), OnDuplicate.REJECT)
+    job, _ = await store.enqueue(
+        EnqueueParams(job=new_job(target_id, **kwargs), on_duplicate=OnDuplicate.REJECT)
+    )
     return job
 
 
@@ -49,9 +57,11 @@ async def make_failed(
 ) -> Job:
     """Enqueue, claim and fail for good one job."""
     await enqueue(store, target_id, job_type=job_type)
-    claims = await store.claim(1000, 60)
+    claims = await store.claim(ClaimParams(limit=1000, lease_seconds=60))
     claim = next(c for c in claims if c.job.target_id == target_id)
     for other in claims:
         if other is not claim:
-            await store.release(other.job.id, other.token)
-    return await store.fail(claim.job.id, claim.token, failure(message), None)
+            await store.release(ReleaseParams(job_id=other.job.id, token=other.token))
+    return await store.fail(
+        FailParams(job_id=claim.job.id, token=claim.token, failure=failure(message), retry_at=None)
+    )

@@ -15,6 +15,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_jobs.job_service.domain.model import JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import EnqueueParams
 from san_jobs.job_service.metrics import JobServiceMetrics
 from san_jobs.job_service.storage.engine import create_engine
 from san_jobs.job_service.storage.repository import SqlJobStore
@@ -74,7 +75,7 @@ async def test_scrapes_cost_one_stats_query(
     _, server = served
     for target in ("a", "b", "c"):
         new = NewJob(JobType.EMBEDDING, target, {"text": "x"}, "", None, 3)
-        await store.enqueue(new, OnDuplicate.REJECT)
+        await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
     counter.count = 0
     await store.stats()
     assert counter.count == 1  # stats() is one statement (storage/counts.py)

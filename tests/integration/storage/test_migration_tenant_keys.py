@@ -18,6 +18,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from san_jobs.job_service.domain.model import OnDuplicate
+from san_jobs.job_service.domain.ports import EnqueueParams
 from san_jobs.job_service.storage.engine import create_engine
 from san_jobs.job_service.storage.migrate import alembic_config, migrate
 from san_jobs.job_service.storage.repository import SqlJobStore
@@ -126,14 +127,20 @@ async def test_0011_scopes_the_keys_of_the_rows_there_and_of_old_code(url_at_001
             new_job("t-elsewhere", request_id="rid-alice"), requested_by="alice-svc"
         )
         job, deduplicated = await store.enqueue(
-            dataclasses.replace(alice, tenant="alice-svc"), OnDuplicate.REJECT
+            EnqueueParams(
+                job=dataclasses.replace(alice, tenant="alice-svc"), on_duplicate=OnDuplicate.REJECT
+            )
         )
         assert deduplicated and job.id == "job-alice-done" and job.tenant == "alice-svc"
         bob = dataclasses.replace(alice, requested_by="bob", tenant="bob")
-        job, deduplicated = await store.enqueue(bob, OnDuplicate.REJECT)
+        job, deduplicated = await store.enqueue(
+            EnqueueParams(job=bob, on_duplicate=OnDuplicate.REJECT)
+        )
         assert not deduplicated and job.tenant == "bob"
         # --auth off's tenant "" holds the row of a caller without a token.
-        job, deduplicated = await store.enqueue(new_job("t-2"), OnDuplicate.RETURN_EXISTING)
+        job, deduplicated = await store.enqueue(
+            EnqueueParams(job=new_job("t-2"), on_duplicate=OnDuplicate.RETURN_EXISTING)
+        )
         assert deduplicated and job.id == "job-anon-active"
     finally:
         await store.close()

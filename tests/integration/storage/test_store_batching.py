@@ -22,7 +22,14 @@ from san_jobs.job_service.domain.errors import (
     StorageFailureError,
 )
 from san_jobs.job_service.domain.model import Failure, Job, JobStatus, NewJob, OnDuplicate
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    ClaimParams,
+    CompleteParams,
+    EnqueueParams,
+    FailParams,
+    JobStore,
+)
 from san_jobs.job_service.storage.direct import DirectStatement, HeldConnection
 from san_jobs.job_service.storage.repository import MAX_BATCH, SqlJobStore
 from tests.support.clock import FakeClock
@@ -116,7 +123,7 @@ async def _one(
     store: JobStore, new: NewJob, on_duplicate: OnDuplicate
 ) -> tuple[Job, bool] | BaseException:
     try:
-        return await store.enqueue(new, on_duplicate)
+        return await store.enqueue(EnqueueParams(job=new, on_duplicate=on_duplicate))
     except DuplicateJobError as error:
         return error
 
@@ -150,11 +157,16 @@ async def test_batched_enqueue_returns_the_same_job_as_a_single_one(
     params = {"text": '오늘은 "큐"를 배웠다 📝', "title": "TIL"}
     jobs = await asyncio.gather(
         *(
-            store.enqueue(new_job(f"same-{i}", params=params, request_id=f"r-{i}"), REJECT)
+            store.enqueue(
+                EnqueueParams(
+                    job=new_job(f"same-{i}", params=params, request_id=f"r-{i}"),
+                    on_duplicate=REJECT,
+                )
+            )
             for i in range(3)
         )
     )
-    single, _ = await store._writes._enqueue_one(new_job("single", params=params), REJECT)
+    single, _ = await store._enqueue_one(new_job("single", params=params), REJECT)
     for job, deduplicated in jobs:
         assert not deduplicated
         assert job.status is JobStatus.PENDING and job.attempts == () and job.attempt_count == 0
@@ -164,19 +176,22 @@ async def test_batched_enqueue_returns_the_same_job_as_a_single_one(
         assert job.result is None and job.error_message is None and job.claim_token is None
         assert await store.get(job.id) == job
     assert await store.next_due_at() == clock.now
-    assert [c.job.id for c in await store.claim(10, 60)] != []
+    assert [c.job.id for c in await store.claim(ClaimParams(limit=10, lease_seconds=60))] != []
 
 
 async def test_batches_follow_the_load_and_split_at_the_maximum(sql_store: SqlJobStore) -> None:
     store = sql_store
     with batch_statements() as seen:
-        job, _ = await store.enqueue(new_job("lone"), REJECT)
+        job, _ = await store.enqueue(EnqueueParams(job=new_job("lone"), on_duplicate=REJECT))
     assert inserts(seen) == 1 and job.status is JobStatus.PENDING  # alone: no waiting
 
     count = MAX_BATCH + 20
     with batch_statements() as seen:
         results = await asyncio.gather(
-            *(store.enqueue(new_job(f"many-{i}"), REJECT) for i in range(count))
+            *(
+                store.enqueue(EnqueueParams(job=new_job(f"many-{i}"), on_duplicate=REJECT))
+                for i in range(count)
+            )
         )
     assert inserts(seen) == 2
     assert len({job.id for job, _ in results}) == count
@@ -190,7 +205,9 @@ async def test_enqueue_is_committed_when_it_returns(open_store: OpenStore) -> No
     try:
 
         async def enqueue_then_read(i: int) -> None:
-            job, _ = await writer.enqueue(new_job(f"seen-{i}"), REJECT)
+            job, _ = await writer.enqueue(
+                EnqueueParams(job=new_job(f"seen-{i}"), on_duplicate=REJECT)
+            )
             # Another engine, another connection: only committed rows are visible there.
             assert await reader.get(job.id) == job
 
@@ -204,7 +221,11 @@ async def test_a_row_the_database_refuses_fails_only_its_own_caller(store: JobSt
     good = [new_job(f"ok-{i}") for i in range(5)]
     bad = new_job("bad", max_attempts=0)  # breaks CHECK (max_attempts >= 1)
     results = await asyncio.gather(
-        *(store.enqueue(n, REJECT) for n in [*good[:3], bad, *good[3:]]), return_exceptions=True
+        *(
+            store.enqueue(EnqueueParams(job=n, on_duplicate=REJECT))
+            for n in [*good[:3], bad, *good[3:]]
+        ),
+        return_exceptions=True,
     )
     # A CHECK violation nothing handles: ours (INTERNAL), not an outage.
     assert isinstance(results[3], StorageFailureError)
@@ -217,7 +238,9 @@ async def test_a_row_the_database_refuses_fails_only_its_own_caller(store: JobSt
 async def _claimed(store: JobStore, count: int, prefix: str) -> dict[str, str]:
     for i in range(count):
         await enqueue(store, f"{prefix}{i}")
-    return {c.job.id: c.token for c in await store.claim(count, 60)}
+    return {
+        c.job.id: c.token for c in await store.claim(ClaimParams(limit=count, lease_seconds=60))
+    }
 
 
 async def test_concurrent_completes_only_stale_tokens_lose_their_lease(
@@ -228,13 +251,13 @@ async def test_concurrent_completes_only_stale_tokens_lose_their_lease(
     stale_token = set(ids[::5])  # a token that is not (or no longer) the job's
     cancelled = set(ids[1::7]) - stale_token  # cancelled: claim token cleared
     for job_id in cancelled:
-        await store.cancel(job_id, "test")
+        await store.cancel(CancelParams(job_id=job_id, reason="test"))
     clock.advance(3)
     result = {"summary": "요약", "tags": ["t"], "embedding": [0.5, 1.0], "model": "m"}
 
     async def complete(job_id: str) -> Job:
         token = "not-the-token" if job_id in stale_token else tokens[job_id]
-        return await store.complete(job_id, token, result)
+        return await store.complete(CompleteParams(job_id=job_id, token=token, result=result))
 
     with batch_statements() as seen:
         outcomes = await asyncio.gather(*(complete(i) for i in ids), return_exceptions=True)
@@ -262,8 +285,8 @@ async def test_the_same_job_twice_in_one_burst_completes_once(store: JobStore) -
     tokens = await _claimed(store, 1, "twice-")
     ((job_id, token),) = tokens.items()
     outcomes = await asyncio.gather(
-        store.complete(job_id, token, {"model": "a"}),
-        store.complete(job_id, token, {"model": "b"}),
+        store.complete(CompleteParams(job_id=job_id, token=token, result={"model": "a"})),
+        store.complete(CompleteParams(job_id=job_id, token=token, result={"model": "b"})),
         return_exceptions=True,
     )
     assert isinstance(outcomes[0], Job) and outcomes[0].result == {"model": "a"}
@@ -280,8 +303,14 @@ async def test_concurrent_failures_retry_or_fail_per_row(store: JobStore, clock:
     async def fail(index: int, job_id: str) -> Job:
         token = "stale" if index % 4 == 3 else tokens[job_id]
         if index % 2 == 0:
-            return await store.fail(job_id, token, transient, retry_at)
-        return await store.fail(job_id, token, failure("Timeout: 너무 오래"), None)
+            return await store.fail(
+                FailParams(job_id=job_id, token=token, failure=transient, retry_at=retry_at)
+            )
+        return await store.fail(
+            FailParams(
+                job_id=job_id, token=token, failure=failure("Timeout: 너무 오래"), retry_at=None
+            )
+        )
 
     with batch_statements() as seen:
         outcomes = await asyncio.gather(
@@ -309,9 +338,9 @@ async def test_concurrent_failures_retry_or_fail_per_row(store: JobStore, clock:
             assert outcome.error_message == attempt.error_message == "Timeout: 너무 오래"
         assert await store.get(job_id) == outcome
     # The retries are due at retry_at, not before.
-    assert await store.claim(100, 60) == []
+    assert await store.claim(ClaimParams(limit=100, lease_seconds=60)) == []
     clock.advance(30)
-    assert len(await store.claim(100, 60)) == 6
+    assert len(await store.claim(ClaimParams(limit=100, lease_seconds=60))) == 6
 
 
 @pytest.mark.postgres
@@ -326,7 +355,9 @@ async def test_an_outcome_the_database_refuses_fails_only_its_own_caller(
 
         async def fail(job_id: str) -> Job:
             chosen = too_long if job_id == ids[2] else failure()
-            return await store.fail(job_id, tokens[job_id], chosen, None)
+            return await store.fail(
+                FailParams(job_id=job_id, token=tokens[job_id], failure=chosen, retry_at=None)
+            )
 
         outcomes = await asyncio.gather(*(fail(i) for i in ids), return_exceptions=True)
         assert isinstance(outcomes[2], StorageDataError)  # SQLSTATE 22001

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 
 from san_jobs.job_service.domain.model import JobFilter, JobStatus, JobType
+from san_jobs.job_service.domain.ports import RetryFailedParams
 from san_jobs.job_service.storage import counts, queries
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
@@ -126,7 +127,9 @@ async def test_retry_failed_by_type_and_time_uses_a_failed_index(
         "ix_async_jobs_failed_type_at",
         "ix_async_jobs_failed_at",
     }, scans
-    outcome = await big_store.retry_failed(job_filter, 1000, True, 1)
+    outcome = await big_store.retry_failed(
+        RetryFailedParams(job_filter=job_filter, limit=1000, dry_run=True, extra_attempts=1)
+    )
     assert 0 < outcome.matched_count < ROWS * 12 // 100 // 4
     # ListJobs of FAILED jobs of one type: an index too.
     page = queries.page(

@@ -9,12 +9,28 @@ import asyncio
 import pytest
 from _storage_support import OpenStore, enqueue
 
-from san_jobs.job_service.domain.claim_limits import CONCURRENCY_RECHECK_SECONDS, TypeLimit
+from san_jobs.job_service.domain.claim_limits import (
+    CONCURRENCY_RECHECK_SECONDS,
+    LimitedClaim,
+    TypeLimit,
+)
 from san_jobs.job_service.domain.model import JobStatus, JobType
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    ClaimParams,
+    CompleteParams,
+    JobStore,
+    LimitedClaimParams,
+)
 from tests.support.clock import FakeClock
 
 CARD, TIL = JobType.CARD_ANALYSIS, JobType.TIL_GENERATION
+
+
+async def claim_limited(store: JobStore, jobs: int, limit: TypeLimit) -> LimitedClaim:
+    """Up to `jobs` CARD_ANALYSIS jobs, 60 s leases, within `limit`."""
+    return await store.claim_limited(
+        LimitedClaimParams(job_type=CARD, limit=jobs, lease_seconds=60, type_limit=limit)
+    )
 
 
 async def _enqueue_many(store: JobStore, count: int, job_type: JobType = CARD) -> None:
@@ -26,34 +42,34 @@ async def test_rate_limit_grants_the_burst_then_the_rate(store: JobStore, clock:
     await _enqueue_many(store, 30)
     await _enqueue_many(store, 2, TIL)
     limit = TypeLimit(per_second=20)  # burst 2
-    first = await store.claim_limited(CARD, 10, 60, limit)
+    first = await claim_limited(store, 10, limit)
     assert len(first.claims) == 2
     assert {c.job.job_type for c in first.claims} == {CARD}  # only the type asked for
     assert all(c.job.status is JobStatus.PROCESSING and c.token for c in first.claims)
     # The bucket is empty: a whole token is 1/20 s away.
     assert first.wait_seconds == pytest.approx(0.05)
-    assert (await store.claim_limited(CARD, 10, 60, limit)).claims == []
+    assert (await claim_limited(store, 10, limit)).claims == []
 
     clock.advance(0.1)  # two tokens more
-    assert len((await store.claim_limited(CARD, 10, 60, limit)).claims) == 2
+    assert len((await claim_limited(store, 10, limit)).claims) == 2
     clock.advance(10)  # the bucket holds the burst at most
-    assert len((await store.claim_limited(CARD, 10, 60, limit)).claims) == 2
+    assert len((await claim_limited(store, 10, limit)).claims) == 2
     # Another type's jobs were left alone.
-    assert len(await store.claim(10, 60, only_type=TIL)) == 2
+    assert len(await store.claim(ClaimParams(limit=10, lease_seconds=60, only_type=TIL))) == 2
 
 
 async def test_tokens_not_used_stay_in_the_bucket(store: JobStore, clock: FakeClock) -> None:
     limit = TypeLimit(per_second=10)  # burst 1
-    nothing = await store.claim_limited(CARD, 5, 60, limit)
+    nothing = await claim_limited(store, 5, limit)
     assert nothing.claims == [] and nothing.wait_seconds is None  # no limit held it back
     await _enqueue_many(store, 3)
-    assert len((await store.claim_limited(CARD, 5, 60, limit)).claims) == 1
-    assert (await store.claim_limited(CARD, 5, 60, limit)).claims == []
+    assert len((await claim_limited(store, 5, limit)).claims) == 1
+    assert (await claim_limited(store, 5, limit)).claims == []
     clock.advance(0.05)  # half a token: not yet
-    held = await store.claim_limited(CARD, 5, 60, limit)
+    held = await claim_limited(store, 5, limit)
     assert held.claims == [] and held.wait_seconds == pytest.approx(0.05)
     clock.advance(0.05)
-    assert len((await store.claim_limited(CARD, 5, 60, limit)).claims) == 1
+    assert len((await claim_limited(store, 5, limit)).claims) == 1
 
 
 async def test_instances_share_the_bucket(open_store: OpenStore, clock: FakeClock) -> None:
@@ -63,7 +79,7 @@ async def test_instances_share_the_bucket(open_store: OpenStore, clock: FakeCloc
     taken = 0
     for _ in range(10):  # one second in tenths: 2 at first, then 2 a tenth
         results = await asyncio.gather(
-            *(s.claim_limited(CARD, 10, 60, limit) for s in (first, second, third))
+            *(claim_limited(s, 10, limit) for s in (first, second, third))
         )
         taken += sum(len(r.claims) for r in results)
         clock.advance(0.1)
@@ -78,26 +94,28 @@ async def test_concurrency_limit_counts_every_instance(
     await _enqueue_many(first, 10)
     await _enqueue_many(first, 3, TIL)
     limit = TypeLimit(max_running=3)
-    mine = await first.claim_limited(CARD, 2, 60, limit)
+    mine = await claim_limited(first, 2, limit)
     assert len(mine.claims) == 2 and mine.wait_seconds is None  # asked for 2, got 2
-    theirs = await second.claim_limited(CARD, 10, 60, limit)
+    theirs = await claim_limited(second, 10, limit)
     assert len(theirs.claims) == 1
     assert theirs.wait_seconds == CONCURRENCY_RECHECK_SECONDS
-    assert (await first.claim_limited(CARD, 10, 60, limit)).claims == []
+    assert (await claim_limited(first, 10, limit)).claims == []
     # Other types' running jobs do not count.
-    assert len(await second.claim(10, 60, only_type=TIL)) == 3
+    assert len(await second.claim(ClaimParams(limit=10, lease_seconds=60, only_type=TIL))) == 3
     # A job that ends frees its slot.
     done = mine.claims[0]
-    await first.complete(done.job.id, done.token, {"summary": "ok"})
-    assert len((await second.claim_limited(CARD, 10, 60, limit)).claims) == 1
+    await first.complete(
+        CompleteParams(job_id=done.job.id, token=done.token, result={"summary": "ok"})
+    )
+    assert len((await claim_limited(second, 10, limit)).claims) == 1
 
 
 async def test_rate_and_concurrency_together(store: JobStore, clock: FakeClock) -> None:
     await _enqueue_many(store, 10)
     limit = TypeLimit(per_second=30, max_running=4)  # burst 3
-    assert len((await store.claim_limited(CARD, 10, 60, limit)).claims) == 3
+    assert len((await claim_limited(store, 10, limit)).claims) == 3
     clock.advance(1)
-    held = await store.claim_limited(CARD, 10, 60, limit)
+    held = await claim_limited(store, 10, limit)
     assert len(held.claims) == 1  # the running limit, not the rate, held it
     assert held.wait_seconds == CONCURRENCY_RECHECK_SECONDS
 
@@ -109,8 +127,10 @@ async def test_instances_racing_never_pass_the_concurrency_limit(
     await _enqueue_many(stores[0], 120)
     limit = TypeLimit(max_running=3)
     for _ in range(20):  # each round: all race for the slots, then the jobs end
-        results = await asyncio.gather(*(s.claim_limited(CARD, 10, 60, limit) for s in stores))
+        results = await asyncio.gather(*(claim_limited(s, 10, limit) for s in stores))
         taken = [(s, c) for s, r in zip(stores, results, strict=True) for c in r.claims]
         assert len(taken) == 3
         for owner, claim in taken:
-            await owner.complete(claim.job.id, claim.token, {"summary": "ok"})
+            await owner.complete(
+                CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "ok"})
+            )

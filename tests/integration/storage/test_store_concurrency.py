@@ -12,7 +12,12 @@ import pytest
 from _storage_support import OpenStore, make_failed, new_job
 
 from san_jobs.job_service.domain.model import JobFilter, JobStatus, OnDuplicate
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    ClaimParams,
+    EnqueueParams,
+    JobStore,
+    RetryFailedParams,
+)
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
@@ -20,7 +25,9 @@ from tests.support.clock import FakeClock
 async def _enqueue_many(store: JobStore, count: int, prefix: str) -> list[str]:
     ids = []
     for i in range(count):
-        job, _ = await store.enqueue(new_job(f"{prefix}-{i}"), OnDuplicate.REJECT)
+        job, _ = await store.enqueue(
+            EnqueueParams(job=new_job(f"{prefix}-{i}"), on_duplicate=OnDuplicate.REJECT)
+        )
         ids.append(job.id)
     return ids
 
@@ -34,7 +41,7 @@ async def test_concurrent_claimers_never_share_a_job(open_store: OpenStore) -> N
 
         async def claimer(store: JobStore) -> None:
             while True:
-                claims = await store.claim(7, 60)
+                claims = await store.claim(ClaimParams(limit=7, lease_seconds=60))
                 if not claims:
                     return
                 claimed.extend(c.job.id for c in claims)
@@ -57,7 +64,11 @@ async def test_concurrent_retry_failed_moves_each_job_once(open_store: OpenStore
         failed = [(await make_failed(stores[0], f"rf-{i}")).id for i in range(50)]
         outcomes = await asyncio.gather(
             *(
-                stores[n % 5].retry_failed(JobFilter(), limit=1000, dry_run=False, extra_attempts=1)
+                stores[n % 5].retry_failed(
+                    RetryFailedParams(
+                        job_filter=JobFilter(), limit=1000, dry_run=False, extra_attempts=1
+                    )
+                )
                 for n in range(10)
             )
         )
@@ -82,15 +93,19 @@ async def test_retry_failed_skips_a_duplicate_that_appears_mid_call(
     try:
         blocked = await make_failed(store, "mid-a")
         free = await make_failed(store, "mid-b")
-        original = store._operations._active_by_target
+        original = store._active_by_target
 
         async def precheck_then_race(conn, targets):  # type: ignore[no-untyped-def]
             found = await original(conn, targets)
-            await store.enqueue(new_job("mid-a"), OnDuplicate.REJECT)  # another connection
+            await store.enqueue(
+                EnqueueParams(job=new_job("mid-a"), on_duplicate=OnDuplicate.REJECT)
+            )  # another connection
             return found
 
-        store._operations._active_by_target = precheck_then_race  # type: ignore[method-assign]
-        outcome = await store.retry_failed(JobFilter(), 100, False, 1)
+        store._active_by_target = precheck_then_race  # type: ignore[method-assign]
+        outcome = await store.retry_failed(
+            RetryFailedParams(job_filter=JobFilter(), limit=100, dry_run=False, extra_attempts=1)
+        )
         assert outcome.retried_ids == (free.id,)
         assert len(outcome.skipped) == 1 and outcome.skipped[0][0] == blocked.id
         assert "an active job exists for this job type and target: " in outcome.skipped[0][1]

@@ -23,6 +23,7 @@ import pytest
 from _storage_support import enqueue
 
 from san_jobs.job_service.domain.errors import StorageUnavailableError
+from san_jobs.job_service.domain.ports import ClaimParams
 from san_jobs.job_service.storage.notify import asyncpg_dsn
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
@@ -126,7 +127,7 @@ async def test_a_statement_right_after_the_server_ended_the_idle_connection_succ
     store = SqlJobStore(clean_postgres_url, instance_id="faults", clock=clock)
     try:
         await enqueue(store, "first")
-        await store.claim(1, 60)  # both held connections are taken
+        await store.claim(ClaimParams(limit=1, lease_seconds=60))  # both held connections are taken
         held = getattr(store._hot, statement).held
         # The server's goodbye has arrived, the end of the socket not yet.
         held._driver._protocol.data_received(_fatal_from_server())
@@ -136,7 +137,7 @@ async def test_a_statement_right_after_the_server_ended_the_idle_connection_succ
             assert await _stored_targets(clean_postgres_url) == {"first", "second"}
         else:
             await enqueue(store, "second")
-            (claim,) = await store.claim(1, 60)
+            (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
             assert claim.job.target_id == "second"
     finally:
         await store.close()

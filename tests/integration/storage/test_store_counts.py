@@ -17,7 +17,17 @@ from _storage_support import OpenStore, enqueue, failure, make_failed
 from sqlalchemy import text
 
 from san_jobs.job_service.domain.model import JobFilter, JobStats, JobStatus, JobType
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    ClaimParams,
+    CompleteParams,
+    FailParams,
+    JobStore,
+    ListJobsParams,
+    ReleaseParams,
+    RenewLeasesParams,
+    RetryFailedParams,
+)
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
@@ -33,7 +43,9 @@ async def listed(store: JobStore) -> Counts:
     found: Counter[tuple[JobType, JobStatus]] = Counter()
     token: str | None = None
     while True:
-        jobs, token = await store.list_jobs(JobFilter(), 100, token)
+        jobs, token = await store.list_jobs(
+            ListJobsParams(job_filter=JobFilter(), page_size=100, page_token=token)
+        )
         found.update((job.job_type, job.status) for job in jobs)
         if token is None:
             return dict(found)
@@ -62,13 +74,26 @@ async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock)
     await enqueue(store, "embed-1", job_type=JobType.EMBEDDING)
     await assert_counts_exact(store)
 
-    claims = await store.claim(4, 60)  # PENDING -> PROCESSING
+    claims = await store.claim(ClaimParams(limit=4, lease_seconds=60))  # PENDING -> PROCESSING
     await assert_counts_exact(store)
     first, second, third, fourth = claims
-    await store.complete(first.job.id, first.token, {"ok": True})  # -> COMPLETED
-    await store.fail(second.job.id, second.token, failure(), clock() + timedelta(seconds=5))
-    await store.fail(third.job.id, third.token, failure(), None)  # -> FAILED
-    await store.release(fourth.job.id, fourth.token)  # -> PENDING, uncharged
+    await store.complete(
+        CompleteParams(job_id=first.job.id, token=first.token, result={"ok": True})
+    )  # -> COMPLETED
+    await store.fail(
+        FailParams(
+            job_id=second.job.id,
+            token=second.token,
+            failure=failure(),
+            retry_at=clock() + timedelta(seconds=5),
+        )
+    )
+    await store.fail(
+        FailParams(job_id=third.job.id, token=third.token, failure=failure(), retry_at=None)
+    )  # -> FAILED
+    await store.release(
+        ReleaseParams(job_id=fourth.job.id, token=fourth.token)
+    )  # -> PENDING, uncharged
     truth = await assert_counts_exact(store)
     by_status = Counter[JobStatus]()
     for (_, status), n in truth.items():
@@ -77,21 +102,38 @@ async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock)
 
     pending = [
         j
-        for j in (await store.list_jobs(JobFilter(), 100, None))[0]
+        for j in (
+            await store.list_jobs(
+                ListJobsParams(job_filter=JobFilter(), page_size=100, page_token=None)
+            )
+        )[0]
         if j.status is JobStatus.PENDING
     ]
-    await store.cancel(pending[0].id, "operator")  # PENDING -> CANCELLED
-    running = await store.claim(1, 60)
-    await store.cancel(running[0].job.id, "operator")  # PROCESSING -> CANCELLED
+    await store.cancel(
+        CancelParams(job_id=pending[0].id, reason="operator")
+    )  # PENDING -> CANCELLED
+    running = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    await store.cancel(
+        CancelParams(job_id=running[0].job.id, reason="operator")
+    )  # PROCESSING -> CANCELLED
     await assert_counts_exact(store)
 
-    outcome = await store.retry_failed(JobFilter(statuses=(JobStatus.FAILED,)), 100, False, 1)
+    outcome = await store.retry_failed(
+        RetryFailedParams(
+            job_filter=JobFilter(statuses=(JobStatus.FAILED,)),
+            limit=100,
+            dry_run=False,
+            extra_attempts=1,
+        )
+    )
     assert outcome.retried_ids  # FAILED -> PENDING
     await assert_counts_exact(store)
 
     # A lease that expires with its attempts used up: PROCESSING -> FAILED (exhausted).
     last = await enqueue(store, "one-try", max_attempts=1)
-    taken = [c for c in await store.claim(100, 1) if c.job.id == last.id]
+    taken = [
+        c for c in await store.claim(ClaimParams(limit=100, lease_seconds=1)) if c.job.id == last.id
+    ]
     assert taken
     clock.advance(2)
     assert last.id in [j.id for j in await store.fail_exhausted_leases()]
@@ -103,10 +145,24 @@ async def test_counts_of_failed_jobs_and_retries(store: JobStore) -> None:
     for i in range(3):
         await make_failed(store, f"f-{i}", job_type=JobType.TIL_GENERATION)
     await enqueue(store, "f-0", job_type=JobType.TIL_GENERATION)  # blocks f-0's retry
-    dry = await store.retry_failed(JobFilter(job_types=(JobType.TIL_GENERATION,)), 100, True, 1)
+    dry = await store.retry_failed(
+        RetryFailedParams(
+            job_filter=JobFilter(job_types=(JobType.TIL_GENERATION,)),
+            limit=100,
+            dry_run=True,
+            extra_attempts=1,
+        )
+    )
     assert dry.matched_count == 3
     assert counted(await store.stats())[(JobType.TIL_GENERATION, JobStatus.FAILED)] == 3
-    await store.retry_failed(JobFilter(job_types=(JobType.TIL_GENERATION,)), 100, False, 1)
+    await store.retry_failed(
+        RetryFailedParams(
+            job_filter=JobFilter(job_types=(JobType.TIL_GENERATION,)),
+            limit=100,
+            dry_run=False,
+            extra_attempts=1,
+        )
+    )
     truth = await assert_counts_exact(store)
     assert truth[(JobType.TIL_GENERATION, JobStatus.FAILED)] == 1  # f-0 was skipped
     assert truth[(JobType.TIL_GENERATION, JobStatus.PENDING)] == 3
@@ -143,10 +199,12 @@ async def test_deletes_and_truncate_count(sql_store: SqlJobStore) -> None:
 async def test_an_update_that_keeps_the_status_counts_nothing(sql_store: SqlJobStore) -> None:
     """Lease renewals (and any write leaving the status) add no delta."""
     await enqueue(sql_store, "lease")
-    claims = await sql_store.claim(1, 60)
+    claims = await sql_store.claim(ClaimParams(limit=1, lease_seconds=60))
     await sql_store.fold_counts()
     for _ in range(3):
-        await sql_store.renew_leases([(claims[0].job.id, claims[0].token)], 60)
+        await sql_store.renew_leases(
+            RenewLeasesParams(leases=[(claims[0].job.id, claims[0].token)], lease_seconds=60)
+        )
     async with sql_store.engine.connect() as conn:
         deltas = (await conn.execute(text("SELECT COUNT(*) FROM async_job_count_deltas"))).scalar()
     assert deltas == 0
@@ -196,11 +254,17 @@ async def test_concurrent_writers_keep_counts_exact(
             await enqueue(
                 store, f"{name}-{i}", job_type=(JobType.CARD_ANALYSIS, JobType.EMBEDDING)[i % 2]
             )
-            for claim in await store.claim(3, 60):
+            for claim in await store.claim(ClaimParams(limit=3, lease_seconds=60)):
                 if i % 3:
-                    await store.complete(claim.job.id, claim.token, {"ok": i})
+                    await store.complete(
+                        CompleteParams(job_id=claim.job.id, token=claim.token, result={"ok": i})
+                    )
                 else:
-                    await store.fail(claim.job.id, claim.token, failure(), None)
+                    await store.fail(
+                        FailParams(
+                            job_id=claim.job.id, token=claim.token, failure=failure(), retry_at=None
+                        )
+                    )
 
     async def folder(store: JobStore) -> None:
         for _ in range(10):

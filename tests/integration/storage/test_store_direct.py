@@ -11,6 +11,7 @@ from _storage_support import enqueue
 
 from san_jobs.job_service.domain.errors import StorageUnavailableError
 from san_jobs.job_service.domain.model import JobFilter, JobStatus
+from san_jobs.job_service.domain.ports import ClaimParams, CompleteParams, ListJobsParams
 from san_jobs.job_service.storage.notify import asyncpg_dsn
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
@@ -48,14 +49,16 @@ async def test_a_dropped_connection_is_replaced(clean_postgres_url: str, clock: 
     store = SqlJobStore(clean_postgres_url, instance_id="direct", clock=clock)
     try:
         await enqueue(store, "before")
-        (claim,) = await store.claim(5, 60)
+        (claim,) = await store.claim(ClaimParams(limit=5, lease_seconds=60))
         assert await _terminate_other_backends(clean_postgres_url) >= 1
         await asyncio.sleep(0.2)  # the held connections hear that they were ended
         # Idle connections the database ended are replaced before the next statement.
         await enqueue(store, "during")
-        done = await store.complete(claim.job.id, claim.token, {"summary": "ok"})
+        done = await store.complete(
+            CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "ok"})
+        )
         assert done.status is JobStatus.COMPLETED
-        (again,) = await store.claim(5, 60)
+        (again,) = await store.claim(ClaimParams(limit=5, lease_seconds=60))
         assert again.job.target_id == "during"
     finally:
         await store.close()
@@ -75,7 +78,14 @@ async def test_a_connection_lost_under_a_statement_fails_that_statement_only(
         with pytest.raises(StorageUnavailableError):
             await enqueue(store, "lost")
         await enqueue(store, "after")
-        assert {j.target_id for j in (await store.list_jobs(JobFilter(), 10, None))[0]} >= {
+        assert {
+            j.target_id
+            for j in (
+                await store.list_jobs(
+                    ListJobsParams(job_filter=JobFilter(), page_size=10, page_token=None)
+                )
+            )[0]
+        } >= {
             "first",
             "after",
         }
@@ -88,7 +98,9 @@ async def test_held_connections_go_back_to_the_pool_with_the_planner_reset(
 ) -> None:
     store = SqlJobStore(clean_postgres_url, instance_id="direct", clock=clock)
     await enqueue(store, "x")
-    await store.claim(1, 60)  # takes the held claim connection (bitmap scans off)
+    await store.claim(
+        ClaimParams(limit=1, lease_seconds=60)
+    )  # takes the held claim connection (bitmap scans off)
     held = store._hot.claim.held
     driver = held._driver
     assert await driver.fetchval("SHOW enable_bitmapscan") == "off"

@@ -16,7 +16,14 @@ from san_jobs.job_service.domain.errors import (
     JobNotFoundError,
 )
 from san_jobs.job_service.domain.model import JobFilter, JobStatus, JobType, OnDuplicate
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    ClaimParams,
+    EnqueueParams,
+    FailParams,
+    JobStore,
+    ListJobsParams,
+)
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
@@ -27,7 +34,10 @@ async def test_enqueue_then_get_round_trips_korean_text_and_utc_times(store: Job
         "title": "TIL 📝",
     }
     job, deduplicated = await store.enqueue(
-        new_job("스크랩-42", params=params, request_id="req-1"), OnDuplicate.REJECT
+        EnqueueParams(
+            job=new_job("스크랩-42", params=params, request_id="req-1"),
+            on_duplicate=OnDuplicate.REJECT,
+        )
     )
     assert not deduplicated
     assert job.status is JobStatus.PENDING
@@ -59,12 +69,14 @@ async def test_duplicate_active_job_is_rejected_or_returned(store: JobStore) -> 
         await enqueue(store, "t1")
     assert err.value.existing_job_id == first.id
 
-    same, deduplicated = await store.enqueue(new_job("t1"), OnDuplicate.RETURN_EXISTING)
+    same, deduplicated = await store.enqueue(
+        EnqueueParams(job=new_job("t1"), on_duplicate=OnDuplicate.RETURN_EXISTING)
+    )
     assert deduplicated and same.id == first.id
 
     # Another job type, or the same target once the job is terminal: allowed.
     await enqueue(store, "t1", job_type=JobType.TIL_GENERATION)
-    await store.cancel(first.id, "test")
+    await store.cancel(CancelParams(job_id=first.id, reason="test"))
     again = await enqueue(store, "t1")
     assert again.id != first.id
 
@@ -78,23 +90,34 @@ async def test_concurrent_enqueues_of_one_target_make_exactly_one_job(store: Job
     assert len(jobs) == 1
     assert len(errors) == 7 and all(isinstance(e, DuplicateJobError) for e in errors)
     assert {e.existing_job_id for e in errors if isinstance(e, DuplicateJobError)} == {jobs[0].id}
-    listed, _ = await store.list_jobs(JobFilter(), 100, None)
+    listed, _ = await store.list_jobs(
+        ListJobsParams(job_filter=JobFilter(), page_size=100, page_token=None)
+    )
     assert len(listed) == 1
 
 
 async def test_request_id_returns_the_original_job(store: JobStore) -> None:
-    job, dedup = await store.enqueue(new_job("r1", request_id="key-1"), OnDuplicate.REJECT)
+    job, dedup = await store.enqueue(
+        EnqueueParams(job=new_job("r1", request_id="key-1"), on_duplicate=OnDuplicate.REJECT)
+    )
     assert not dedup
     # Same key, even after the job is terminal and even for another target.
-    await store.cancel(job.id, "done")
-    again, dedup = await store.enqueue(new_job("other", request_id="key-1"), OnDuplicate.REJECT)
+    await store.cancel(CancelParams(job_id=job.id, reason="done"))
+    again, dedup = await store.enqueue(
+        EnqueueParams(job=new_job("other", request_id="key-1"), on_duplicate=OnDuplicate.REJECT)
+    )
     assert dedup and again.id == job.id
 
 
 async def test_concurrent_enqueues_with_one_request_id_return_one_job(store: JobStore) -> None:
     results = await asyncio.gather(
         *(
-            store.enqueue(new_job(f"target-{i}", request_id="same-key"), OnDuplicate.REJECT)
+            store.enqueue(
+                EnqueueParams(
+                    job=new_job(f"target-{i}", request_id="same-key"),
+                    on_duplicate=OnDuplicate.REJECT,
+                )
+            )
             for i in range(6)
         )
     )
@@ -112,7 +135,9 @@ async def test_list_jobs_pages_newest_first_without_gaps(store: JobStore, clock:
     token = None
     pages = 0
     while True:
-        jobs, token = await store.list_jobs(JobFilter(), 10, token)
+        jobs, token = await store.list_jobs(
+            ListJobsParams(job_filter=JobFilter(), page_size=10, page_token=token)
+        )
         pages += 1
         seen.extend(jobs)
         if token is None:
@@ -125,7 +150,9 @@ async def test_list_jobs_pages_newest_first_without_gaps(store: JobStore, clock:
 
 async def test_list_jobs_rejects_a_malformed_page_token(store: JobStore) -> None:
     with pytest.raises(InvalidRequestError) as err:
-        await store.list_jobs(JobFilter(), 10, "not-a-token!")
+        await store.list_jobs(
+            ListJobsParams(job_filter=JobFilter(), page_size=10, page_token="not-a-token!")
+        )
     assert err.value.violations[0].field == "page_token"
 
 
@@ -137,7 +164,9 @@ async def test_list_jobs_filters(store: JobStore, clock: FakeClock) -> None:
     failed = await make_failed(store, "f3", "Rate Limit Exceeded (Too many requests)")
 
     async def ids(f: JobFilter) -> set[str]:
-        jobs, _ = await store.list_jobs(f, 100, None)
+        jobs, _ = await store.list_jobs(
+            ListJobsParams(job_filter=f, page_size=100, page_token=None)
+        )
         return {j.id for j in jobs}
 
     assert await ids(JobFilter(job_types=(JobType.TIL_GENERATION,))) == {til.id}
@@ -156,7 +185,11 @@ async def test_error_message_contains_escapes_like_wildcards(store: JobStore) ->
     await make_failed(store, "w3", "disk 1000 full and fieldXname")
 
     async def ids(needle: str) -> set[str]:
-        jobs, _ = await store.list_jobs(JobFilter(error_message_contains=needle), 100, None)
+        jobs, _ = await store.list_jobs(
+            ListJobsParams(
+                job_filter=JobFilter(error_message_contains=needle), page_size=100, page_token=None
+            )
+        )
         return {j.id for j in jobs}
 
     assert await ids("100%") == {percent.id}
@@ -209,7 +242,9 @@ async def test_stats_give_the_oldest_due_job_of_each_type(
     til = await enqueue(store, "t1", job_type=JobType.TIL_GENERATION)
     clock.advance(5)
     await enqueue(store, "r1", job_type=JobType.RECALL_GENERATION)
-    (claim,) = await store.claim(1, 30.0, only_type=JobType.RECALL_GENERATION)
+    (claim,) = await store.claim(
+        ClaimParams(limit=1, lease_seconds=30.0, only_type=JobType.RECALL_GENERATION)
+    )
     stats = await store.stats()
     assert stats.oldest_due_by_type == {
         JobType.CARD_ANALYSIS: first.created_at,
@@ -217,7 +252,9 @@ async def test_stats_give_the_oldest_due_job_of_each_type(
     }
     # A failed attempt retried in a minute: not due yet, so not late.
     retry_at = clock.now + timedelta(seconds=60)
-    await store.fail(claim.job.id, claim.token, failure(), retry_at)
+    await store.fail(
+        FailParams(job_id=claim.job.id, token=claim.token, failure=failure(), retry_at=retry_at)
+    )
     assert JobType.RECALL_GENERATION not in (await store.stats()).oldest_due_by_type
     clock.advance(61)
     assert (await store.stats()).oldest_due_by_type[JobType.RECALL_GENERATION] == retry_at

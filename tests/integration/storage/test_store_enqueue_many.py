@@ -26,7 +26,13 @@ from san_jobs.job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
-from san_jobs.job_service.domain.ports import EnqueueOutcome, JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    EnqueueOutcome,
+    EnqueueParams,
+    JobStore,
+    ListJobsParams,
+)
 from san_jobs.job_service.storage.direct import DirectStatement, HeldConnection
 from san_jobs.job_service.storage.repository import MAX_BATCH, SqlJobStore
 from san_jobs.job_service.storage.writes import JobWrites
@@ -34,8 +40,8 @@ from san_jobs.job_service.storage.writes import JobWrites
 REJECT, RETURN = OnDuplicate.REJECT, OnDuplicate.RETURN_EXISTING
 
 
-def items(*news: NewJob, on_duplicate: OnDuplicate = REJECT) -> list[tuple[NewJob, OnDuplicate]]:
-    return [(new, on_duplicate) for new in news]
+def items(*news: NewJob, on_duplicate: OnDuplicate = REJECT) -> list[EnqueueParams]:
+    return [EnqueueParams(new, on_duplicate) for new in news]
 
 
 def job_of(outcome: EnqueueOutcome, *, deduplicated: bool = False) -> Job:
@@ -50,9 +56,13 @@ def duplicate_of(outcome: EnqueueOutcome) -> str:
 
 
 async def all_jobs(store: JobStore) -> list[Job]:
-    jobs, token = await store.list_jobs(JobFilter(), 1_000, None)
+    jobs, token = await store.list_jobs(
+        ListJobsParams(job_filter=JobFilter(), page_size=1_000, page_token=None)
+    )
     while token is not None:
-        page, token = await store.list_jobs(JobFilter(), 1_000, token)
+        page, token = await store.list_jobs(
+            ListJobsParams(job_filter=JobFilter(), page_size=1_000, page_token=token)
+        )
         jobs += page
     return jobs
 
@@ -80,15 +90,17 @@ async def test_each_kind_of_duplicate_is_answered_as_enqueue_would(store: JobSto
     keyed = await enqueue(store, "keyed", request_id="key-1")
     outcomes = await store.enqueue_many(
         [
-            (new_job("held"), REJECT),  # 0: an active job exists
-            (new_job("held"), RETURN),  # 1: ... returned instead
-            (new_job("other", request_id="key-1"), REJECT),  # 2: a known request_id
-            (new_job("a"), REJECT),  # 3: new
-            (new_job("a"), REJECT),  # 4: the same target as item 3
-            (new_job("a"), RETURN),  # 5: ... returned instead
-            (new_job("b", request_id="key-2"), REJECT),  # 6: new
-            (new_job("c", request_id="key-2"), REJECT),  # 7: item 6's key
-            (new_job("a", job_type=JobType.TIL_GENERATION), REJECT),  # 8: another type: new
+            EnqueueParams(new_job("held"), REJECT),  # 0: an active job exists
+            EnqueueParams(new_job("held"), RETURN),  # 1: ... returned instead
+            EnqueueParams(new_job("other", request_id="key-1"), REJECT),  # 2: a known request_id
+            EnqueueParams(new_job("a"), REJECT),  # 3: new
+            EnqueueParams(new_job("a"), REJECT),  # 4: the same target as item 3
+            EnqueueParams(new_job("a"), RETURN),  # 5: ... returned instead
+            EnqueueParams(new_job("b", request_id="key-2"), REJECT),  # 6: new
+            EnqueueParams(new_job("c", request_id="key-2"), REJECT),  # 7: item 6's key
+            EnqueueParams(
+                new_job("a", job_type=JobType.TIL_GENERATION), REJECT
+            ),  # 8: another type: new
         ]
     )
     assert len(outcomes) == 9
@@ -106,7 +118,7 @@ async def test_each_kind_of_duplicate_is_answered_as_enqueue_would(store: JobSto
 
 async def test_a_target_whose_job_ended_takes_a_new_one(store: JobStore) -> None:
     ended = await enqueue(store, "t")
-    await store.cancel(ended.id, "test")
+    await store.cancel(CancelParams(job_id=ended.id, reason="test"))
     (outcome,) = await store.enqueue_many(items(new_job("t")))
     assert job_of(outcome).id != ended.id
 
@@ -138,7 +150,12 @@ async def test_batches_and_single_enqueues_racing_on_the_same_targets(store: Job
 
     async def single(target: str) -> list[tuple[str, EnqueueOutcome]]:
         try:
-            return [(target, await store.enqueue(new_job(target), REJECT))]
+            return [
+                (
+                    target,
+                    await store.enqueue(EnqueueParams(job=new_job(target), on_duplicate=REJECT)),
+                )
+            ]
         except DuplicateJobError as error:
             return [(target, error)]
 
@@ -254,7 +271,11 @@ async def test_new_and_resent_items_mixed(store: JobStore) -> None:
 async def test_resent_active_duplicates_reject_or_return_per_item(store: JobStore) -> None:
     a, b = (job_of(o) for o in await store.enqueue_many(items(new_job("a"), new_job("b"))))
     outcomes = await store.enqueue_many(
-        [(new_job("a"), REJECT), (new_job("b"), RETURN), (new_job("a"), RETURN)]
+        [
+            EnqueueParams(new_job("a"), REJECT),
+            EnqueueParams(new_job("b"), RETURN),
+            EnqueueParams(new_job("a"), RETURN),
+        ]
     )
     assert duplicate_of(outcomes[0]) == a.id
     assert job_of(outcomes[1], deduplicated=True) == b
@@ -267,12 +288,12 @@ async def test_repeats_within_a_resent_batch(store: JobStore) -> None:
     keyed = job_of((await store.enqueue_many(items(new_job("k", request_id="rk"))))[0])
     outcomes = await store.enqueue_many(
         [
-            (new_job("k", request_id="rk"), REJECT),  # the stored request: its job
-            (new_job("other", request_id="rk"), REJECT),  # the same key: the same job
-            (new_job("k"), REJECT),  # no key, the target's active job: a duplicate
-            (new_job("k"), RETURN),  # ... or that job
-            (new_job("z"), REJECT),  # new
-            (new_job("z"), RETURN),  # the new one's target: the new job
+            EnqueueParams(new_job("k", request_id="rk"), REJECT),  # the stored request: its job
+            EnqueueParams(new_job("other", request_id="rk"), REJECT),  # the same key: the same job
+            EnqueueParams(new_job("k"), REJECT),  # no key, the target's active job: a duplicate
+            EnqueueParams(new_job("k"), RETURN),  # ... or that job
+            EnqueueParams(new_job("z"), REJECT),  # new
+            EnqueueParams(new_job("z"), RETURN),  # the new one's target: the new job
         ]
     )
     assert job_of(outcomes[0], deduplicated=True) == keyed
@@ -297,7 +318,7 @@ async def test_a_job_that_ended_after_the_insert_is_enqueued_again(
         writes: JobWrites, batch: Sequence[tuple[NewJob, OnDuplicate]], chunk: list[int]
     ) -> list[Job | None]:
         jobs = await insert_chunk(writes, batch, chunk)
-        await sql_store.cancel(held.id, "ended meanwhile")
+        await sql_store.cancel(CancelParams(job_id=held.id, reason="ended meanwhile"))
         return jobs
 
     monkeypatch.setattr(JobWrites, "_insert_chunk", insert_then_cancel)

@@ -13,7 +13,14 @@ from san_jobs.job_service.domain.failure_groups import (
     FailureQuery,
 )
 from san_jobs.job_service.domain.model import Failure, Job, JobFilter, JobType, OnDuplicate
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    ClaimParams,
+    EnqueueParams,
+    FailParams,
+    FailureGroupsParams,
+    JobStore,
+    RetryFailedParams,
+)
 from tests.support.clock import FakeClock
 
 TIMEOUT = "Timeout: the call took too long"
@@ -30,9 +37,22 @@ async def fail_one(
     job_type: JobType = JobType.CARD_ANALYSIS,
 ) -> Job:
     """Enqueue, claim and fail for good one job with this error."""
-    job, _ = await store.enqueue(new_job(target, job_type, max_attempts=1), OnDuplicate.REJECT)
-    (claim,) = [c for c in await store.claim(100, 60) if c.job.id == job.id]
-    return await store.fail(job.id, claim.token, Failure(code, reason, message, False), None)
+    job, _ = await store.enqueue(
+        EnqueueParams(
+            job=new_job(target, job_type, max_attempts=1), on_duplicate=OnDuplicate.REJECT
+        )
+    )
+    (claim,) = [
+        c for c in await store.claim(ClaimParams(limit=100, lease_seconds=60)) if c.job.id == job.id
+    ]
+    return await store.fail(
+        FailParams(
+            job_id=job.id,
+            token=claim.token,
+            failure=Failure(code, reason, message, False),
+            retry_at=None,
+        )
+    )
 
 
 def day_before(clock: FakeClock) -> FailureQuery:
@@ -58,7 +78,9 @@ async def test_failures_are_grouped_by_code_reason_and_message_prefix(
     # Not FAILED: not counted.
     await enqueue(store, "pending")
 
-    groups, truncated = await store.failure_groups(day_before(clock), 100)
+    groups, truncated = await store.failure_groups(
+        FailureGroupsParams(query=day_before(clock), max_groups=100)
+    )
 
     assert not truncated
     keyed = [(g.error_code, g.error_reason, g.message_prefix, g.count) for g in groups]
@@ -89,15 +111,21 @@ async def test_only_the_range_and_the_types_asked_for_are_counted(
     await fail_one(store, "late", TIMEOUT)
     end = start + timedelta(seconds=60)
 
-    (group,), _ = await store.failure_groups(FailureQuery(start, end), 100)
+    (group,), _ = await store.failure_groups(
+        FailureGroupsParams(query=FailureQuery(start, end), max_groups=100)
+    )
     assert group.count == 2
     (card,), _ = await store.failure_groups(
-        FailureQuery(start, end, job_types=(JobType.CARD_ANALYSIS,)), 100
+        FailureGroupsParams(
+            query=FailureQuery(start, end, job_types=(JobType.CARD_ANALYSIS,)), max_groups=100
+        )
     )
     assert card.count == 1
     assert (await store.get(card.example_job_id)).target_id == "card"
     nothing, truncated = await store.failure_groups(
-        FailureQuery(start, end, job_types=(JobType.EMBEDDING,)), 100
+        FailureGroupsParams(
+            query=FailureQuery(start, end, job_types=(JobType.EMBEDDING,)), max_groups=100
+        )
     )
     assert (nothing, truncated) == ([], False)
 
@@ -111,13 +139,17 @@ async def test_at_most_max_groups_largest_first_and_truncated_says_so(
         await fail_one(store, f"mid{i}", "Middle failure")
     await fail_one(store, "small", "Small failure")
 
-    groups, truncated = await store.failure_groups(day_before(clock), 2)
+    groups, truncated = await store.failure_groups(
+        FailureGroupsParams(query=day_before(clock), max_groups=2)
+    )
     assert [(g.message_prefix, g.count) for g in groups] == [
         ("Big failure", 3),
         ("Middle failure", 2),
     ]
     assert truncated
-    groups, truncated = await store.failure_groups(day_before(clock), 3)
+    groups, truncated = await store.failure_groups(
+        FailureGroupsParams(query=day_before(clock), max_groups=3)
+    )
     assert len(groups) == 3
     assert not truncated
 
@@ -125,6 +157,12 @@ async def test_at_most_max_groups_largest_first_and_truncated_says_so(
 async def test_a_retried_job_leaves_its_group(store: JobStore, clock: FakeClock) -> None:
     job = await fail_one(store, "t1", TIMEOUT)
     await fail_one(store, "t2", TIMEOUT)
-    await store.retry_failed(JobFilter(job_ids=(job.id,)), 10, False, 1)
-    (group,), _ = await store.failure_groups(day_before(clock), 100)
+    await store.retry_failed(
+        RetryFailedParams(
+            job_filter=JobFilter(job_ids=(job.id,)), limit=10, dry_run=False, extra_attempts=1
+        )
+    )
+    (group,), _ = await store.failure_groups(
+        FailureGroupsParams(query=day_before(clock), max_groups=100)
+    )
     assert group.count == 1

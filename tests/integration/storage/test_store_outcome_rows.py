@@ -20,7 +20,14 @@ from san_jobs.job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    ClaimParams,
+    CompleteParams,
+    EnqueueParams,
+    FailParams,
+    JobStore,
+)
 from tests.support.clock import FakeClock
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -38,8 +45,8 @@ async def claimed(store: JobStore, target_id: str, max_attempts: int = 3) -> Cla
         max_attempts=max_attempts,
         traceparent=TRACEPARENT,
     )
-    await store.enqueue(new, OnDuplicate.REJECT)
-    claims = await store.claim(10, 60)
+    await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
+    claims = await store.claim(ClaimParams(limit=10, lease_seconds=60))
     (claim,) = [c for c in claims if c.job.target_id == target_id]
     return claim
 
@@ -52,11 +59,13 @@ async def test_complete_returns_the_job_as_stored(
     clock.advance(2)
     usage = AttemptUsage(model="local", input_tokens=3, output_tokens=4, duration_seconds=0.5)
     job = await store.complete(
-        claim.job.id,
-        claim.token,
-        {"summary": "요약"},
-        usage,
-        claimed=claim.job if give_claimed else None,
+        CompleteParams(
+            job_id=claim.job.id,
+            token=claim.token,
+            result={"summary": "요약"},
+            usage=usage,
+            claimed=claim.job if give_claimed else None,
+        )
     )
     assert job == await store.get(claim.job.id)
     assert job.status is JobStatus.COMPLETED and job.result == {"summary": "요약"}
@@ -65,7 +74,9 @@ async def test_complete_returns_the_job_as_stored(
     assert job.requested_by == "svc:reindexer" and job.created_at == claim.job.created_at
     assert job.attempts[0].end_time == clock.now and job.claim_token is None
     with pytest.raises(LeaseLostError):
-        await store.complete(claim.job.id, claim.token, {}, claimed=claim.job)
+        await store.complete(
+            CompleteParams(job_id=claim.job.id, token=claim.token, result={}, claimed=claim.job)
+        )
 
 
 @pytest.mark.parametrize("give_claimed", [True, False])
@@ -77,11 +88,13 @@ async def test_fail_returns_the_job_as_stored(
     clock.advance(1)
     retry_at = clock.now + timedelta(seconds=30) if retry else None
     job = await store.fail(
-        claim.job.id,
-        claim.token,
-        failure(),
-        retry_at,
-        claimed=claim.job if give_claimed else None,
+        FailParams(
+            job_id=claim.job.id,
+            token=claim.token,
+            failure=failure(),
+            retry_at=retry_at,
+            claimed=claim.job if give_claimed else None,
+        )
     )
     assert job == await store.get(claim.job.id)
     assert job.status is (JobStatus.PENDING if retry else JobStatus.FAILED)
@@ -89,7 +102,15 @@ async def test_fail_returns_the_job_as_stored(
     assert (job.request_id, job.traceparent) == ("req-failing", TRACEPARENT)
     assert job.error_code == "DEADLINE_EXCEEDED" and job.attempts[0].end_time == clock.now
     with pytest.raises(LeaseLostError):
-        await store.fail(claim.job.id, claim.token, failure(), None, claimed=claim.job)
+        await store.fail(
+            FailParams(
+                job_id=claim.job.id,
+                token=claim.token,
+                failure=failure(),
+                retry_at=None,
+                claimed=claim.job,
+            )
+        )
 
 
 async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None:
@@ -97,12 +118,31 @@ async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None
     whole, or LeaseLostError."""
     claims = [await claimed(store, f"t{i}") for i in range(4)]
     lost = claims[3]
-    await store.cancel(lost.job.id, "stop")
+    await store.cancel(CancelParams(job_id=lost.job.id, reason="stop"))
     outcomes = await asyncio.gather(
-        store.complete(claims[0].job.id, claims[0].token, {"n": 0}, claimed=claims[0].job),
-        store.complete(claims[1].job.id, claims[1].token, {"n": 1}),
-        store.fail(claims[2].job.id, claims[2].token, failure(), None, claimed=claims[2].job),
-        store.complete(lost.job.id, lost.token, {"n": 3}, claimed=lost.job),
+        store.complete(
+            CompleteParams(
+                job_id=claims[0].job.id,
+                token=claims[0].token,
+                result={"n": 0},
+                claimed=claims[0].job,
+            )
+        ),
+        store.complete(
+            CompleteParams(job_id=claims[1].job.id, token=claims[1].token, result={"n": 1})
+        ),
+        store.fail(
+            FailParams(
+                job_id=claims[2].job.id,
+                token=claims[2].token,
+                failure=failure(),
+                retry_at=None,
+                claimed=claims[2].job,
+            )
+        ),
+        store.complete(
+            CompleteParams(job_id=lost.job.id, token=lost.token, result={"n": 3}, claimed=lost.job)
+        ),
         return_exceptions=True,
     )
     assert isinstance(outcomes[3], LeaseLostError)
@@ -113,7 +153,13 @@ async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None
 async def test_a_claimed_job_of_another_id_is_refused(store: JobStore) -> None:
     one, other = await claimed(store, "one"), await claimed(store, "other")
     with pytest.raises(ValueError, match="as claimed"):
-        await store.complete(one.job.id, one.token, {}, claimed=other.job)
+        await store.complete(
+            CompleteParams(job_id=one.job.id, token=one.token, result={}, claimed=other.job)
+        )
     with pytest.raises(ValueError, match="as claimed"):
         fail = Failure(code="INTERNAL", reason="", message="m", transient=False)
-        await store.fail(one.job.id, one.token, fail, None, claimed=other.job)
+        await store.fail(
+            FailParams(
+                job_id=one.job.id, token=one.token, failure=fail, retry_at=None, claimed=other.job
+            )
+        )

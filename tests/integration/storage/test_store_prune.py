@@ -10,7 +10,16 @@ from sqlalchemy import text
 
 from san_jobs.job_service.domain.errors import JobNotFoundError
 from san_jobs.job_service.domain.model import Job, JobFilter, JobStatus
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    ClaimParams,
+    CompleteParams,
+    CountPrunableParams,
+    JobStore,
+    PruneBatchParams,
+    ReleaseParams,
+    RetryFailedParams,
+)
 from san_jobs.job_service.storage.prune import count_past_statement, prune_batch_statement
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
@@ -20,17 +29,19 @@ COMPLETED, FAILED, CANCELLED = JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.
 
 async def make_completed(store: JobStore, target_id: str) -> Job:
     await enqueue(store, target_id)
-    claims = await store.claim(1000, 60)
+    claims = await store.claim(ClaimParams(limit=1000, lease_seconds=60))
     (claim,) = [c for c in claims if c.job.target_id == target_id]
     for other in claims:
         if other is not claim:
-            await store.release(other.job.id, other.token)
-    return await store.complete(claim.job.id, claim.token, {"summary": "done"})
+            await store.release(ReleaseParams(job_id=other.job.id, token=other.token))
+    return await store.complete(
+        CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "done"})
+    )
 
 
 async def make_cancelled(store: JobStore, target_id: str) -> Job:
     job = await enqueue(store, target_id)
-    return await store.cancel(job.id, "not needed")
+    return await store.cancel(CancelParams(job_id=job.id, reason="not needed"))
 
 
 async def exists(store: JobStore, job_id: str) -> bool:
@@ -49,7 +60,7 @@ async def test_prune_deletes_only_terminal_jobs_that_ended_before_the_cutoff(
     old_failed = await make_failed(store, "old-failed")
     old_cancelled = await make_cancelled(store, "old-cancelled")
     processing = await enqueue(store, "still-processing")
-    (claim,) = await store.claim(1000, 86_400)
+    (claim,) = await store.claim(ClaimParams(limit=1000, lease_seconds=86_400))
     assert claim.job.id == processing.id
     pending = await enqueue(store, "still-pending")
     clock.advance(3600)
@@ -60,14 +71,26 @@ async def test_prune_deletes_only_terminal_jobs_that_ended_before_the_cutoff(
     new_failed = await make_failed(store, "new-failed")
 
     cutoffs = {COMPLETED: cutoff, FAILED: cutoff, CANCELLED: cutoff}
-    assert await store.count_prunable(cutoffs, 100) == {COMPLETED: 1, FAILED: 1, CANCELLED: 1}
+    assert await store.count_prunable(CountPrunableParams(cutoffs=cutoffs, limit=100)) == {
+        COMPLETED: 1,
+        FAILED: 1,
+        CANCELLED: 1,
+    }
     # Active statuses are never pruned, whatever the caller asks.
     with pytest.raises(ValueError, match="only terminal"):
-        await store.prune_batch(JobStatus.PENDING, clock(), 100)
-    assert await store.prune_batch(COMPLETED, cutoff, 100) == 1
-    assert await store.prune_batch(FAILED, cutoff, 100) == 1
-    assert await store.prune_batch(CANCELLED, cutoff, 100) == 1
-    assert await store.prune_batch(COMPLETED, cutoff, 100) == 0
+        await store.prune_batch(
+            PruneBatchParams(status=JobStatus.PENDING, cutoff=clock(), limit=100)
+        )
+    assert (
+        await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=100)) == 1
+    )
+    assert await store.prune_batch(PruneBatchParams(status=FAILED, cutoff=cutoff, limit=100)) == 1
+    assert (
+        await store.prune_batch(PruneBatchParams(status=CANCELLED, cutoff=cutoff, limit=100)) == 1
+    )
+    assert (
+        await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=100)) == 0
+    )
 
     for gone in (old_done, old_failed, old_cancelled):
         assert not await exists(store, gone.id)
@@ -75,7 +98,11 @@ async def test_prune_deletes_only_terminal_jobs_that_ended_before_the_cutoff(
         assert await exists(store, kept.id)
     assert (await store.get(pending.id)).status is JobStatus.PENDING
     assert (await store.get(processing.id)).status is JobStatus.PROCESSING
-    assert await store.count_prunable(cutoffs, 100) == {COMPLETED: 0, FAILED: 0, CANCELLED: 0}
+    assert await store.count_prunable(CountPrunableParams(cutoffs=cutoffs, limit=100)) == {
+        COMPLETED: 0,
+        FAILED: 0,
+        CANCELLED: 0,
+    }
 
 
 async def test_prune_batches_take_the_oldest_first_and_counts_stop_at_the_limit(
@@ -86,19 +113,27 @@ async def test_prune_batches_take_the_oldest_first_and_counts_stop_at_the_limit(
         done.append(await make_completed(store, f"done-{i}"))
         clock.advance(60)
     cutoff = clock()
-    assert await store.count_prunable({COMPLETED: cutoff}, 3) == {COMPLETED: 3}
-    assert await store.count_prunable({COMPLETED: cutoff}, 10) == {COMPLETED: 5}
+    assert await store.count_prunable(
+        CountPrunableParams(cutoffs={COMPLETED: cutoff}, limit=3)
+    ) == {COMPLETED: 3}
+    assert await store.count_prunable(
+        CountPrunableParams(cutoffs={COMPLETED: cutoff}, limit=10)
+    ) == {COMPLETED: 5}
     # Only the statuses asked about are counted.
-    assert await store.count_prunable({}, 10) == {}
+    assert await store.count_prunable(CountPrunableParams(cutoffs={}, limit=10)) == {}
 
-    assert await store.prune_batch(COMPLETED, cutoff, 2) == 2
+    assert await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=2)) == 2
     assert [await exists(store, j.id) for j in done] == [False, False, True, True, True]
     # The cutoff is strict: a job that ended at it stays.
     at_cutoff = done[3].updated_at
-    assert await store.prune_batch(COMPLETED, at_cutoff, 10) == 1
+    assert (
+        await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=at_cutoff, limit=10)) == 1
+    )
     assert [await exists(store, j.id) for j in done] == [False, False, False, True, True]
-    assert await store.prune_batch(COMPLETED, cutoff, 2) == 2
-    assert await store.count_prunable({COMPLETED: cutoff}, 10) == {COMPLETED: 0}
+    assert await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=2)) == 2
+    assert await store.count_prunable(
+        CountPrunableParams(cutoffs={COMPLETED: cutoff}, limit=10)
+    ) == {COMPLETED: 0}
 
 
 async def test_a_retried_failed_job_is_not_pruned_as_failed(
@@ -106,10 +141,12 @@ async def test_a_retried_failed_job_is_not_pruned_as_failed(
 ) -> None:
     failed = await make_failed(store, "retried")
     clock.advance(60)
-    outcome = await store.retry_failed(JobFilter(), 10, dry_run=False, extra_attempts=1)
+    outcome = await store.retry_failed(
+        RetryFailedParams(job_filter=JobFilter(), limit=10, dry_run=False, extra_attempts=1)
+    )
     assert outcome.retried_ids == (failed.id,)
     clock.advance(60)
-    assert await store.prune_batch(FAILED, clock(), 10) == 0
+    assert await store.prune_batch(PruneBatchParams(status=FAILED, cutoff=clock(), limit=10)) == 0
     assert (await store.get(failed.id)).status is JobStatus.PENDING
 
 

@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from san_jobs.job_service.domain.errors import StorageFailureError, StorageUnavailableError
 from san_jobs.job_service.domain.model import JobFilter
+from san_jobs.job_service.domain.ports import ClaimParams, ListJobsParams
 from san_jobs.job_service.storage.engine import create_engine
 from san_jobs.job_service.storage.migrate import alembic_config, migrate
 from san_jobs.job_service.storage.repository import SqlJobStore
@@ -115,7 +116,9 @@ async def test_an_unreachable_database_raises_storage_unavailable(tmp_path) -> N
         store = SqlJobStore(url)
         try:
             with pytest.raises(StorageUnavailableError):
-                await store.list_jobs(JobFilter(), 10, None)
+                await store.list_jobs(
+                    ListJobsParams(job_filter=JobFilter(), page_size=10, page_token=None)
+                )
         finally:
             await store.close()
 
@@ -142,5 +145,5 @@ async def test_only_a_processing_job_can_hold_a_claim_token(sql_store: SqlJobSto
         async with store.engine.connect() as conn:
             with pytest.raises(IntegrityError):
                 await conn.execute(text(sql), {"id": job.id})
-    (claim,) = await store.claim(1, 60)
+    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
     assert claim.job.id == job.id and claim.token

@@ -14,7 +14,15 @@ from _storage_support import failure, new_job
 
 from san_jobs.job_service.domain.errors import DuplicateJobError
 from san_jobs.job_service.domain.model import JobFilter, JobType, NewJob, OnDuplicate
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    ClaimParams,
+    EnqueueParams,
+    FailParams,
+    JobStore,
+    ReleaseParams,
+    RetryFailedParams,
+)
 
 REJECT, RETURN = OnDuplicate.REJECT, OnDuplicate.RETURN_EXISTING
 
@@ -26,44 +34,58 @@ def of(tenant: str, target_id: str = "scrap-1", **kwargs: object) -> NewJob:
 
 
 async def test_one_request_id_in_two_tenants_is_two_jobs(store: JobStore) -> None:
-    alice, deduplicated = await store.enqueue(of("alice", "a-1", request_id="rid"), REJECT)
+    alice, deduplicated = await store.enqueue(
+        EnqueueParams(job=of("alice", "a-1", request_id="rid"), on_duplicate=REJECT)
+    )
     assert not deduplicated
-    bob, deduplicated = await store.enqueue(of("bob", "b-1", request_id="rid"), REJECT)
+    bob, deduplicated = await store.enqueue(
+        EnqueueParams(job=of("bob", "b-1", request_id="rid"), on_duplicate=REJECT)
+    )
     assert not deduplicated and bob.id != alice.id
     assert (bob.requested_by, bob.tenant, bob.target_id) == ("bob", "bob", "b-1")
     # Within a tenant the key still means the same job.
-    again, deduplicated = await store.enqueue(of("alice", "other", request_id="rid"), REJECT)
+    again, deduplicated = await store.enqueue(
+        EnqueueParams(job=of("alice", "other", request_id="rid"), on_duplicate=REJECT)
+    )
     assert deduplicated and again.id == alice.id
-    again, deduplicated = await store.enqueue(of("bob", "other", request_id="rid"), RETURN)
+    again, deduplicated = await store.enqueue(
+        EnqueueParams(job=of("bob", "other", request_id="rid"), on_duplicate=RETURN)
+    )
     assert deduplicated and again.id == bob.id
 
 
 async def test_one_active_target_in_two_tenants_is_two_jobs(store: JobStore) -> None:
-    alice, _ = await store.enqueue(of("alice"), REJECT)
+    alice, _ = await store.enqueue(EnqueueParams(job=of("alice"), on_duplicate=REJECT))
     for on_duplicate in (REJECT, RETURN):
-        bob, deduplicated = await store.enqueue(of("bob"), on_duplicate)
+        bob, deduplicated = await store.enqueue(
+            EnqueueParams(job=of("bob"), on_duplicate=on_duplicate)
+        )
         assert not deduplicated and bob.id != alice.id and bob.tenant == "bob"
         # Bob's own duplicate names bob's job, never alice's.
         with pytest.raises(DuplicateJobError) as refused:
-            await store.enqueue(of("bob"), REJECT)
+            await store.enqueue(EnqueueParams(job=of("bob"), on_duplicate=REJECT))
         assert refused.value.existing_job_id == bob.id
-        same, deduplicated = await store.enqueue(of("bob"), RETURN)
+        same, deduplicated = await store.enqueue(EnqueueParams(job=of("bob"), on_duplicate=RETURN))
         assert deduplicated and same.id == bob.id
-        await store.cancel(bob.id, "next round")
+        await store.cancel(CancelParams(job_id=bob.id, reason="next round"))
     with pytest.raises(DuplicateJobError) as refused:
-        await store.enqueue(of("alice"), REJECT)
+        await store.enqueue(EnqueueParams(job=of("alice"), on_duplicate=REJECT))
     assert refused.value.existing_job_id == alice.id
 
 
 async def test_enqueue_many_keys_each_item_within_its_tenant(store: JobStore) -> None:
-    alice, _ = await store.enqueue(of("alice", "t-1", request_id="rid-1"), REJECT)
+    alice, _ = await store.enqueue(
+        EnqueueParams(job=of("alice", "t-1", request_id="rid-1"), on_duplicate=REJECT)
+    )
     outcomes = await store.enqueue_many(
         [
-            (of("bob", "t-1"), REJECT),  # alice's active target: bob's own job
-            (of("bob", "t-2", request_id="rid-1"), RETURN),  # alice's key: bob's own job
-            (of("alice", "t-3", request_id="rid-1"), RETURN),  # alice's key: hers
-            (of("bob", "t-1"), REJECT),  # repeats bob's item 0: names bob's job
-            (of("alice", "t-1"), RETURN),  # alice's active target: hers
+            EnqueueParams(of("bob", "t-1"), REJECT),  # alice's active target: bob's own job
+            EnqueueParams(
+                of("bob", "t-2", request_id="rid-1"), RETURN
+            ),  # alice's key: bob's own job
+            EnqueueParams(of("alice", "t-3", request_id="rid-1"), RETURN),  # alice's key: hers
+            EnqueueParams(of("bob", "t-1"), REJECT),  # repeats bob's item 0: names bob's job
+            EnqueueParams(of("alice", "t-1"), RETURN),  # alice's active target: hers
         ]
     )
     bob_t1, bob_t2, alice_again, bob_repeat, alice_t1 = outcomes
@@ -79,7 +101,10 @@ async def test_one_group_commit_carries_several_tenants_rows(store: JobStore) ->
     # same target and request id are all stored, and a repeat within a tenant is not.
     tenants = ["alice", "bob", "carol", "alice"]
     results = await asyncio.gather(
-        *(store.enqueue(of(t, "shared", request_id="rid"), REJECT) for t in tenants)
+        *(
+            store.enqueue(EnqueueParams(job=of(t, "shared", request_id="rid"), on_duplicate=REJECT))
+            for t in tenants
+        )
     )
     by_tenant: dict[str, set[str]] = {}
     for (job, _), tenant in zip(results, tenants, strict=True):
@@ -91,22 +116,30 @@ async def test_one_group_commit_carries_several_tenants_rows(store: JobStore) ->
 
 async def test_the_one_tenant_of_auth_off_keeps_global_keys(store: JobStore) -> None:
     # --auth off: tenant "" whoever requested_by says it is.
-    first, _ = await store.enqueue(new_job("t-off", request_id="rid-off"), REJECT)
+    first, _ = await store.enqueue(
+        EnqueueParams(job=new_job("t-off", request_id="rid-off"), on_duplicate=REJECT)
+    )
     other = dataclasses.replace(new_job("t-elsewhere", request_id="rid-off"), requested_by="x")
-    same, deduplicated = await store.enqueue(other, REJECT)
+    same, deduplicated = await store.enqueue(EnqueueParams(job=other, on_duplicate=REJECT))
     assert deduplicated and same.id == first.id and first.tenant == ""
     with pytest.raises(DuplicateJobError):
-        await store.enqueue(dataclasses.replace(new_job("t-off"), requested_by="y"), REJECT)
+        await store.enqueue(
+            EnqueueParams(
+                job=dataclasses.replace(new_job("t-off"), requested_by="y"), on_duplicate=REJECT
+            )
+        )
 
 
 async def _failed(store: JobStore, new: NewJob) -> str:
-    job, _ = await store.enqueue(new, REJECT)
-    claims = await store.claim(1000, 60)
+    job, _ = await store.enqueue(EnqueueParams(job=new, on_duplicate=REJECT))
+    claims = await store.claim(ClaimParams(limit=1000, lease_seconds=60))
     for claim in claims:
         if claim.job.id == job.id:
-            await store.fail(job.id, claim.token, failure(), None)
+            await store.fail(
+                FailParams(job_id=job.id, token=claim.token, failure=failure(), retry_at=None)
+            )
         else:
-            await store.release(claim.job.id, claim.token)
+            await store.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
     return job.id
 
 
@@ -114,9 +147,11 @@ async def test_retry_failed_checks_the_active_slot_within_the_tenant(store: JobS
     alice_failed = await _failed(store, of("alice", "t-r"))
     bob_failed = await _failed(store, of("bob", "t-r"))
     # Bob has an active job of the target again; alice has none.
-    bob_active, _ = await store.enqueue(of("bob", "t-r"), REJECT)
+    bob_active, _ = await store.enqueue(EnqueueParams(job=of("bob", "t-r"), on_duplicate=REJECT))
     flt = JobFilter(target_ids=("t-r",), job_types=(JobType.CARD_ANALYSIS,))
-    outcome = await store.retry_failed(flt, 100, dry_run=False, extra_attempts=1)
+    outcome = await store.retry_failed(
+        RetryFailedParams(job_filter=flt, limit=100, dry_run=False, extra_attempts=1)
+    )
     assert outcome.retried_ids == (alice_failed,)
     assert [job_id for job_id, _ in outcome.skipped] == [bob_failed]
     (reason,) = [reason for _, reason in outcome.skipped]

@@ -9,28 +9,32 @@ import dataclasses
 from _storage_support import new_job
 
 from san_jobs.job_service.domain.model import OnDuplicate
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import ClaimParams, EnqueueParams, JobStore, ReleaseParams
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 async def test_traceparent_is_stored_and_read_back_by_get_list_and_claim(store: JobStore) -> None:
     traced = dataclasses.replace(new_job("traced"), traceparent=TRACEPARENT)
-    job, _ = await store.enqueue(traced, OnDuplicate.REJECT)
+    job, _ = await store.enqueue(EnqueueParams(job=traced, on_duplicate=OnDuplicate.REJECT))
     assert job.traceparent == TRACEPARENT
-    untraced, _ = await store.enqueue(new_job("untraced"), OnDuplicate.REJECT)
+    untraced, _ = await store.enqueue(
+        EnqueueParams(job=new_job("untraced"), on_duplicate=OnDuplicate.REJECT)
+    )
     assert untraced.traceparent is None
 
     assert (await store.get(job.id)).traceparent == TRACEPARENT
     assert (await store.get(untraced.id)).traceparent is None
 
-    claims = {claim.job.id: claim for claim in await store.claim(10, 60)}
+    claims = {
+        claim.job.id: claim for claim in await store.claim(ClaimParams(limit=10, lease_seconds=60))
+    }
     assert claims[job.id].job.traceparent == TRACEPARENT
     assert claims[untraced.id].job.traceparent is None
 
     # A retry keeps it: every attempt of the job belongs to the same trace.
     claim = claims[job.id]
-    released = await store.release(job.id, claim.token)
+    released = await store.release(ReleaseParams(job_id=job.id, token=claim.token))
     assert released is not None and released.traceparent == TRACEPARENT
 
 
@@ -39,8 +43,10 @@ async def test_enqueues_batched_together_keep_each_its_own_traceparent(store: Jo
     jobs = await asyncio.gather(
         *(
             store.enqueue(
-                dataclasses.replace(new_job(f"t{index}"), traceparent=parent),
-                OnDuplicate.REJECT,
+                EnqueueParams(
+                    job=dataclasses.replace(new_job(f"t{index}"), traceparent=parent),
+                    on_duplicate=OnDuplicate.REJECT,
+                )
             )
             for index, parent in enumerate(parents)
         )

@@ -10,7 +10,14 @@ from datetime import timedelta
 from _storage_support import failure, new_job
 
 from san_jobs.job_service.domain.model import AttemptUsage, JobType, OnDuplicate
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import (
+    ClaimParams,
+    CompleteParams,
+    EnqueueParams,
+    FailParams,
+    JobStore,
+    UsageTotalsParams,
+)
 from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal
 from tests.support.clock import FakeClock
 
@@ -29,35 +36,61 @@ async def run_once(
 ) -> None:
     """Enqueue a job for `caller` and end its one attempt with `usage`."""
     job, _ = await store.enqueue(
-        replace(new_job(target, job_type, max_attempts=1), requested_by=caller),
-        OnDuplicate.REJECT,
+        EnqueueParams(
+            job=replace(new_job(target, job_type, max_attempts=1), requested_by=caller),
+            on_duplicate=OnDuplicate.REJECT,
+        )
     )
-    (claim,) = [c for c in await store.claim(100, 60) if c.job.id == job.id]
+    (claim,) = [
+        c for c in await store.claim(ClaimParams(limit=100, lease_seconds=60)) if c.job.id == job.id
+    ]
     if fails:
-        await store.fail(job.id, claim.token, replace(failure(), usage=usage), None)
+        await store.fail(
+            FailParams(
+                job_id=job.id,
+                token=claim.token,
+                failure=replace(failure(), usage=usage),
+                retry_at=None,
+            )
+        )
     else:
-        await store.complete(job.id, claim.token, {"summary": "s"}, usage)
+        await store.complete(
+            CompleteParams(job_id=job.id, token=claim.token, result={"summary": "s"}, usage=usage)
+        )
 
 
 async def test_each_attempt_keeps_its_usage_and_a_failed_one_too(
     store: JobStore, clock: FakeClock
 ) -> None:
-    job, _ = await store.enqueue(new_job("t-1", max_attempts=3), OnDuplicate.REJECT)
-    (first,) = await store.claim(10, 60)
+    job, _ = await store.enqueue(
+        EnqueueParams(job=new_job("t-1", max_attempts=3), on_duplicate=OnDuplicate.REJECT)
+    )
+    (first,) = await store.claim(ClaimParams(limit=10, lease_seconds=60))
     # A failed attempt that is retried keeps what its call used.
-    await store.fail(job.id, first.token, replace(failure(), usage=LOCAL), clock())
-    (second,) = await store.claim(10, 60)
-    done = await store.complete(job.id, second.token, {"summary": "s"}, GPT)
+    await store.fail(
+        FailParams(
+            job_id=job.id,
+            token=first.token,
+            failure=replace(failure(), usage=LOCAL),
+            retry_at=clock(),
+        )
+    )
+    (second,) = await store.claim(ClaimParams(limit=10, lease_seconds=60))
+    done = await store.complete(
+        CompleteParams(job_id=job.id, token=second.token, result={"summary": "s"}, usage=GPT)
+    )
     assert [a.usage for a in done.attempts] == [LOCAL, GPT]
     assert done.result == {"summary": "s"}, "usage never enters the stored result"
     assert [a.usage for a in (await store.get(job.id)).attempts] == [LOCAL, GPT]
 
 
 async def test_an_attempt_without_usage_stays_without(store: JobStore) -> None:
-    job, _ = await store.enqueue(new_job("t-1"), OnDuplicate.REJECT)
-    (claim,) = await store.claim(10, 60)
+    job, _ = await store.enqueue(EnqueueParams(job=new_job("t-1"), on_duplicate=OnDuplicate.REJECT))
+    (claim,) = await store.claim(ClaimParams(limit=10, lease_seconds=60))
     assert claim.job.attempts[-1].usage is None, "an open attempt has none"
-    done = await store.complete(job.id, claim.token, {"summary": "s"})
+    done = await store.complete(
+        CompleteParams(job_id=job.id, token=claim.token, result={"summary": "s"})
+    )
     assert done.attempts[-1].usage is None
 
 
@@ -76,7 +109,9 @@ async def test_usage_is_summed_by_type_model_and_caller_over_the_range(
     await run_once(store, "late", GPT)  # after the range
     end = start + timedelta(seconds=60)
 
-    totals, truncated = await store.usage_totals(UsageQuery(start=start, end=end), 100)
+    totals, truncated = await store.usage_totals(
+        UsageTotalsParams(query=UsageQuery(start=start, end=end), max_groups=100)
+    )
 
     assert not truncated
     assert totals == [
@@ -85,7 +120,9 @@ async def test_usage_is_summed_by_type_model_and_caller_over_the_range(
         UsageTotal(JobType.CARD_ANALYSIS, "san-local-v1", "alice", 1, 0, 10, 4, 0.5),
         UsageTotal(JobType.EMBEDDING, "san-local-v1", "alice", 1, 0, 10, 4, 0.5),
     ]
-    later, _ = await store.usage_totals(UsageQuery(start=end, end=clock() + timedelta(1)), 100)
+    later, _ = await store.usage_totals(
+        UsageTotalsParams(query=UsageQuery(start=end, end=clock() + timedelta(1)), max_groups=100)
+    )
     assert [(t.requested_by, t.attempts) for t in later] == [("alice", 1)]
 
 
@@ -99,16 +136,26 @@ async def test_usage_filters_by_type_and_caller_and_is_bounded(
     end = start + timedelta(seconds=60)
 
     embeddings, _ = await store.usage_totals(
-        UsageQuery(start=start, end=end, job_types=(JobType.EMBEDDING,)), 100
+        UsageTotalsParams(
+            query=UsageQuery(start=start, end=end, job_types=(JobType.EMBEDDING,)), max_groups=100
+        )
     )
     assert [(t.job_type, t.requested_by) for t in embeddings] == [(JobType.EMBEDDING, "bob")]
-    bobs, _ = await store.usage_totals(UsageQuery(start=start, end=end, requested_by="bob"), 100)
+    bobs, _ = await store.usage_totals(
+        UsageTotalsParams(
+            query=UsageQuery(start=start, end=end, requested_by="bob"), max_groups=100
+        )
+    )
     assert [t.job_type for t in bobs] == [JobType.CARD_ANALYSIS, JobType.EMBEDDING]
-    first, truncated = await store.usage_totals(UsageQuery(start=start, end=end), 2)
+    first, truncated = await store.usage_totals(
+        UsageTotalsParams(query=UsageQuery(start=start, end=end), max_groups=2)
+    )
     assert truncated
     assert [(t.model, t.requested_by) for t in first] == [
         ("gpt-4o-mini", "alice"),
         ("gpt-4o-mini", "bob"),
     ]
-    empty, truncated = await store.usage_totals(UsageQuery(start=end, end=end), 10)
+    empty, truncated = await store.usage_totals(
+        UsageTotalsParams(query=UsageQuery(start=end, end=end), max_groups=10)
+    )
     assert (empty, truncated) == ([], False)

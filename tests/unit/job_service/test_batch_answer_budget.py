@@ -54,7 +54,9 @@ def _decoded(count: int) -> batch.DecodedBatch:
 
 
 def _fresh(decoded: batch.DecodedBatch) -> list[EnqueueOutcome]:
-    return [(pending_job(new_job_id(), new, NOW), False) for new, _ in decoded.items]
+    return [
+        (pending_job(new_job_id(), new, NOW), False) for new in (item.job for item in decoded.items)
+    ]
 
 
 def test_the_items_are_valid_and_the_bound_counts_their_utf8_bytes() -> None:
@@ -62,7 +64,7 @@ def test_the_items_are_valid_and_the_bound_counts_their_utf8_bytes() -> None:
     assert len(decoded.items) == 3 and list(decoded.errors) == [3]
     strings = sum(
         len(n.target_id) + len(n.request_id or "") + 3 * len(n.requested_by)
-        for n, _ in decoded.items
+        for n in (item.job for item in decoded.items)
     )
     errors = decoded.errors[3].ByteSize()
     assert batch.answer_bound_bytes(decoded) == (
@@ -82,7 +84,7 @@ def test_every_outcome_the_store_can_give_fits_the_bound() -> None:
     assert answer.results[1].error.code != 0 and answer.results[2].error.code != 0
     assert answer.ByteSize() <= batch.answer_bound_bytes(decoded)
     # Each entry alone, too (the bound is per item, not an average).
-    for index, (new, _) in enumerate(decoded.items):
+    for index, new in enumerate(item.job for item in decoded.items):
         repeated = len(new.target_id.encode()) + len(new.requested_by.encode())
         repeated += len((new.request_id or "").encode())
         entry = answer.results[index].ByteSize() + 4  # its tag and length
@@ -133,7 +135,7 @@ def test_an_answer_over_the_limit_is_cut_to_job_identities_that_fit() -> None:
     decoded = _decoded(40)
     outcomes: list[EnqueueOutcome] = _fresh(decoded)
     for index in range(0, 40, 2):  # every other item: an existing, finished job
-        outcomes[index] = (_stored_big(decoded.items[index][0], index), True)  # type: ignore[assignment]
+        outcomes[index] = (_stored_big(decoded.items[index].job, index), True)  # type: ignore[assignment]
     whole = batch.response(decoded, outcomes, {}, BIG)
     budget = batch.answer_bound_bytes(decoded)
     assert whole.ByteSize() > budget  # what the stored jobs bring is past the bound
@@ -155,7 +157,7 @@ def test_an_answer_over_the_limit_is_cut_to_job_identities_that_fit() -> None:
 def test_an_answer_that_fits_is_not_cut() -> None:
     decoded = _decoded(4)
     outcomes: list[EnqueueOutcome] = _fresh(decoded)
-    outcomes[0] = (_stored_big(decoded.items[0][0], 0), True)  # type: ignore[assignment]
+    outcomes[0] = (_stored_big(decoded.items[0].job, 0), True)  # type: ignore[assignment]
     answer = batch.response(decoded, outcomes, {}, BIG)
     assert answer.results[0].response.job.card_analysis_result.summary == "s" * 5_000
     assert answer.results[1].response.job.requested_by == "사" * MAX_REQUESTED_BY_CHARS
@@ -200,7 +202,7 @@ def test_existing_jobs_found_by_the_other_key_lose_their_keys_when_still_over() 
         request, EnqueueLimits(), 3, requested_by=None, traceparent=None, answer_budget_bytes=BIG
     )
     outcomes: list[EnqueueOutcome] = []
-    for new, _ in decoded.items:
+    for new in (item.job for item in decoded.items):
         stored = dataclasses.replace(
             pending_job(new_job_id(), new, NOW),
             target_id="가" * MAX_TARGET_ID_CHARS,

@@ -11,6 +11,13 @@ import pytest
 
 from san_jobs.job_service.domain.errors import PruneRunningError
 from san_jobs.job_service.domain.model import Failure, Job, JobStatus, JobType, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    ClaimParams,
+    CompleteParams,
+    EnqueueParams,
+    FailParams,
+)
 from san_jobs.job_service.domain.retention import (
     RetentionPolicy,
     format_retention,
@@ -52,15 +59,26 @@ def store(clock: FakeClock) -> MemoryJobStore:
 
 async def ended(store: MemoryJobStore, target_id: str, status: JobStatus) -> Job:
     job, _ = await store.enqueue(
-        NewJob(JobType.CARD_ANALYSIS, target_id, {"text": "t"}, "tester", None, 1),
-        OnDuplicate.REJECT,
+        EnqueueParams(
+            job=NewJob(JobType.CARD_ANALYSIS, target_id, {"text": "t"}, "tester", None, 1),
+            on_duplicate=OnDuplicate.REJECT,
+        )
     )
     if status is CANCELLED:
-        return await store.cancel(job.id, "no")
-    (claim,) = await store.claim(1, 60)
+        return await store.cancel(CancelParams(job_id=job.id, reason="no"))
+    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
     if status is COMPLETED:
-        return await store.complete(job.id, claim.token, {"summary": "s"})
-    return await store.fail(job.id, claim.token, Failure("INTERNAL", "", "boom", False), None)
+        return await store.complete(
+            CompleteParams(job_id=job.id, token=claim.token, result={"summary": "s"})
+        )
+    return await store.fail(
+        FailParams(
+            job_id=job.id,
+            token=claim.token,
+            failure=Failure("INTERNAL", "", "boom", False),
+            retry_at=None,
+        )
+    )
 
 
 def pruner(
@@ -94,8 +112,10 @@ async def test_a_run_deletes_each_status_past_its_own_retention_in_batches(
     failed = await ended(store, "failed", FAILED)
     cancelled = await ended(store, "cancelled", CANCELLED)
     pending, _ = await store.enqueue(
-        NewJob(JobType.CARD_ANALYSIS, "pending", {"text": "t"}, "tester", None, 1),
-        OnDuplicate.REJECT,
+        EnqueueParams(
+            job=NewJob(JobType.CARD_ANALYSIS, "pending", {"text": "t"}, "tester", None, 1),
+            on_duplicate=OnDuplicate.REJECT,
+        )
     )
     clock.advance(500)  # past COMPLETED's 100 s, not FAILED's 1000 s; CANCELLED is kept
     sleeps, deleted = Sleeps(clock), []

@@ -25,6 +25,7 @@ from san_jobs.job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
+from san_jobs.job_service.domain.ports import EnqueueParams, OpenPauseParams
 from san_jobs.job_service.storage.memory import MemoryJobStore
 from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
@@ -65,7 +66,9 @@ class Rig:
     async def enqueue(self, count: int, max_attempts: int = 3) -> None:
         for _ in range(count):
             new = NewJob(CARD, f"t-{len(self.jobs)}", {"text": "x"}, "tester", None, max_attempts)
-            job, _ = await self.store.enqueue(new, OnDuplicate.REJECT)
+            job, _ = await self.store.enqueue(
+                EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT)
+            )
             self.jobs.append(job.id)
         self.worker.wake()
 
@@ -243,7 +246,13 @@ async def test_a_pause_opened_by_another_instance_stops_this_one_within_a_second
         await r.enqueue(1)
         await _wait(1)
         await other.open_pause(
-            CARD, PauseReason.CIRCUIT_OPEN, clock() + timedelta(seconds=600), "down", "b"
+            OpenPauseParams(
+                job_type=CARD,
+                reason=PauseReason.CIRCUIT_OPEN,
+                until=clock() + timedelta(seconds=600),
+                last_error="down",
+                instance_id="b",
+            )
         )
         await _wait(1)
         calls = len(r.gateway.calls)
@@ -260,11 +269,9 @@ class PauseSpy(MemoryJobStore):
 
     opened: list[PauseReason]
 
-    async def open_pause(
-        self, job_type: JobType, reason: PauseReason, until: datetime, last_error: str, by: str
-    ) -> DispatchPause:
-        self.opened.append(reason)
-        return await super().open_pause(job_type, reason, until, last_error, by)
+    async def open_pause(self, params: OpenPauseParams) -> DispatchPause:
+        self.opened.append(params.reason)
+        return await super().open_pause(params)
 
 
 @on_virtual_time
@@ -305,7 +312,13 @@ async def test_a_call_in_flight_across_a_pause_opened_and_closed_elsewhere_is_no
         await r.gateway.called.wait()  # the call is in flight
         await _wait(1)
         await other.open_pause(
-            CARD, PauseReason.CIRCUIT_OPEN, clock() + timedelta(seconds=600), "down", "b"
+            OpenPauseParams(
+                job_type=CARD,
+                reason=PauseReason.CIRCUIT_OPEN,
+                until=clock() + timedelta(seconds=600),
+                last_error="down",
+                instance_id="b",
+            )
         )
         await _wait(1.5)  # this instance has read the pause
         assert await other.close_pause(CARD)

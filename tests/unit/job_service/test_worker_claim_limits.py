@@ -18,6 +18,7 @@ from san_jobs.job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
+from san_jobs.job_service.domain.ports import EnqueueParams, LimitedClaimParams
 from san_jobs.job_service.storage.memory import MemoryJobStore
 from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
@@ -52,18 +53,9 @@ class CountingStore(MemoryJobStore):
 
     limited_claims = 0
 
-    async def claim_limited(
-        self,
-        job_type: JobType,
-        limit: int,
-        lease_seconds: float,
-        type_limit: TypeLimit,
-        max_per_caller: int | None = None,
-    ) -> LimitedClaim:
+    async def claim_limited(self, params: LimitedClaimParams) -> LimitedClaim:
         self.limited_claims += 1
-        return await super().claim_limited(
-            job_type, limit, lease_seconds, type_limit, max_per_caller
-        )
+        return await super().claim_limited(params)
 
 
 def max_in_any_second(times: list[float]) -> int:
@@ -93,7 +85,10 @@ async def run_jobs(
     ids = []
     for n, kind in enumerate(jobs):
         job, _ = await store.enqueue(
-            NewJob(kind, f"t-{n}", {"text": "x"}, "tester", None, 3), OnDuplicate.REJECT
+            EnqueueParams(
+                job=NewJob(kind, f"t-{n}", {"text": "x"}, "tester", None, 3),
+                on_duplicate=OnDuplicate.REJECT,
+            )
         )
         ids.append(job.id)
     worker.start()

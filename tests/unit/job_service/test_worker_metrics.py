@@ -21,6 +21,7 @@ from san_jobs.job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
+from san_jobs.job_service.domain.ports import CancelParams, EnqueueParams
 from san_jobs.job_service.metrics import JobServiceMetrics
 from san_jobs.job_service.storage.memory import MemoryJobStore
 from san_jobs.job_service.worker import Worker, WorkerConfig
@@ -58,7 +59,7 @@ class Rig:
 
     async def enqueue(self, target: str, max_attempts: int = 3) -> str:
         new = NewJob(CARD, target, {"text": "x"}, "tester", None, max_attempts)
-        job, _ = await self.store.enqueue(new, OnDuplicate.REJECT)
+        job, _ = await self.store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
         self.worker.wake()
         return job.id
 
@@ -126,7 +127,7 @@ async def test_each_attempt_is_counted_with_its_outcome_wait_and_run() -> None:
         gateway.started.clear()
         await gateway.started.wait()
         await r.until(slow, JobStatus.PROCESSING)
-        await r.store.cancel(slow, "operator", None)
+        await r.store.cancel(CancelParams(job_id=slow, reason="operator", owner=None))
         r.worker.cancel_local([slow])
         await asyncio.sleep(1)
         assert r.outcomes("cancelled", "CANCELLED") == 1

@@ -24,8 +24,6 @@ from san_jobs.job_service.domain.backoff import BackoffPolicy
 from san_jobs.job_service.domain.errors import StorageUnavailableError
 from san_jobs.job_service.domain.failures import GatewayCallError
 from san_jobs.job_service.domain.model import (
-    AttemptUsage,
-    Failure,
     GatewayAnswer,
     Job,
     JobStatus,
@@ -33,6 +31,13 @@ from san_jobs.job_service.domain.model import (
     JsonDict,
     NewJob,
     OnDuplicate,
+)
+from san_jobs.job_service.domain.ports import (
+    ClaimParams,
+    CompleteParams,
+    FailParams,
+    ReleaseParams,
+    RenewLeasesParams,
 )
 from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE
 from san_jobs.job_service.storage.memory import MemoryJobStore
@@ -99,40 +104,22 @@ class ScriptedStore(MemoryJobStore):
         self.renewals_down = False
         self.outcome_writes: list[tuple[str, str]] = []  # (method, job id)
 
-    async def renew_leases(
-        self, leases: Sequence[tuple[str, str]], lease_seconds: float
-    ) -> set[str]:
+    async def renew_leases(self, params: RenewLeasesParams) -> set[str]:
         if self.renewals_down:
             raise StorageUnavailableError("renewals are down")
-        return await super().renew_leases(leases, lease_seconds)
+        return await super().renew_leases(params)
 
-    async def complete(
-        self,
-        job_id: str,
-        token: str,
-        result: JsonDict,
-        usage: AttemptUsage | None = None,
-        *,
-        claimed: Job | None = None,
-    ) -> Job:
-        self.outcome_writes.append(("complete", job_id))
-        return await super().complete(job_id, token, result, usage, claimed=claimed)
+    async def complete(self, params: CompleteParams) -> Job:
+        self.outcome_writes.append(("complete", params.job_id))
+        return await super().complete(params)
 
-    async def fail(
-        self,
-        job_id: str,
-        token: str,
-        failure: Failure,
-        retry_at: datetime | None,
-        *,
-        claimed: Job | None = None,
-    ) -> Job:
-        self.outcome_writes.append(("fail", job_id))
-        return await super().fail(job_id, token, failure, retry_at, claimed=claimed)
+    async def fail(self, params: FailParams) -> Job:
+        self.outcome_writes.append(("fail", params.job_id))
+        return await super().fail(params)
 
-    async def release(self, job_id: str, token: str) -> Job | None:
-        self.outcome_writes.append(("release", job_id))
-        return await super().release(job_id, token)
+    async def release(self, params: ReleaseParams) -> Job | None:
+        self.outcome_writes.append(("release", params.job_id))
+        return await super().release(params)
 
 
 class Published:
@@ -334,7 +321,7 @@ async def test_an_outcome_after_another_claim_took_the_job_is_dropped() -> None:
         service.store.renewals_down = True
         await asyncio.sleep(LEASE + 1)
         other = service.another_instance()
-        (taken,) = await other.claim(1, LEASE)
+        (taken,) = await other.claim(ClaimParams(limit=1, lease_seconds=LEASE))
         assert taken.job.id == job.id and taken.job.attempt_count == 2
 
         hold.released.set()  # the first call answers now: too late
@@ -343,7 +330,9 @@ async def test_an_outcome_after_another_claim_took_the_job_is_dropped() -> None:
         current = await other.get(job.id)
         assert current.status is JobStatus.PROCESSING and current.claim_token == taken.token
         assert current.result is None
-        done = await other.complete(job.id, taken.token, {"summary": "fresh"})
+        done = await other.complete(
+            CompleteParams(job_id=job.id, token=taken.token, result={"summary": "fresh"})
+        )
 
     assert done.result == {"summary": "fresh"}
     assert [a.error_code for a in done.attempts] == [LEASE_EXPIRED_CODE, ""]
@@ -358,7 +347,7 @@ async def test_a_lease_found_lost_at_renewal_stops_the_gateway_call() -> None:
         task = job_task(job.id)
         service.store.renewals_down = True
         await asyncio.sleep(LEASE + 1)
-        (taken,) = await service.another_instance().claim(1, LEASE)
+        (taken,) = await service.another_instance().claim(ClaimParams(limit=1, lease_seconds=LEASE))
         service.store.renewals_down = False
         lost_at = running_loop().time()
 
