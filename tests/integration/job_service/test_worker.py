@@ -160,16 +160,20 @@ async def test_job_whose_wakeup_was_lost_is_found_by_the_poll(start_service: Sta
 async def test_claims_are_paced_under_load_but_a_lone_job_starts_at_once(
     start_service: StartService,
 ) -> None:
-    service = await start_service(batch_interval=0.5, poll_interval=5)
-    await asyncio.sleep(0.6)  # the claim made at start is long past: light load
+    # An interval of 1 s (the most --batch-interval allows), so that "at once" (under
+    # half of it) and "after the interval" stay apart on a loaded machine: with 0.5 s,
+    # a busy CI worker took 0.72 s to claim a lone job that was not paced at all.
+    interval = 1.0
+    service = await start_service(batch_interval=interval, poll_interval=10)
+    await asyncio.sleep(interval + 0.1)  # the claim made at start is long past: light load
     first = (await service.stub.Enqueue(card_request("pace-1", "Text."))).job
     (done,) = (await wait_terminal(service.stub, [first.id], timeout=10)).values()
     second = (await service.stub.Enqueue(card_request("pace-2", "Text."))).job
     (later,) = (await wait_terminal(service.stub, [second.id], timeout=10)).values()
     pickup = done.start_time.ToDatetime() - first.create_time.ToDatetime()
-    assert pickup < timedelta(seconds=0.4), "a job after a quiet spell is claimed at once"
+    assert pickup < timedelta(seconds=interval / 2), "a job after a quiet spell is claimed at once"
     gap = later.start_time.ToDatetime() - done.start_time.ToDatetime()
-    assert gap >= timedelta(seconds=0.45), "the next claim waits out the claim interval"
+    assert gap >= timedelta(seconds=interval * 0.9), "the next claim waits out the claim interval"
 
 
 async def test_concurrency_is_bounded(start_service: StartService) -> None:
