@@ -86,6 +86,9 @@ class Completer:
         self._completed_lines: list[tuple[object, ...]] = []
 
     async def write(self, claim: Claim, outcome: Outcome) -> None:
+        """Write what `claim`'s attempt came to, with its token. A call stopped from
+        outside writes nothing (the job is cancelled, or another owner's), except at
+        shutdown: given back."""
         job, token = claim.job, claim.token
         match outcome:
             case Cancelled(why) | LeaseLost(why):
