@@ -245,7 +245,7 @@ class JobServiceRuntime:
             self.hub.publish,
             WorkerConfig(
                 concurrency=settings.workers,
-                # A group claimed ahead while the current one runs (worker.py says why).
+                # A group claimed ahead while the current one runs (worker/config.py says why).
                 claim_ahead=settings.workers,
                 lease_seconds=settings.lease,
                 poll_interval=settings.poll_interval,
