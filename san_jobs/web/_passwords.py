@@ -8,6 +8,7 @@ burst of logins waits its turn instead of exhausting the machine's memory.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 
 from argon2 import PasswordHasher
@@ -44,9 +45,15 @@ COMMON_PASSWORDS = frozenset(
 CONCURRENT_VERIFICATIONS = 4
 
 _hasher = PasswordHasher()  # argon2id with the library's RFC 9106 defaults
-# Checked when the user does not exist, so that a wrong name takes as long as a wrong
-# password and the timing does not tell which names exist.
-_DUMMY_HASH = _hasher.hash("no such user: this hash is never matched")
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Checked when the user does not exist, so that a wrong name takes as long as a
+    wrong password and the timing does not tell which names exist. Made once, when
+    the first PasswordChecker is (not at import: every san-web command, `--help`
+    included, would pay an argon2 hash, 0.12 s, for it)."""
+    return _hasher.hash("no such user: this hash is never matched")
 
 
 def username_problem(name: str) -> str | None:
@@ -84,7 +91,7 @@ def hash_password(password: str) -> str:
 
 def _verify(stored_hash: str | None, password: str) -> tuple[bool, str | None]:
     try:
-        _hasher.verify(stored_hash or _DUMMY_HASH, password)
+        _hasher.verify(stored_hash or _dummy_hash(), password)
     except (VerifyMismatchError, VerificationError, InvalidHashError):
         return False, None
     if stored_hash is None:
@@ -99,6 +106,7 @@ class PasswordChecker:
 
     def __init__(self, concurrency: int = CONCURRENT_VERIFICATIONS) -> None:
         self._verifying = asyncio.Semaphore(concurrency)
+        _dummy_hash()  # before the first login, so that it costs what the others cost
 
     async def verify(self, stored_hash: str | None, password: str) -> tuple[bool, str | None]:
         """Whether ``password`` matches ``stored_hash`` (None: the user does not exist,
