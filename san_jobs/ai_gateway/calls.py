@@ -10,12 +10,14 @@ errors, the same record.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
 
+from google.protobuf import message_factory
 from google.protobuf.message import Message
 from opentelemetry.trace import StatusCode, Tracer
 
@@ -23,93 +25,78 @@ from san_jobs.ai_gateway.bounds import MAX_ANSWER_BYTES
 from san_jobs.ai_gateway.calllog import CallLog, CallRecord
 from san_jobs.ai_gateway.errors import GatewayError, InternalError, MalformedResponse
 from san_jobs.ai_gateway.gateway import CallInfo, Gateway
+from san_jobs.ai_gateway.kind import Kind
 from san_jobs.ai_gateway.metrics import CallMetrics
 from san_jobs.ai_gateway.tokens import estimate_tokens_all
 from san_jobs.ai_gateway.transport_errors import status_code_name
 from san_jobs.ai_gateway.usage import Usage
-from san_jobs.ai_gateway.validation import analyze_input, embed_input, recall_input, til_input
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
 from san_jobs.shared.trace_context import context_of
 
 logger = logging.getLogger("ai_gateway.calls")
 
-Req = TypeVar("Req")
-Resp = TypeVar("Resp", bound=Message)
+
+class _Answered(Protocol):
+    """What every plain result carries: the model that answered and, when the
+    provider counted (or the answer is a cached one), its usage."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def usage(self) -> Usage | None: ...
 
 
-@dataclass(frozen=True)
-class CallKind(Generic[Req, Resp]):
-    """One kind of call: its RPC name (in records and logs) and how it is answered."""
+In = TypeVar("In")
+Out = TypeVar("Out", bound=_Answered)
 
-    method: str
-    # (gateway, request, caller, seconds left or None) -> response; raises GatewayError.
-    answer: Callable[[Gateway, Req, CallInfo, float | None], Awaitable[Resp]]
+SERVICE = pb.DESCRIPTOR.services_by_name["AiGatewayService"]
 
 
-async def _analyze(
-    gateway: Gateway, request: pb.AnalyzeContentRequest, call: CallInfo, remaining: float | None
-) -> pb.AnalyzeContentResponse:
-    data = analyze_input(request)
-    tokens = estimate_tokens_all([data.title, data.text])
+async def answer(
+    gateway: Gateway, kind: Kind[In, Out], request: Message, call: CallInfo, remaining: float | None
+) -> Message:
+    """``kind``'s answer to ``request``: validate, count the input's tokens, run the
+    backend's handler through the gateway, build the response; raises GatewayError."""
+    data = kind.validate(request)
+    tokens = estimate_tokens_all(kind.input_texts(data))
     result = await gateway.run(
-        call, tokens, remaining, lambda backend, t: backend.analyze(data, t), key=data
+        call,
+        tokens,
+        remaining,
+        lambda backend, time_left: kind.handler_of(backend)(data, time_left),
+        key=data,
     )
-    spent = _counted(result.usage, result.model, tokens, [result.summary, *result.tags])
-    return pb.AnalyzeContentResponse(
-        summary=result.summary,
-        tags=result.tags,
-        embedding=result.embedding,
-        model=result.model,
-        usage=spent,
-    )
+    spent = _counted(result.usage, result.model, tokens, kind.answer_texts(result))
+    return response_class(kind)(**message_fields(result), usage=spent)
 
 
-async def _til(
-    gateway: Gateway, request: pb.GenerateTilRequest, call: CallInfo, remaining: float | None
-) -> pb.GenerateTilResponse:
-    data = til_input(request)
-    tokens = estimate_tokens_all(data.notes)
-    result = await gateway.run(
-        call, tokens, remaining, lambda backend, t: backend.generate_til(data, t), key=data
-    )
-    spent = _counted(result.usage, result.model, tokens, [result.title, result.body])
-    return pb.GenerateTilResponse(
-        title=result.title, body=result.body, model=result.model, usage=spent
-    )
+@functools.cache
+def response_class(kind: Kind[Any, Any]) -> type[Message]:
+    """The response message of ``kind``'s RPC, as the contract declares it."""
+    method = SERVICE.methods_by_name[kind.method]
+    return message_factory.GetMessageClass(method.output_type)
 
 
-async def _recall(
-    gateway: Gateway, request: pb.GenerateRecallRequest, call: CallInfo, remaining: float | None
-) -> pb.GenerateRecallResponse:
-    data = recall_input(request)
-    tokens = estimate_tokens_all(t for s in data.sources for t in (s.title, s.text))
-    result = await gateway.run(
-        call, tokens, remaining, lambda backend, t: backend.generate_recall(data, t), key=data
-    )
-    written = [t for q in result.questions for t in (q.question, q.answer)]
-    return pb.GenerateRecallResponse(
-        usage=_counted(result.usage, result.model, tokens, written),
-        questions=[
-            pb.Question(question=q.question, answer=q.answer, source_index=q.source_index)
-            for q in result.questions
-        ],
-        model=result.model,
-    )
+def message_fields(result: Any) -> dict[str, Any]:
+    """A plain result as the response's fields, by the contract's convention (the same
+    names; a list of plain records is a repeated message), its usage left out."""
+    return {
+        f.name: _field_value(getattr(result, f.name))
+        for f in dataclasses.fields(result)
+        if f.name != "usage"
+    }
 
 
-async def _embed(
-    gateway: Gateway, request: pb.EmbedRequest, call: CallInfo, remaining: float | None
-) -> pb.EmbedResponse:
-    data = embed_input(request)
-    tokens = estimate_tokens_all([data.text])
-    result = await gateway.run(
-        call, tokens, remaining, lambda backend, t: backend.embed(data, t), key=data
-    )
-    spent = _counted(result.usage, result.model, tokens, [])
-    return pb.EmbedResponse(vector=result.vector, model=result.model, usage=spent)
+def _field_value(value: Any) -> Any:
+    if isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
+        return [message_fields(item) for item in value]
+    return value
 
 
-def _counted(reported: Usage | None, model: str, input_tokens: int, written: list[str]) -> pb.Usage:
+def _counted(
+    reported: Usage | None, model: str, input_tokens: int, written: Iterable[str]
+) -> pb.Usage:
     """The call's usage, its duration left for CallRunner: what the backend reported
     (the provider's count, or a cached answer's mark), else the gateway's own count
     with its tokenizer (the input as the token limit counted it; the answer's texts)."""
@@ -140,17 +127,6 @@ def _stamp_duration(response: Message, seconds: float) -> None:
         usage.duration.FromNanoseconds(round(seconds * 1e9))
 
 
-ANALYZE = CallKind("AnalyzeContent", _analyze)
-TIL = CallKind("GenerateTil", _til)
-RECALL = CallKind("GenerateRecall", _recall)
-EMBED = CallKind("Embed", _embed)
-
-# Every kind of call, each by its RPC name; its StreamCalls case (StreamedCall.request,
-# StreamedCallResult.outcome) is that name in snake_case (stream.py). A new kind needs
-# its RPC method in servicer.py too.
-CALL_KINDS: tuple[CallKind[Any, Any], ...] = (ANALYZE, TIL, RECALL, EMBED)
-
-
 class CallRunner:
     """Runs calls over a :class:`~san_jobs.ai_gateway.gateway.Gateway`, one record per call."""
 
@@ -171,8 +147,8 @@ class CallRunner:
         self._metrics = metrics or CallMetrics()
 
     async def run(
-        self, kind: CallKind[Req, Resp], request: Req, call: CallInfo, remaining: float | None
-    ) -> Resp:
+        self, kind: Kind[Any, Any], request: Message, call: CallInfo, remaining: float | None
+    ) -> Message:
         """The call's response, or a :class:`GatewayError` saying why there is none
         (see :meth:`_run`); in a span when tracing is on.
 
@@ -209,8 +185,8 @@ class CallRunner:
             return response
 
     async def _run(
-        self, kind: CallKind[Req, Resp], request: Req, call: CallInfo, remaining: float | None
-    ) -> Resp:
+        self, kind: Kind[Any, Any], request: Message, call: CallInfo, remaining: float | None
+    ) -> Message:
         """The call's response, or a :class:`GatewayError` saying why there is none.
 
         ``remaining`` is the caller's time left in seconds (None: no deadline). An
@@ -223,7 +199,7 @@ class CallRunner:
         model = ""  # none answered (yet)
         self._metrics.started(call.method)
         try:
-            response = await kind.answer(self._gateway, request, call, remaining)
+            response = await answer(self._gateway, kind, request, call, remaining)
             _stamp_duration(response, time.perf_counter() - start)
             size = response.ByteSize()
             if size > self._max_answer_bytes:

@@ -7,8 +7,8 @@ Every call, unary or on a StreamCalls stream, runs through one
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import grpc
 from google.protobuf.message import Message
@@ -17,18 +17,17 @@ from opentelemetry.trace import Tracer
 from san_jobs.ai_gateway.bounds import StreamLimits
 from san_jobs.ai_gateway.callers import Authenticator
 from san_jobs.ai_gateway.calllog import CallLog
-from san_jobs.ai_gateway.calls import ANALYZE, EMBED, RECALL, TIL, CallKind, CallRunner
+from san_jobs.ai_gateway.calls import CallRunner
 from san_jobs.ai_gateway.decoding import UndecodableRequest, refusal
 from san_jobs.ai_gateway.errors import GatewayError
 from san_jobs.ai_gateway.gateway import CallInfo, Gateway
+from san_jobs.ai_gateway.kind import Kind
+from san_jobs.ai_gateway.kinds import KINDS
 from san_jobs.ai_gateway.metrics import CallMetrics
 from san_jobs.ai_gateway.stream import CallStream
 from san_jobs.ai_gateway.transport_errors import to_rpc_status
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
-from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as pb_grpc
 
-Req = TypeVar("Req")
-Resp = TypeVar("Resp", bound=Message)
 Context = grpc.aio.ServicerContext[object, object]
 
 _MAX_CLIENT_ID = 128
@@ -36,8 +35,14 @@ _MAX_CLIENT_ID = 128
 _NO_DEADLINE = 10**6
 
 
-class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
-    """The AiGatewayService RPCs over a :class:`~san_jobs.ai_gateway.gateway.Gateway`."""
+class AiGatewayServicer:
+    """The AiGatewayService RPCs over a :class:`~san_jobs.ai_gateway.gateway.Gateway`.
+
+    Its unary RPCs are made from the kinds of call (san_jobs/ai_gateway/kinds/), one
+    method each, named as the contract names the RPC (below the class). It is
+    registered by san_jobs.ai_gateway.decoding.add_servicer, which finds every RPC of
+    the contract here by name, so it does not extend the generated base class (whose
+    abstract methods, one per RPC, would have to be written out)."""
 
     def __init__(
         self,
@@ -58,31 +63,9 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
         # The tasks running RPCs, unary or streams: see close().
         self._handlers: set[asyncio.Task[Any]] = set()
 
-    async def AnalyzeContent(
-        self, request: pb.AnalyzeContentRequest, context: Context
-    ) -> pb.AnalyzeContentResponse:
-        """Summary, tags and embedding of a text."""
-        return await self._unary(ANALYZE, request, context)
-
-    async def GenerateTil(
-        self, request: pb.GenerateTilRequest, context: Context
-    ) -> pb.GenerateTilResponse:
-        """A TIL note from a day's notes."""
-        return await self._unary(TIL, request, context)
-
-    async def GenerateRecall(
-        self, request: pb.GenerateRecallRequest, context: Context
-    ) -> pb.GenerateRecallResponse:
-        """Question/answer pairs grounded in the sources."""
-        return await self._unary(RECALL, request, context)
-
-    async def Embed(self, request: pb.EmbedRequest, context: Context) -> pb.EmbedResponse:
-        """The embedding of a text."""
-        return await self._unary(EMBED, request, context)
-
-    # The generated base declares a generator; grpc.aio also takes a coroutine that
-    # uses context.read()/write(), which lets reading and writing run side by side.
-    async def StreamCalls(  # type: ignore[override]
+    # grpc.aio takes a coroutine that uses context.read()/write() (the generated base
+    # declares a generator), which lets reading and writing run side by side.
+    async def StreamCalls(
         self,
         request_iterator: AsyncIterator[pb.StreamCallsRequest] | Iterator[pb.StreamCallsRequest],
         context: grpc.aio.ServicerContext[pb.StreamCallsRequest, pb.StreamCallsResponse],
@@ -123,8 +106,8 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
             await asyncio.wait(pending)
 
     async def _unary(
-        self, kind: CallKind[Req, Resp], request: Req | UndecodableRequest, context: Context
-    ) -> Resp:
+        self, kind: Kind[Any, Any], request: Message | UndecodableRequest, context: Context
+    ) -> Message:
         """Run one call; a gateway error ends the RPC with its rich status (an
         undecodable request: INVALID_ARGUMENT, once the caller is known)."""
         handler = _current_task()
@@ -144,6 +127,22 @@ class AiGatewayServicer(pb_grpc.AiGatewayServiceServicer):
             raise  # unreachable: abort_with_status raises
         finally:
             self._handlers.discard(handler)
+
+
+def _unary_rpc(kind: Kind[Any, Any]) -> Callable[..., Awaitable[Message]]:
+    """The servicer method of ``kind``'s unary RPC (named as the contract names it)."""
+
+    async def rpc(self: AiGatewayServicer, request: Message, context: Context) -> Message:
+        return await self._unary(kind, request, context)
+
+    rpc.__name__ = rpc.__qualname__ = kind.method
+    rpc.__doc__ = kind.summary
+    return rpc
+
+
+# One unary RPC per kind (grpc finds them by name: decoding.add_servicer).
+for _kind in KINDS:
+    setattr(AiGatewayServicer, _kind.method, _unary_rpc(_kind))
 
 
 def _current_task() -> asyncio.Task[Any]:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -45,7 +44,7 @@ from san_jobs.ai_gateway.bounds import (
     MAX_CALLS_PER_MESSAGE,
     StreamLimits,
 )
-from san_jobs.ai_gateway.calls import CALL_KINDS, CallKind, CallRunner
+from san_jobs.ai_gateway.calls import CallRunner
 from san_jobs.ai_gateway.decoding import UndecodableRequest, refusal
 from san_jobs.ai_gateway.errors import (
     BackendUnavailable,
@@ -55,6 +54,8 @@ from san_jobs.ai_gateway.errors import (
     MalformedResponse,
 )
 from san_jobs.ai_gateway.gateway import CallInfo
+from san_jobs.ai_gateway.kind import Kind
+from san_jobs.ai_gateway.kinds import KINDS_BY_FIELD
 from san_jobs.ai_gateway.transport_errors import (
     cancelled_status,
     status_code_name,
@@ -71,12 +72,7 @@ Context = grpc.aio.ServicerContext[pb.StreamCallsRequest, pb.StreamCallsResponse
 STREAM_METHOD = "StreamCalls"
 SHUTTING_DOWN = "the AI gateway is shutting down"
 
-# StreamedCall.request field -> the kind of call (its RPC name in snake_case:
-# GenerateTil -> generate_til); the result's field has the same name.
-_KINDS: dict[str, CallKind[Any, Any]] = {
-    re.sub(r"(?<!^)(?=[A-Z])", "_", kind.method).lower(): kind for kind in CALL_KINDS
-}
-_KIND_NAMES = ", ".join(_KINDS)
+_KIND_NAMES = ", ".join(KINDS_BY_FIELD)
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 _Flight = tuple[asyncio.Task[None], CallInfo]  # a call's task and who/what it is for
 
@@ -244,7 +240,7 @@ class CallStream:
     def _info(self, call: pb.StreamedCall) -> CallInfo:
         """Who the call is for, as its record names it."""
         which = call.WhichOneof("request")
-        method = STREAM_METHOD if which is None else _KINDS[which].method
+        method = STREAM_METHOD if which is None else KINDS_BY_FIELD[which].method
         attempt = call.attempt if call.attempt > 0 else None  # 0: unknown, as x-attempt
         return CallInfo(
             method,
@@ -262,7 +258,7 @@ class CallStream:
             missing = FieldViolation("request", f"one of {_KIND_NAMES} is required")
             self._refuse(call.call_id, info, InvalidRequest([missing]))
             return
-        kind = _KINDS[which]
+        kind = KINDS_BY_FIELD[which]
         if self._draining:
             self._refuse(call.call_id, info, BackendUnavailable(SHUTTING_DOWN))
             return
@@ -280,7 +276,7 @@ class CallStream:
         self,
         call_id: str,
         field: str,
-        kind: CallKind[Any, Any],
+        kind: Kind[Any, Any],
         request: Any,
         info: CallInfo,
         deadline: float | None,

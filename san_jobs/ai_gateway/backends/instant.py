@@ -8,17 +8,10 @@ from __future__ import annotations
 
 import re
 
-from san_jobs.ai_gateway.models import (
-    AnalyzeInput,
-    AnalyzeResult,
-    EmbedInput,
-    EmbedResult,
-    RecallInput,
-    RecallQuestion,
-    RecallResult,
-    TilInput,
-    TilResult,
-)
+from san_jobs.ai_gateway.kinds.analyze import AnalyzeInput, AnalyzeResult
+from san_jobs.ai_gateway.kinds.embed import EmbedInput, EmbedResult
+from san_jobs.ai_gateway.kinds.recall import RecallInput, RecallQuestion, RecallResult
+from san_jobs.ai_gateway.kinds.til import TilInput, TilResult
 
 MODEL = "instant"
 EMBEDDING = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]

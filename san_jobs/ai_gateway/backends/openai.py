@@ -41,17 +41,10 @@ from san_jobs.ai_gateway.errors import (
     TokenLimitExceeded,
     json_error_message,
 )
-from san_jobs.ai_gateway.models import (
-    AnalyzeInput,
-    AnalyzeResult,
-    EmbedInput,
-    EmbedResult,
-    RecallInput,
-    RecallQuestion,
-    RecallResult,
-    TilInput,
-    TilResult,
-)
+from san_jobs.ai_gateway.kinds.analyze import AnalyzeInput, AnalyzeResult
+from san_jobs.ai_gateway.kinds.embed import EmbedInput, EmbedResult
+from san_jobs.ai_gateway.kinds.recall import RecallInput, RecallQuestion, RecallResult
+from san_jobs.ai_gateway.kinds.til import TilInput, TilResult
 from san_jobs.ai_gateway.tokens import estimate_tokens_all
 from san_jobs.ai_gateway.usage import Usage
 

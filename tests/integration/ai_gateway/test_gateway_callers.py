@@ -22,6 +22,7 @@ from san_jobs.ai_gateway.backends.instant import InstantBackend
 from san_jobs.ai_gateway.bounds import StreamLimits
 from san_jobs.ai_gateway.callers import Authenticator
 from san_jobs.ai_gateway.calllog import CallLog
+from san_jobs.ai_gateway.decoding import add_servicer
 from san_jobs.ai_gateway.faults import FaultConfig, FaultInjector
 from san_jobs.ai_gateway.gateway import Gateway
 from san_jobs.ai_gateway.limits import ConcurrencyLimiter, RateLimiter
@@ -215,7 +216,7 @@ async def test_mutual_tls_client_certificate_names_the_caller(certs: Path, tmp_p
         ),
     )
     server = grpc.aio.server()
-    pb_grpc.add_AiGatewayServiceServicer_to_server(servicer, server)
+    add_servicer(servicer, server)
     credentials = server_credentials(
         certs / "ai-gateway.pem", certs / "ai-gateway-key.pem", certs / "ca.pem"
     )

@@ -1,6 +1,7 @@
 """AiGateway's core knows no gRPC: its errors are plain Python, and only the transport
-(servicer.py, stream.py, transport_errors.py, and calls.py/validation.py, where the
-protobuf messages meet the core) maps them to statuses. Read from the source with
+(servicer.py, stream.py, transport_errors.py, and calls.py, where the protobuf
+messages meet the core) maps them to statuses; the kinds of call (kind.py, kinds/,
+with their validation) read requests by attribute and build no message. Read from the source with
 `ast`, following the project's own imports."""
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ CORE = [
     "san_jobs.ai_gateway.limits",
     "san_jobs.ai_gateway.faults",
     "san_jobs.ai_gateway.models",
+    "san_jobs.ai_gateway.validation",
+    "san_jobs.ai_gateway.kind",
     "san_jobs.ai_gateway.tokens",
     "san_jobs.ai_gateway.bounds",
     "san_jobs.ai_gateway.calllog",
     *(
         module_name(path)
-        for path in sorted((ROOT / "san_jobs" / "ai_gateway" / "backends").rglob("*.py"))
+        for folder in ("backends", "kinds")
+        for path in sorted((ROOT / "san_jobs" / "ai_gateway" / folder).rglob("*.py"))
     ),
 ]
 

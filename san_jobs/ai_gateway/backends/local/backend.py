@@ -14,17 +14,10 @@ from san_jobs.ai_gateway.backends.local.recall import generate_recall
 from san_jobs.ai_gateway.backends.local.summarize import summarize
 from san_jobs.ai_gateway.backends.local.tags import extract_tags
 from san_jobs.ai_gateway.backends.local.til import generate_til
-from san_jobs.ai_gateway.models import (
-    AnalyzeInput,
-    AnalyzeResult,
-    EmbedInput,
-    EmbedResult,
-    RecallInput,
-    RecallQuestion,
-    RecallResult,
-    TilInput,
-    TilResult,
-)
+from san_jobs.ai_gateway.kinds.analyze import AnalyzeInput, AnalyzeResult
+from san_jobs.ai_gateway.kinds.embed import EmbedInput, EmbedResult
+from san_jobs.ai_gateway.kinds.recall import RecallInput, RecallQuestion, RecallResult
+from san_jobs.ai_gateway.kinds.til import TilInput, TilResult
 
 MODEL = "local-textrank-v1"
 T = TypeVar("T")
