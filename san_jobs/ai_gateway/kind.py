@@ -6,7 +6,10 @@ output), and which backend method does the work. Each kind is declared in its ow
 module under :mod:`san_jobs.ai_gateway.kinds`, with its plain input and result; the
 transport runs them all the same way (calls.py), and builds the response from the
 result by the contract's naming convention: the response message carries the
-result's fields under the same names, plus ``usage``.
+result's fields under the same names, plus ``usage``. A result's own ``usage`` is what
+the provider says the call consumed (the openai backend reads its ``usage``) or a
+cached answer's mark; None when the provider said nothing, and the gateway counts
+with its tokenizer.
 
 The backend side is a naming convention rather than a protocol method per kind: a
 backend answers a kind with its coroutine method named ``kind.handler``

@@ -23,9 +23,7 @@ class EmbedResult:
 
     vector: list[float]
     model: str
-    # What the provider says the call consumed (the openai backend reads its `usage`),
-    # or a cached answer's mark; None: the gateway counts with its tokenizer (calls.py).
-    usage: Usage | None = None
+    usage: Usage | None = None  # None: counted by the gateway (see kind.py)
 
 
 class EmbedRequest(Protocol):

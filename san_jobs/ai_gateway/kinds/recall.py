@@ -44,9 +44,7 @@ class RecallResult:
 
     questions: list[RecallQuestion]
     model: str
-    # What the provider says the call consumed (the openai backend reads its `usage`),
-    # or a cached answer's mark; None: the gateway counts with its tokenizer (calls.py).
-    usage: Usage | None = None
+    usage: Usage | None = None  # None: counted by the gateway (see kind.py)
 
 
 class SourceMessage(Protocol):

@@ -27,9 +27,7 @@ class TilResult:
     title: str
     body: str
     model: str
-    # What the provider says the call consumed (the openai backend reads its `usage`),
-    # or a cached answer's mark; None: the gateway counts with its tokenizer (calls.py).
-    usage: Usage | None = None
+    usage: Usage | None = None  # None: counted by the gateway (see kind.py)
 
 
 class TilRequest(Protocol):
