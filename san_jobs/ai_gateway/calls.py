@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from google.protobuf import message_factory
@@ -68,7 +68,9 @@ async def answer(
         key=data,
     )
     spent = _counted(result.usage, result.model, tokens, kind.answer_texts(result))
-    return response_class(kind)(**message_fields(result), usage=spent)
+    # The class is found at run time, so its fields are too (typed as any Message).
+    make_response: Callable[..., Message] = response_class(kind)
+    return make_response(**message_fields(result), usage=spent)
 
 
 @functools.cache
