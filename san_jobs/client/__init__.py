@@ -1,13 +1,17 @@
-"""The typed JobService SDK: a sync and an asyncio client, typed errors, the messages.
+"""The typed JobService SDK: an asyncio client and the same client blocking, typed
+errors, the contract's messages and enums.
 
 It needs only grpcio, protobuf and their status and common-protos packages
 (`pip install san-jobs`). The transactional outbox, which needs SQLAlchemy, is
-`san_jobs.client.outbox` (`pip install 'san-jobs[outbox]'`).
+`san_jobs.client.outbox` (`pip install 'san-jobs[outbox]'`); an in-memory JobService
+for your tests is `san_jobs.client.testing`.
 
 >>> from san_jobs.client import JobsClient, CardAnalysisInput
 >>> with JobsClient("127.0.0.1:50051") as client:  # doctest: +SKIP
 ...     job = client.enqueue("scrap-1", CardAnalysisInput(text="Some page text")).job
-...     print(client.wait(job.id, timeout=60).card_analysis_result.summary)
+...     done = client.wait(job.id, timeout=60)
+...     print(done.status, done.card_analysis_result.summary)
+JOB_STATUS_COMPLETED A short summary.
 """
 
 from san_jobs.client._async_client import AsyncJobsClient
@@ -28,7 +32,9 @@ from san_jobs.client._errors import (
     WaitTimeoutError,
     error_from_rpc,
 )
+from san_jobs.client._names import JobStatus, JobType, OnDuplicate, PauseReason
 from san_jobs.client._requests import TERMINAL_STATUSES, JobInput, is_terminal
+from san_jobs.client._views import as_message
 from san_jobs.proto.jobs.v1.job_service_pb2 import (
     CardAnalysisInput,
     CardAnalysisResult,
@@ -37,21 +43,26 @@ from san_jobs.proto.jobs.v1.job_service_pb2 import (
     EmbeddingResult,
     EnqueueRequest,
     EnqueueResponse,
+    FailureGroup,
     GetJobStatsResponse,
     GetUsageResponse,
     Job,
-    JobStatus,
-    JobType,
+    JobAttempt,
+    JobCount,
     ListFailureGroupsResponse,
     ListJobsResponse,
-    PauseReason,
+    PruneCount,
     PruneJobsResponse,
     RecallGenerationInput,
     RecallGenerationResult,
+    RecallQuestion,
     RecallSource,
     RetryFailedResponse,
+    SkippedJob,
     TilGenerationInput,
     TilGenerationResult,
+    Usage,
+    UsageTotal,
 )
 
 __all__ = [
@@ -68,12 +79,15 @@ __all__ = [
     "EnqueueOutcome",
     "EnqueueRequest",
     "EnqueueResponse",
+    "FailureGroup",
     "FieldViolation",
     "GetJobStatsResponse",
     "GetUsageResponse",
     "InvalidJobStateError",
     "InvalidRequestError",
     "Job",
+    "JobAttempt",
+    "JobCount",
     "JobInput",
     "JobNotFoundError",
     "JobStatus",
@@ -82,20 +96,27 @@ __all__ = [
     "JobsError",
     "ListFailureGroupsResponse",
     "ListJobsResponse",
+    "OnDuplicate",
     "PauseReason",
     "PemSource",
     "PermissionDeniedError",
+    "PruneCount",
     "PruneJobsResponse",
     "RateLimitedError",
     "RecallGenerationInput",
     "RecallGenerationResult",
+    "RecallQuestion",
     "RecallSource",
     "RetryFailedResponse",
     "ServiceUnavailableError",
+    "SkippedJob",
     "TilGenerationInput",
     "TilGenerationResult",
     "UnauthenticatedError",
+    "Usage",
+    "UsageTotal",
     "WaitTimeoutError",
+    "as_message",
     "error_from_rpc",
     "is_terminal",
 ]

@@ -1,19 +1,24 @@
-"""The asyncio JobService client (grpc.aio)."""
+"""The JobService client, written once: :class:`AsyncJobsClient` (asyncio, grpc.aio).
+
+:class:`~san_jobs.client.JobsClient` runs these same methods on an event loop of its
+own, so the requests, the error mapping, the deadlines and the watch's fallback to
+polling exist here only.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+import inspect
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
 from datetime import datetime
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Self, TypeVar, cast
 
 import grpc
 
 from san_jobs.client import _batch, _requests
-from san_jobs.client._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
-from san_jobs.client._client import MAX_POLL_FAILURES, POLL_INTERVAL
+from san_jobs.client._channel import ChannelSettings, ClientBase, aio_channel
 from san_jobs.client._errors import (
     InvalidRequestError,
     JobNotFoundError,
@@ -21,51 +26,63 @@ from san_jobs.client._errors import (
     ServiceUnavailableError,
     error_from_rpc,
 )
+from san_jobs.client._views import result
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 
+POLL_INTERVAL = 0.5
+"""Seconds between GetJob polls once StreamJobUpdates has broken."""
+MAX_POLL_FAILURES = 10
+"""Consecutive failed polls after which wait()/watch() give up (without a timeout)."""
 
-class AsyncJobsClient:
-    """An asyncio client of JobService, the twin of :class:`~san_jobs.client.JobsClient`.
 
-    Create it inside the running event loop; ``async with`` closes it. TLS settings
-    and ``token`` are those of :class:`~san_jobs.client.JobsClient`.
+class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
+    """An asyncio client of JobService; :class:`~san_jobs.client.JobsClient` is the
+    same client, blocking.
+
+    Every method raises a :class:`~san_jobs.client.JobsError` subclass on failure.
+    Unary calls get ``timeout`` seconds unless told otherwise. Create it inside the
+    running event loop; ``async with`` closes it, or call :meth:`close`.
+
+    Results are the contract's messages, their enum fields as enums that print their
+    names (``job.status`` is ``JobStatus.JOB_STATUS_COMPLETED``, which equals
+    ``pb.JOB_STATUS_COMPLETED``, 3); see :func:`~san_jobs.client.as_message`.
     """
 
-    def __init__(
-        self,
-        target: str = "127.0.0.1:50051",
+    _channel: grpc.aio.Channel | None
+    _stub: pb_grpc.JobServiceAsyncStub
+    _metadata: tuple[tuple[str, str], ...]
+    _on_close: Callable[[], object] | None
+
+    def _connect(self, channel: grpc.aio.Channel | None) -> None:
+        channel = channel or aio_channel(self.settings)
+        self._use(pb_grpc.JobServiceStub(channel), channel, None)
+
+    @classmethod
+    def _over(
+        cls,
+        settings: ChannelSettings,
+        stub: object,
         *,
-        tls: bool = False,
-        root_certificates: bytes | None = None,
-        tls_ca: PemSource | None = None,
-        tls_cert: PemSource | None = None,
-        tls_key: PemSource | None = None,
-        token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
         channel: grpc.aio.Channel | None = None,
+        on_close: Callable[[], object] | None = None,
+    ) -> AsyncJobsClient:
+        """A client calling ``stub`` (see ``_transport``): JobsClient's inner client,
+        or one over the testing fake. ``on_close`` runs when it is closed."""
+        client = cls.__new__(cls)
+        client.settings = settings
+        client._use(stub, channel, on_close)
+        return client
+
+    def _use(
+        self, stub: object, channel: grpc.aio.Channel | None, on_close: Callable[[], object] | None
     ) -> None:
-        self.settings = ChannelSettings.build(
-            target,
-            tls=tls,
-            root_certificates=root_certificates,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            token=token,
-            timeout=timeout,
-        )
-        if channel is None:
-            credentials = self.settings.credentials()
-            if credentials is not None:
-                channel = grpc.aio.secure_channel(target, credentials, self.settings.options())
-            else:
-                channel = grpc.aio.insecure_channel(target, self.settings.options())
+        self._stub = cast("pb_grpc.JobServiceAsyncStub", stub)
         self._channel = channel
-        self._stub = pb_grpc.JobServiceStub(channel)
         self._metadata = self.settings.call_metadata()
+        self._on_close = on_close
 
     async def __aenter__(self) -> Self:
         return self
@@ -80,7 +97,10 @@ class AsyncJobsClient:
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled."""
-        await self._channel.close(None)
+        if self._channel is not None:
+            await self._channel.close(None)
+        if self._on_close is not None:
+            self._on_close()
 
     async def _call(
         self, method: Callable[..., Awaitable[T]], request: object, timeout: float | None
@@ -106,7 +126,12 @@ class AsyncJobsClient:
         return_existing: bool = False,
         timeout: float | None = None,
     ) -> pb.EnqueueResponse:
-        """Store a job as PENDING (see :meth:`JobsClient.enqueue`)."""
+        """Store a job as PENDING; its type follows from ``job_input`` unless given.
+
+        A ``request_id`` makes the call idempotent (a fresh one is generated otherwise).
+        With ``return_existing``, an active job for the same (type, target) is returned
+        with ``deduplicated = True`` instead of raising :class:`DuplicateJobError`.
+        """
         request = _requests.enqueue_request(
             target_id,
             job_input,
@@ -116,7 +141,7 @@ class AsyncJobsClient:
             max_attempts=max_attempts,
             return_existing=return_existing,
         )
-        return await self._call(self._stub.Enqueue, request, timeout)
+        return result(await self._call(self._stub.Enqueue, request, timeout))
 
     async def enqueue_many(
         self,
@@ -127,8 +152,21 @@ class AsyncJobsClient:
         timeout: float | None = None,
         on_chunk: _batch.ChunkCallback | None = None,
     ) -> list[_batch.EnqueueOutcome]:
-        """Store many jobs with BatchEnqueue, one call at a time: one outcome per
-        request, in order (see :meth:`JobsClient.enqueue_many`)."""
+        """Store many jobs with BatchEnqueue: one :class:`EnqueueOutcome` per request,
+        in order. One bad request never fails the others.
+
+        Requests go ``batch_size`` (1 to 1,000) at a time, or fewer when they hold
+        more than ``max_batch_bytes``; ``timeout`` is per call. As :meth:`enqueue`
+        does, a request without request_id gets one and an unspecified job_type is
+        its input's (the caller's messages are not changed). ``on_chunk(start,
+        outcomes)`` hears each answered call, in order (an awaitable it returns is
+        awaited). A call JobService refuses because its answer could outgrow the
+        server's message limit is sent again as two smaller ones, down to single
+        requests. A call failing as a whole (JobService unreachable after the
+        channel's retries, ...) raises its :class:`JobsError`: the calls before it
+        are stored (``on_chunk`` has seen them); sending the rest again is safe for
+        requests with their own request_id.
+        """
         _batch.check_batch_size(batch_size)
         results: list[_batch.EnqueueOutcome] = []
         calls = _batch.Chunks(requests, batch_size, max_batch_bytes)
@@ -145,14 +183,16 @@ class AsyncJobsClient:
                     raise
                 answered = [_batch.EnqueueOutcome(error=error)]
             if on_chunk is not None:
-                on_chunk(len(results), answered)
+                heard = on_chunk(len(results), answered)
+                if inspect.isawaitable(heard):
+                    await heard
             results.extend(answered)
         return results
 
     async def get_job(self, job_id: str, *, timeout: float | None = None) -> pb.Job:
         """One job by id; :class:`JobNotFoundError` when unknown."""
         response = await self._call(self._stub.GetJob, pb.GetJobRequest(job_id=job_id), timeout)
-        return response.job
+        return result(response.job)
 
     async def stream_job_updates(
         self,
@@ -162,14 +202,18 @@ class AsyncJobsClient:
         statuses: Iterable[pb.JobStatus.ValueType] = (),
         timeout: float | None = None,
     ) -> AsyncGenerator[pb.Job, None]:
-        """The current state of each named job, then every change (see the sync twin)."""
+        """The current state of each named job, then every change, as they happen.
+
+        With ``job_ids`` the iterator ends once every job is terminal; without, it is
+        a live feed filtered by ``job_types`` and ``statuses``. No deadline by default.
+        """
         request = pb.StreamJobUpdatesRequest(
             job_ids=list(job_ids), job_types=list(job_types), statuses=list(statuses)
         )
         call = self._stub.StreamJobUpdates(request, timeout=timeout, metadata=self._metadata)
         try:
             async for response in call:
-                yield response.job
+                yield result(response.job)
         except grpc.RpcError as error:
             raise error_from_rpc(error) from None
         finally:
@@ -203,7 +247,7 @@ class AsyncJobsClient:
             dry_run=dry_run,
             requested_by=requested_by,
         )
-        return await self._call(self._stub.RetryFailed, request, timeout)
+        return result(await self._call(self._stub.RetryFailed, request, timeout))
 
     async def list_jobs(
         self,
@@ -229,7 +273,40 @@ class AsyncJobsClient:
             page_size=page_size,
             page_token=page_token,
         )
-        return await self._call(self._stub.ListJobs, request, timeout)
+        return result(await self._call(self._stub.ListJobs, request, timeout))
+
+    async def iter_jobs(
+        self,
+        *,
+        statuses: Iterable[pb.JobStatus.ValueType] = (),
+        job_types: Iterable[pb.JobType.ValueType] = (),
+        target_id: str = "",
+        error_message_contains: str = "",
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[pb.Job]:
+        """Every job matching the criteria, following the pages."""
+        statuses, job_types = list(statuses), list(job_types)
+        token = ""
+        while True:
+            page = await self.list_jobs(
+                statuses=statuses,
+                job_types=job_types,
+                target_id=target_id,
+                error_message_contains=error_message_contains,
+                created_after=created_after,
+                created_before=created_before,
+                page_size=page_size,
+                page_token=token,
+                timeout=timeout,
+            )
+            for job in page.jobs:
+                yield job
+            token = page.next_page_token
+            if not token:
+                return
 
     async def cancel_job(
         self, job_id: str, *, reason: str = "", timeout: float | None = None
@@ -237,11 +314,11 @@ class AsyncJobsClient:
         """Cancel a PENDING or PROCESSING job; :class:`InvalidJobStateError` if terminal."""
         request = pb.CancelJobRequest(job_id=job_id, reason=reason)
         response = await self._call(self._stub.CancelJob, request, timeout)
-        return response.job
+        return result(response.job)
 
     async def get_job_stats(self, *, timeout: float | None = None) -> pb.GetJobStatsResponse:
         """Job counts by type and status, and the oldest pending job's creation time."""
-        return await self._call(self._stub.GetJobStats, pb.GetJobStatsRequest(), timeout)
+        return result(await self._call(self._stub.GetJobStats, pb.GetJobStatsRequest(), timeout))
 
     async def get_usage(
         self,
@@ -254,7 +331,7 @@ class AsyncJobsClient:
         """Usage of the attempts that ended in [start_time, end_time) (default: the last
         24 hours), summed by job type, model and caller; only `job_types` if given."""
         request = _requests.usage_request(start_time, end_time, job_types)
-        return await self._call(self._stub.GetUsage, request, timeout)
+        return result(await self._call(self._stub.GetUsage, request, timeout))
 
     async def prune_jobs(
         self, *, dry_run: bool = False, timeout: float | None = None
@@ -263,7 +340,7 @@ class AsyncJobsClient:
         with `dry_run` count them per status; a prune already running anywhere is a
         :class:`JobsError` with code ABORTED. Give a long `timeout` for a big backlog."""
         request = pb.PruneJobsRequest(dry_run=dry_run)
-        return await self._call(self._stub.PruneJobs, request, timeout)
+        return result(await self._call(self._stub.PruneJobs, request, timeout))
 
     async def list_failure_groups(
         self,
@@ -276,7 +353,7 @@ class AsyncJobsClient:
         """FAILED jobs of [failed_after, failed_before) (default: the last 24 hours)
         counted by error code, reason and message prefix, largest group first."""
         request = _requests.failure_groups_request(failed_after, failed_before, job_types)
-        return await self._call(self._stub.ListFailureGroups, request, timeout)
+        return result(await self._call(self._stub.ListFailureGroups, request, timeout))
 
     async def watch(
         self,
@@ -285,7 +362,12 @@ class AsyncJobsClient:
         *,
         poll_interval: float = POLL_INTERVAL,
     ) -> AsyncGenerator[pb.Job, None]:
-        """Each new state of one job until it is terminal (see :meth:`JobsClient.watch`)."""
+        """Each new state of one job until it is terminal (the last one yielded).
+
+        Built on StreamJobUpdates; if the stream breaks, GetJob is polled every
+        ``poll_interval`` seconds instead. Raises :class:`WaitTimeoutError` after
+        ``timeout`` seconds (no limit when None).
+        """
         deadline = _requests.Deadline(job_id, timeout)
         changes = _requests.ChangeFilter()
         try:

@@ -1,12 +1,11 @@
-"""enqueue_many's parts shared by the sync and asyncio clients (no I/O here): the
-typed outcome of one request, the requests as sent, and the reading of one
-BatchEnqueue answer."""
+"""enqueue_many's parts (no I/O here): the typed outcome of one request, the
+requests as sent, and the reading of one BatchEnqueue answer."""
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -18,6 +17,7 @@ from san_jobs.client._errors import (
     error_from_status_message,
 )
 from san_jobs.client._job_types import JOB_TYPES
+from san_jobs.client._views import result as _result
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 MAX_BATCH_SIZE = 1_000
@@ -55,9 +55,10 @@ class EnqueueOutcome:
         return self.error is None
 
 
-ChunkCallback = Callable[[int, Sequence[EnqueueOutcome]], None]
+ChunkCallback = Callable[[int, Sequence[EnqueueOutcome]], Awaitable[None] | None]
 """``on_chunk(start, outcomes)``: the outcomes of requests[start:start+len(outcomes)],
-called once per answered BatchEnqueue call, in order."""
+called once per answered BatchEnqueue call, in order (the asyncio client awaits an
+awaitable it returns; JobsClient calls it in the caller's thread)."""
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -165,7 +166,7 @@ def outcomes(response: pb.BatchEnqueueResponse, sent: int) -> list[EnqueueOutcom
 def _outcome(result: pb.BatchEnqueueResult) -> EnqueueOutcome:
     if result.HasField("response"):
         answer = result.response
-        return EnqueueOutcome(job=answer.job, deduplicated=answer.deduplicated)
+        return EnqueueOutcome(job=_result(answer.job), deduplicated=answer.deduplicated)
     if not result.HasField("error"):
         raise JobsError("BatchEnqueue answered an empty result", code=grpc.StatusCode.INTERNAL)
     error = error_from_status_message(result.error)

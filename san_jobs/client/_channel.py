@@ -1,4 +1,5 @@
-"""Channel settings shared by the sync and asyncio clients, set in one place."""
+"""Channel settings shared by the sync and asyncio clients, and their constructor,
+set in one place."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -35,6 +36,8 @@ MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_SEND_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_RECONNECT_BACKOFF_MS = 2_000
 
+
+ChannelT = TypeVar("ChannelT")
 
 PemSource = bytes | str | os.PathLike[str]
 """A PEM value: its contents (``bytes``) or the path of the file holding it."""
@@ -151,3 +154,57 @@ class ChannelSettings:
         if self.token:
             return (("authorization", f"Bearer {self.token}"),)
         return ()
+
+
+class ClientBase(Generic[ChannelT]):
+    """What both clients are made from: a target and its settings, or a channel."""
+
+    settings: ChannelSettings
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        tls_ca: PemSource | None = None,
+        tls_cert: PemSource | None = None,
+        tls_key: PemSource | None = None,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        channel: ChannelT | None = None,
+    ) -> None:
+        """Connect to ``target`` (HOST:PORT), or use ``channel`` as given (one with
+        interceptors, a test's).
+
+        TLS: ``tls=True`` checks the server against the system roots; ``tls_ca`` (a CA
+        certificate: PEM bytes or a file path) against that CA instead, and turns TLS
+        on by itself. ``tls_cert`` and ``tls_key`` (PEM bytes or paths, both or
+        neither) present a client certificate, for servers that require mutual TLS.
+        ``root_certificates`` is the older spelling of ``tls_ca`` (bytes only).
+        ``token`` is sent as ``authorization: Bearer TOKEN``. ``timeout`` is the
+        default deadline of a unary call, in seconds. A file that cannot be read
+        raises ``OSError``; a value that is not PEM, ``ValueError``.
+        """
+        self.settings = ChannelSettings.build(
+            target,
+            tls=tls,
+            root_certificates=root_certificates,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            token=token,
+            timeout=timeout,
+        )
+        self._connect(channel)
+
+    def _connect(self, channel: ChannelT | None) -> None:
+        raise NotImplementedError
+
+
+def aio_channel(settings: ChannelSettings) -> grpc.aio.Channel:
+    """A grpc.aio channel to ``settings.target``, bound to the running event loop."""
+    credentials = settings.credentials()
+    if credentials is not None:
+        return grpc.aio.secure_channel(settings.target, credentials, settings.options())
+    return grpc.aio.insecure_channel(settings.target, settings.options())

@@ -1,90 +1,314 @@
-"""The synchronous JobService client."""
+"""The blocking JobService client: :class:`AsyncJobsClient`'s methods, waited for.
+
+There is one implementation, the asyncio client. A :class:`JobsClient` owns an event
+loop running in a daemon thread of its own, and its asyncio client lives on that
+loop (a grpc.aio channel is bound to the loop it was made on). Each method runs the
+asyncio client's method there and waits for its answer; an iterator (``watch``,
+``stream_job_updates``, ``iter_jobs``) pulls one item at a time. So requests,
+deadlines, retries, errors and the watch's fallback to polling are the asyncio
+client's, and an error is the very exception it raised. A callback (``on_chunk``)
+runs in the caller's thread, as a blocking client's should, and may call the
+client. Ctrl-C in the caller cancels the call it interrupts; ``close()`` (or the
+client being garbage-collected, or the interpreter exiting) closes the channel and
+ends the thread.
+
+The client is safe to share between threads, and works in a thread that runs an
+event loop of its own (it blocks that thread, as any blocking call does).
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import closing
-from datetime import datetime
+import asyncio
+import concurrent.futures
+import inspect
+import os
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from queue import Empty, SimpleQueue
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, get_args, get_type_hints
 
 import grpc
 
-from san_jobs.client import _batch, _requests
-from san_jobs.client._channel import DEFAULT_TIMEOUT, ChannelSettings, PemSource
-from san_jobs.client._errors import (
-    InvalidRequestError,
-    JobNotFoundError,
-    JobsError,
-    ServiceUnavailableError,
-    error_from_rpc,
-)
-from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.client._async_client import AsyncJobsClient
+from san_jobs.client._channel import ChannelSettings, ClientBase, aio_channel
+from san_jobs.client._transport import BlockingChannelStub
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
+P = ParamSpec("P")
+R = TypeVar("R")
 T = TypeVar("T")
 
-POLL_INTERVAL = 0.5
-"""Seconds between GetJob polls once StreamJobUpdates has broken."""
-MAX_POLL_FAILURES = 10
-"""Consecutive failed polls after which wait()/watch() give up (without a timeout)."""
+CANCEL_GRACE = 5.0
+"""Seconds an interrupted call may take to finish cancelling before the caller goes on."""
+WAKE_EVERY = 0.2
+"""Seconds between two looks for a signal while a call waits."""
+CLOSE_GRACE = 5.0
+"""Seconds close() waits for the channel to close and the loop's thread to end."""
+
+_DONE = object()
+Inbox = SimpleQueue[Callable[[], None] | None]
 
 
-class JobsClient:
-    """A blocking client of JobService.
+class _Loop:
+    """An event loop in a daemon thread, and the way into it and back out."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.closed = False
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._serve, name="san-jobs-client", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            _finish(self.loop)
+
+    def _in_loop_thread(self) -> bool:
+        return threading.get_ident() == self._thread.ident
+
+    def run(self, coro: Coroutine[Any, Any, T], inbox: Inbox | None = None) -> T:
+        """Run ``coro`` on the loop and wait for it; meanwhile run here what it puts
+        in ``inbox`` (callbacks). Interrupted here (KeyboardInterrupt), it is cancelled."""
+        problem = self._unusable()
+        if problem is not None:
+            coro.close()
+            raise problem
+        finished = threading.Event()
+        future = asyncio.run_coroutine_threadsafe(_tracked(coro, finished), self.loop)
+        inbox = SimpleQueue() if inbox is None else inbox
+        future.add_done_callback(lambda _: inbox.put(None))
+        try:
+            while (callback := _take(inbox)) is not None:
+                callback()
+            return future.result()
+        except BaseException:
+            if not future.done():  # interrupted in this thread: stop the call
+                future.cancel()
+                finished.wait(CANCEL_GRACE)
+            raise
+
+    def _unusable(self) -> Exception | None:
+        if self.closed:
+            return ValueError("Cannot invoke RPC on closed channel!")  # as grpc says it
+        if os.getpid() != self._pid:
+            return RuntimeError("a JobsClient cannot be used across fork(): make one in the child")
+        if self._in_loop_thread():
+            return RuntimeError("a JobsClient cannot be called from its own event loop")
+        return None
+
+    def in_caller(self, callback: Callable[..., Any], inbox: Inbox) -> Callable[..., Any]:
+        """``callback`` for the loop's side: each call is run in the thread waiting in
+        :meth:`run` (put in its ``inbox``), and awaited."""
+
+        async def relay(*args: Any) -> Any:
+            answer: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+            def call() -> None:
+                try:
+                    answer.set_result(callback(*args))
+                except Exception as error:
+                    answer.set_exception(error)
+
+            inbox.put(call)
+            return await asyncio.wrap_future(answer)
+
+        return relay
+
+    def iterate(self, items: AsyncIterator[T]) -> Generator[T, None, None]:
+        """``items`` one at a time; closing the generator closes them."""
+        try:
+            while (item := self.run(_next(items))) is not _DONE:
+                yield item
+        finally:
+            self._close_iterator(items)
+
+    def _close_iterator(self, items: AsyncIterator[Any]) -> None:
+        aclose = getattr(items, "aclose", None)
+        if aclose is None or self.closed or self.loop.is_closed():
+            return
+        if self._in_loop_thread():  # garbage-collected in the loop's thread
+            self.loop.create_task(aclose())
+            return
+        self.run(aclose())
+
+    def shutdown(self, client: AsyncJobsClient | None) -> None:
+        """Close ``client`` on the loop, then stop the loop and end its thread."""
+        if self.closed or self.loop.is_closed():
+            return
+        if self._in_loop_thread():  # garbage-collected in the loop's thread
+            self.closed = True
+            closing = self.loop.create_task(_close(client))
+            closing.add_done_callback(lambda _: self.loop.stop())
+            return
+        try:
+            if client is not None and os.getpid() == self._pid:
+                asyncio.run_coroutine_threadsafe(_close(client), self.loop).result(CLOSE_GRACE)
+        except Exception:  # a channel that will not close (or too slowly): ended anyway
+            pass
+        finally:
+            self.closed = True
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            if os.getpid() == self._pid:
+                self._thread.join(CLOSE_GRACE)
+
+
+def _take(inbox: Inbox) -> Callable[[], None] | None:
+    """The next item of ``inbox``, waking every WAKE_EVERY seconds: a signal handler
+    (Ctrl-C) runs then even where a blocked wait is not interrupted."""
+    while True:
+        try:
+            return inbox.get(timeout=WAKE_EVERY)
+        except Empty:
+            continue
+
+
+async def _tracked(coro: Coroutine[Any, Any, T], finished: threading.Event) -> T:
+    try:
+        return await coro
+    finally:
+        finished.set()
+
+
+async def _next(items: AsyncIterator[T]) -> T | Any:
+    try:
+        return await anext(items)
+    except StopAsyncIteration:
+        return _DONE
+
+
+async def _close(client: AsyncJobsClient | None) -> None:
+    if client is not None:
+        await client.close()
+
+
+def _finish(loop: asyncio.AbstractEventLoop) -> None:
+    """What asyncio.run does after its main task: cancel what is left, then close."""
+    try:
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+async def _open(settings: ChannelSettings, channel: grpc.Channel | None) -> AsyncJobsClient:
+    """The inner asyncio client, made on the loop it will run on."""
+    if channel is not None:
+        stub = BlockingChannelStub(channel)
+        return AsyncJobsClient._over(settings, stub, on_close=stub.close)
+    aio = aio_channel(settings)
+    return AsyncJobsClient._over(settings, pb_grpc.JobServiceStub(aio), channel=aio)
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncJobsClient, P], Coroutine[Any, Any, R]],
+    *,
+    callbacks: tuple[str, ...] = (),
+) -> Callable[Concatenate[JobsClient, P], R]:
+    """``method`` of the asyncio client as a blocking method; the keyword arguments
+    named in ``callbacks`` are called in the caller's thread."""
+
+    def blocking(self: JobsClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        inbox: Inbox | None = SimpleQueue() if callbacks else None
+        for name in callbacks:
+            given = kwargs.get(name)
+            if callable(given) and inbox is not None:
+                kwargs[name] = self._loop.in_caller(given, inbox)
+        return self._loop.run(method(self._async, *args, **kwargs), inbox)
+
+    return _like(blocking, method, iterating=False)
+
+
+def _iterating(
+    method: Callable[Concatenate[AsyncJobsClient, P], AsyncIterator[R]],
+) -> Callable[Concatenate[JobsClient, P], Generator[R, None, None]]:
+    """An async-iterator ``method`` of the asyncio client as a generator method."""
+
+    def iterating(
+        self: JobsClient, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Generator[R, None, None]:
+        return self._loop.iterate(method(self._async, *args, **kwargs))
+
+    return _like(iterating, method, iterating=True)
+
+
+def _like(function: T, method: Callable[..., Any], *, iterating: bool) -> T:
+    """``function`` named, documented and annotated as ``method`` (for help(),
+    inspect and get_type_hints), its return made blocking."""
+    hints = get_type_hints(method)
+    returns = hints.get("return", Any)
+    if iterating:  # AsyncGenerator[Job, None] / AsyncIterator[Job] -> Generator[Job, None, None]
+        item = (get_args(returns) or (Any,))[0]
+        returns = Generator[item, None, None]  # type: ignore[valid-type]
+    signature = inspect.signature(method, eval_str=True)
+    target: Any = function
+    target.__name__ = method.__name__
+    target.__qualname__ = f"JobsClient.{method.__name__}"
+    target.__doc__ = method.__doc__
+    target.__signature__ = signature.replace(return_annotation=returns)
+    target.__annotations__ = {**hints, "return": returns}
+    return function
+
+
+class JobsClient(ClientBase[grpc.Channel]):
+    """A blocking client of JobService: every method of
+    :class:`~san_jobs.client.AsyncJobsClient`, waited for (the same code runs).
 
     Every method raises a :class:`~san_jobs.client.JobsError` subclass on failure. Unary
     calls get ``timeout`` seconds unless told otherwise. Use as a context manager, or
-    call :meth:`close`.
+    call :meth:`close`. ``channel``, when given, is a blocking ``grpc.Channel``.
 
     >>> with JobsClient("127.0.0.1:50051") as client:  # doctest: +SKIP
     ...     job = client.enqueue("scrap-1", CardAnalysisInput(text="...")).job
     ...     done = client.wait(job.id, timeout=60)
+    ...     print(done.status)
+    JOB_STATUS_COMPLETED
     """
 
-    def __init__(
-        self,
-        target: str = "127.0.0.1:50051",
-        *,
-        tls: bool = False,
-        root_certificates: bytes | None = None,
-        tls_ca: PemSource | None = None,
-        tls_cert: PemSource | None = None,
-        tls_key: PemSource | None = None,
-        token: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        channel: grpc.Channel | None = None,
-    ) -> None:
-        """Connect to ``target`` (HOST:PORT), or use ``channel`` as given (tests).
+    _loop: _Loop
+    _async: AsyncJobsClient
 
-        TLS: ``tls=True`` checks the server against the system roots; ``tls_ca`` (a CA
-        certificate: PEM bytes or a file path) against that CA instead, and turns TLS
-        on by itself. ``tls_cert`` and ``tls_key`` (PEM bytes or paths, both or
-        neither) present a client certificate, for servers that require mutual TLS.
-        ``root_certificates`` is the older spelling of ``tls_ca`` (bytes only).
-        ``token`` is sent as ``authorization: Bearer TOKEN``. A file that cannot be
-        read raises ``OSError``; a value that is not PEM, ``ValueError``.
-        """
-        self.settings = ChannelSettings.build(
-            target,
-            tls=tls,
-            root_certificates=root_certificates,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            token=token,
-            timeout=timeout,
-        )
-        if channel is None:
-            credentials = self.settings.credentials()
-            if credentials is not None:
-                channel = grpc.secure_channel(target, credentials, self.settings.options())
-            else:
-                channel = grpc.insecure_channel(target, self.settings.options())
-        self._channel = channel
-        self._stub = pb_grpc.JobServiceStub(channel)
-        self._metadata = self.settings.call_metadata()
+    def _connect(self, channel: grpc.Channel | None) -> None:
+        if isinstance(channel, grpc.aio.Channel):
+            raise TypeError("JobsClient takes a blocking grpc.Channel, not a grpc.aio one")
+        self._start(_open(self.settings, channel))
+
+    @classmethod
+    def _over(
+        cls,
+        settings: ChannelSettings,
+        stub: object,
+        *,
+        on_close: Callable[[], object] | None = None,
+    ) -> JobsClient:
+        """A client calling ``stub`` (see ``_transport``): one over the testing fake."""
+
+        async def make() -> AsyncJobsClient:
+            return AsyncJobsClient._over(settings, stub, on_close=on_close)
+
+        client = cls.__new__(cls)
+        client.settings = settings
+        client._start(make())
+        return client
+
+    def _start(self, make: Coroutine[Any, Any, AsyncJobsClient]) -> None:
+        loop = _Loop()
+        try:
+            self._async = loop.run(make)
+        except BaseException:
+            loop.shutdown(None)
+            raise
+        self._loop = loop
+        # Not a method of self: the client can be collected, and is closed then.
+        self._finalizer = weakref.finalize(self, loop.shutdown, self._async)
 
     def __enter__(self) -> Self:
         return self
@@ -98,312 +322,20 @@ class JobsClient:
         self.close()
 
     def close(self) -> None:
-        """Close the channel; calls in flight are cancelled."""
-        self._channel.close()
+        """Close the channel (calls in flight are cancelled) and end the client's thread."""
+        self._finalizer()
 
-    def _call(self, method: Callable[..., T], request: object, timeout: float | None) -> T:
-        try:
-            return method(
-                request,
-                timeout=self.settings.timeout if timeout is None else timeout,
-                metadata=self._metadata,
-            )
-        except grpc.RpcError as error:
-            raise error_from_rpc(error) from None
-
-    def enqueue(
-        self,
-        target_id: str,
-        job_input: _requests.JobInput,
-        *,
-        job_type: pb.JobType.ValueType | None = None,
-        requested_by: str = "",
-        request_id: str | None = None,
-        max_attempts: int = 0,
-        return_existing: bool = False,
-        timeout: float | None = None,
-    ) -> pb.EnqueueResponse:
-        """Store a job as PENDING; its type follows from ``job_input`` unless given.
-
-        A ``request_id`` makes the call idempotent (a fresh one is generated otherwise).
-        With ``return_existing``, an active job for the same (type, target) is returned
-        with ``deduplicated = True`` instead of raising :class:`DuplicateJobError`.
-        """
-        request = _requests.enqueue_request(
-            target_id,
-            job_input,
-            job_type=job_type,
-            requested_by=requested_by,
-            request_id=request_id,
-            max_attempts=max_attempts,
-            return_existing=return_existing,
-        )
-        return self._call(self._stub.Enqueue, request, timeout)
-
-    def enqueue_many(
-        self,
-        requests: Iterable[pb.EnqueueRequest],
-        *,
-        batch_size: int = _batch.DEFAULT_BATCH_SIZE,
-        max_batch_bytes: int = _batch.DEFAULT_MAX_BATCH_BYTES,
-        timeout: float | None = None,
-        on_chunk: _batch.ChunkCallback | None = None,
-    ) -> list[_batch.EnqueueOutcome]:
-        """Store many jobs with BatchEnqueue: one :class:`EnqueueOutcome` per request,
-        in order. One bad request never fails the others.
-
-        Requests go ``batch_size`` (1 to 1,000) at a time, or fewer when they hold
-        more than ``max_batch_bytes``; ``timeout`` is per call. As :meth:`enqueue`
-        does, a request without request_id gets one and an unspecified job_type is
-        its input's (the caller's messages are not changed). ``on_chunk(start,
-        outcomes)`` hears each answered call, in order. A call JobService refuses
-        because its answer could outgrow the server's message limit is sent again
-        as two smaller ones, down to single requests. A call failing as a whole
-        (JobService unreachable after the channel's retries, ...) raises its
-        :class:`JobsError`: the calls before it are stored (``on_chunk`` has seen
-        them); sending the rest again is safe for requests with their own request_id.
-        """
-        _batch.check_batch_size(batch_size)
-        results: list[_batch.EnqueueOutcome] = []
-        calls = _batch.Chunks(requests, batch_size, max_batch_bytes)
-        for chunk in calls:
-            try:
-                response = self._call(
-                    self._stub.BatchEnqueue, pb.BatchEnqueueRequest(requests=chunk), timeout
-                )
-                answered = _batch.outcomes(response, len(chunk))
-            except JobsError as error:
-                if calls.split_if_refused(chunk, error):
-                    continue  # sent again as two calls
-                if not _batch.too_large(chunk, error, max_batch_bytes):
-                    raise
-                answered = [_batch.EnqueueOutcome(error=error)]
-            if on_chunk is not None:
-                on_chunk(len(results), answered)
-            results.extend(answered)
-        return results
-
-    def get_job(self, job_id: str, *, timeout: float | None = None) -> pb.Job:
-        """One job by id; :class:`JobNotFoundError` when unknown."""
-        return self._call(self._stub.GetJob, pb.GetJobRequest(job_id=job_id), timeout).job
-
-    def stream_job_updates(
-        self,
-        job_ids: Iterable[str] = (),
-        *,
-        job_types: Iterable[pb.JobType.ValueType] = (),
-        statuses: Iterable[pb.JobStatus.ValueType] = (),
-        timeout: float | None = None,
-    ) -> Generator[pb.Job, None, None]:
-        """The current state of each named job, then every change, as they happen.
-
-        With ``job_ids`` the iterator ends once every job is terminal; without, it is
-        a live feed filtered by ``job_types`` and ``statuses``. No deadline by default.
-        """
-        request = pb.StreamJobUpdatesRequest(
-            job_ids=list(job_ids), job_types=list(job_types), statuses=list(statuses)
-        )
-        call = self._stub.StreamJobUpdates(request, timeout=timeout, metadata=self._metadata)
-        try:
-            for response in call:
-                yield response.job
-        except grpc.RpcError as error:
-            raise error_from_rpc(error) from None
-        finally:
-            call.cancel()  # type: ignore[no-untyped-call]
-
-    def retry_failed(
-        self,
-        *,
-        job_ids: Iterable[str] = (),
-        job_types: Iterable[pb.JobType.ValueType] = (),
-        target_ids: Iterable[str] = (),
-        error_message_contains: str = "",
-        failed_after: datetime | None = None,
-        failed_before: datetime | None = None,
-        all_failed: bool = False,
-        limit: int = 0,
-        dry_run: bool = False,
-        requested_by: str = "",
-        timeout: float | None = None,
-    ) -> pb.RetryFailedResponse:
-        """Put FAILED jobs matching every given criterion back to PENDING."""
-        request = _requests.retry_failed_request(
-            job_ids=job_ids,
-            job_types=job_types,
-            target_ids=target_ids,
-            error_message_contains=error_message_contains,
-            failed_after=failed_after,
-            failed_before=failed_before,
-            all_failed=all_failed,
-            limit=limit,
-            dry_run=dry_run,
-            requested_by=requested_by,
-        )
-        return self._call(self._stub.RetryFailed, request, timeout)
-
-    def list_jobs(
-        self,
-        *,
-        statuses: Iterable[pb.JobStatus.ValueType] = (),
-        job_types: Iterable[pb.JobType.ValueType] = (),
-        target_id: str = "",
-        error_message_contains: str = "",
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> pb.ListJobsResponse:
-        """One page of jobs matching every given criterion, newest first."""
-        request = _requests.list_jobs_request(
-            statuses=statuses,
-            job_types=job_types,
-            target_id=target_id,
-            error_message_contains=error_message_contains,
-            created_after=created_after,
-            created_before=created_before,
-            page_size=page_size,
-            page_token=page_token,
-        )
-        return self._call(self._stub.ListJobs, request, timeout)
-
-    def iter_jobs(
-        self,
-        *,
-        statuses: Iterable[pb.JobStatus.ValueType] = (),
-        job_types: Iterable[pb.JobType.ValueType] = (),
-        target_id: str = "",
-        error_message_contains: str = "",
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        page_size: int = 0,
-        timeout: float | None = None,
-    ) -> Iterator[pb.Job]:
-        """Every job matching the criteria, following the pages."""
-        statuses, job_types = list(statuses), list(job_types)
-        token = ""
-        while True:
-            page = self.list_jobs(
-                statuses=statuses,
-                job_types=job_types,
-                target_id=target_id,
-                error_message_contains=error_message_contains,
-                created_after=created_after,
-                created_before=created_before,
-                page_size=page_size,
-                page_token=token,
-                timeout=timeout,
-            )
-            yield from page.jobs
-            token = page.next_page_token
-            if not token:
-                return
-
-    def cancel_job(self, job_id: str, *, reason: str = "", timeout: float | None = None) -> pb.Job:
-        """Cancel a PENDING or PROCESSING job; :class:`InvalidJobStateError` if terminal."""
-        request = pb.CancelJobRequest(job_id=job_id, reason=reason)
-        return self._call(self._stub.CancelJob, request, timeout).job
-
-    def get_job_stats(self, *, timeout: float | None = None) -> pb.GetJobStatsResponse:
-        """Job counts by type and status, and the oldest pending job's creation time."""
-        return self._call(self._stub.GetJobStats, pb.GetJobStatsRequest(), timeout)
-
-    def get_usage(
-        self,
-        *,
-        start_time: datetime | None = None,
-        end_time: datetime | None = None,
-        job_types: Sequence[pb.JobType.ValueType] = (),
-        timeout: float | None = None,
-    ) -> pb.GetUsageResponse:
-        """Usage of the attempts that ended in [start_time, end_time) (default: the last
-        24 hours), summed by job type, model and caller; only `job_types` if given."""
-        request = _requests.usage_request(start_time, end_time, job_types)
-        return self._call(self._stub.GetUsage, request, timeout)
-
-    def prune_jobs(
-        self, *, dry_run: bool = False, timeout: float | None = None
-    ) -> pb.PruneJobsResponse:
-        """Delete the terminal jobs past the server's retention now (operators only), or
-        with `dry_run` count them per status; a prune already running anywhere is a
-        :class:`JobsError` with code ABORTED. Give a long `timeout` for a big backlog."""
-        request = pb.PruneJobsRequest(dry_run=dry_run)
-        return self._call(self._stub.PruneJobs, request, timeout)
-
-    def list_failure_groups(
-        self,
-        *,
-        failed_after: datetime | None = None,
-        failed_before: datetime | None = None,
-        job_types: Sequence[pb.JobType.ValueType] = (),
-        timeout: float | None = None,
-    ) -> pb.ListFailureGroupsResponse:
-        """FAILED jobs of [failed_after, failed_before) (default: the last 24 hours)
-        counted by error code, reason and message prefix, largest group first."""
-        request = _requests.failure_groups_request(failed_after, failed_before, job_types)
-        return self._call(self._stub.ListFailureGroups, request, timeout)
-
-    def watch(
-        self,
-        job_id: str,
-        timeout: float | None = None,
-        *,
-        poll_interval: float = POLL_INTERVAL,
-    ) -> Iterator[pb.Job]:
-        """Each new state of one job until it is terminal (the last one yielded).
-
-        Built on StreamJobUpdates; if the stream breaks, GetJob is polled every
-        ``poll_interval`` seconds instead. Raises :class:`WaitTimeoutError` after
-        ``timeout`` seconds (no limit when None).
-        """
-        deadline = _requests.Deadline(job_id, timeout)
-        changes = _requests.ChangeFilter()
-        try:
-            with closing(
-                self.stream_job_updates([job_id], timeout=deadline.remaining())
-            ) as updates:
-                for job in updates:
-                    if changes.is_new(job):
-                        yield job
-                    if _requests.is_terminal(job):
-                        return
-        except (JobNotFoundError, InvalidRequestError):
-            raise
-        except JobsError:
-            deadline.remaining()  # our own deadline passing is a timeout, not a broken stream
-        yield from self._poll(job_id, deadline, changes, poll_interval)
-
-    def _poll(
-        self,
-        job_id: str,
-        deadline: _requests.Deadline,
-        changes: _requests.ChangeFilter,
-        poll_interval: float,
-    ) -> Iterator[pb.Job]:
-        failures = 0
-        while True:
-            try:
-                job = self.get_job(job_id, timeout=deadline.cap(self.settings.timeout))
-            except ServiceUnavailableError:
-                failures += 1
-                if failures >= MAX_POLL_FAILURES:
-                    raise
-            else:
-                failures = 0
-                if changes.is_new(job):
-                    yield job
-                if _requests.is_terminal(job):
-                    return
-            time.sleep(deadline.cap(poll_interval))
-
-    def wait(
-        self, job_id: str, timeout: float | None = None, *, poll_interval: float = POLL_INTERVAL
-    ) -> pb.Job:
-        """Block until the job is terminal and return it (see :meth:`watch`)."""
-        last: pb.Job | None = None
-        for job in self.watch(job_id, timeout, poll_interval=poll_interval):
-            last = job
-        if last is None:  # pragma: no cover - watch always yields the terminal state
-            raise JobsError(f"job {job_id} was never seen")
-        return last
+    enqueue = _blocking(AsyncJobsClient.enqueue)
+    enqueue_many = _blocking(AsyncJobsClient.enqueue_many, callbacks=("on_chunk",))
+    get_job = _blocking(AsyncJobsClient.get_job)
+    stream_job_updates = _iterating(AsyncJobsClient.stream_job_updates)
+    retry_failed = _blocking(AsyncJobsClient.retry_failed)
+    list_jobs = _blocking(AsyncJobsClient.list_jobs)
+    iter_jobs = _iterating(AsyncJobsClient.iter_jobs)
+    cancel_job = _blocking(AsyncJobsClient.cancel_job)
+    get_job_stats = _blocking(AsyncJobsClient.get_job_stats)
+    get_usage = _blocking(AsyncJobsClient.get_usage)
+    prune_jobs = _blocking(AsyncJobsClient.prune_jobs)
+    list_failure_groups = _blocking(AsyncJobsClient.list_failure_groups)
+    watch = _iterating(AsyncJobsClient.watch)
+    wait = _blocking(AsyncJobsClient.wait)

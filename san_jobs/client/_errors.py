@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 _DETAILS_KEY = "grpc-status-details-bin"
+ERROR_DOMAIN = "jobs.san"
 _CODES = {code.value[0]: code for code in grpc.StatusCode}  # google.rpc.Status.code -> enum
 
 
@@ -209,3 +211,39 @@ def error_from_rpc(error: grpc.RpcError) -> JobsError:
     if isinstance(error, grpc.Call):
         return error_from_status(error.code(), error.details() or "", error.trailing_metadata())
     return JobsError(str(error) or "gRPC call failed")
+
+
+def status_from_error(error: JobsError) -> status_pb2.Status:
+    """The ``google.rpc.Status`` a server sends for ``error``, the inverse of
+    :func:`error_from_status_message` (the testing fake answers with it)."""
+    status = status_pb2.Status(code=error.code.value[0], message=error.message)
+    details: list[Any] = []
+    if error.reason or error.metadata:
+        details.append(
+            error_details_pb2.ErrorInfo(
+                reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
+            )
+        )
+    if isinstance(error, InvalidRequestError) and error.field_violations:
+        bad = error_details_pb2.BadRequest()
+        for violation in error.field_violations:
+            bad.field_violations.add(field=violation.field, description=violation.description)
+        details.append(bad)
+    if isinstance(error, RateLimitedError) and error.retry_delay is not None:
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(round(error.retry_delay * 1e9))
+        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
+    for detail in details:
+        packed = any_pb2.Any()
+        packed.Pack(detail)
+        status.details.append(packed)
+    return status
+
+
+def rpc_error_from(error: JobsError) -> grpc.aio.AioRpcError:
+    """The failed call a server's ``error`` makes on a grpc.aio channel: its code and
+    message, and the rich status in the trailers (what :func:`error_from_rpc` reads)."""
+    trailers = grpc.aio.Metadata((_DETAILS_KEY, status_from_error(error).SerializeToString()))
+    return grpc.aio.AioRpcError(
+        error.code, grpc.aio.Metadata(), trailers, details=error.message, debug_error_string=None
+    )

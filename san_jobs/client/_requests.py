@@ -1,4 +1,4 @@
-"""Request building shared by the sync and asyncio clients (no I/O here)."""
+"""Request building and the watch's bookkeeping of the client (no I/O here)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from san_jobs.client._errors import WaitTimeoutError
 from san_jobs.client._job_types import job_type_of_input
+from san_jobs.client._names import JobStatus
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 JobInput = Message
@@ -21,7 +22,7 @@ TilGenerationInput, ...; the contract's list, see _job_types.py). Any message is
 accepted by the type checker; enqueue() refuses any other with TypeError."""
 
 TERMINAL_STATUSES: frozenset[pb.JobStatus.ValueType] = frozenset(
-    {pb.JOB_STATUS_COMPLETED, pb.JOB_STATUS_FAILED, pb.JOB_STATUS_CANCELLED}
+    {JobStatus.JOB_STATUS_COMPLETED, JobStatus.JOB_STATUS_FAILED, JobStatus.JOB_STATUS_CANCELLED}
 )
 
 

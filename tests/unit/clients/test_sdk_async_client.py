@@ -1,7 +1,10 @@
-"""AsyncJobsClient against an in-process grpc.aio server with a scripted JobService."""
+"""AsyncJobsClient: on the wire against an in-process grpc.aio server with a scripted
+JobService (the token and deadline sent, rich errors read from real trailers, an
+unreachable server), and its own surface over san_jobs.client.testing."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,12 +18,16 @@ from grpc_status import rpc_status
 from san_jobs.client import (
     AsyncJobsClient,
     CardAnalysisInput,
+    CardAnalysisResult,
     DuplicateJobError,
+    EnqueueOutcome,
+    EnqueueRequest,
     InvalidRequestError,
     JobNotFoundError,
     RateLimitedError,
     ServiceUnavailableError,
 )
+from san_jobs.client.testing import FakeJobService
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 
@@ -35,12 +42,11 @@ def rich(code: grpc.StatusCode, message: str, *details: Any) -> grpc.Status:
 
 
 class ScriptedJobService(pb_grpc.JobServiceServicer):
-    """Answers chosen per test: enqueue errors by target id, a stream that breaks."""
+    """Answers chosen per test: enqueue errors by target id; GetJob knows no job."""
 
     def __init__(self) -> None:
         self.metadata: list[tuple[str, str]] = []
         self.deadlines: list[float | None] = []
-        self.polls = 0
 
     async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
         self.metadata = [(m.key, m.value) for m in context.invocation_metadata()]
@@ -64,25 +70,14 @@ class ScriptedJobService(pb_grpc.JobServiceServicer):
         return pb.EnqueueResponse(job=make_job(job_id="j-new", target_id=request.target_id))
 
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.GetJobResponse:
-        if request.job_id == "missing":
-            await context.abort_with_status(
-                rich(
-                    grpc.StatusCode.NOT_FOUND,
-                    "job missing not found",
-                    error_info("JOB_NOT_FOUND", jobId="missing"),
-                )
+        await context.abort_with_status(
+            rich(
+                grpc.StatusCode.NOT_FOUND,
+                f"job {request.job_id} not found",
+                error_info("JOB_NOT_FOUND", jobId=request.job_id),
             )
-        self.polls += 1
-        status = pb.JOB_STATUS_PROCESSING if self.polls == 1 else pb.JOB_STATUS_COMPLETED
-        return pb.GetJobResponse(
-            job=make_job(status, job_id=request.job_id, attempt=1, update_seconds=10 + self.polls)
         )
-
-    async def StreamJobUpdates(
-        self, request: pb.StreamJobUpdatesRequest, context: Any
-    ) -> AsyncIterator[pb.StreamJobUpdatesResponse]:
-        yield pb.StreamJobUpdatesResponse(job=make_job(job_id=request.job_ids[0]))
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "instance going away")
+        raise AssertionError("aborted")
 
 
 @pytest.fixture
@@ -125,19 +120,55 @@ async def test_rich_errors_from_trailers(served: tuple[ScriptedJobService, str])
         with pytest.raises(JobNotFoundError) as missing:
             await client.get_job("missing")
         assert missing.value.job_id == "missing"
-
-
-async def test_watch_polls_after_the_stream_breaks(served: tuple[ScriptedJobService, str]) -> None:
-    servicer, address = served
-    async with AsyncJobsClient(address) as client:
-        seen = [job.status async for job in client.watch("j1", timeout=10, poll_interval=0.01)]
-        assert seen == [pb.JOB_STATUS_PENDING, pb.JOB_STATUS_PROCESSING, pb.JOB_STATUS_COMPLETED]
-        assert servicer.polls == 2
-        with pytest.raises(JobNotFoundError):
-            await client.wait("missing", timeout=5)
+        assert str(missing.value) == "job missing not found"
 
 
 async def test_unreachable_server_is_service_unavailable() -> None:
     async with AsyncJobsClient("127.0.0.1:1", timeout=5) as client:
         with pytest.raises(ServiceUnavailableError):
             await client.get_job("j1")
+
+
+async def test_watch_polls_after_the_stream_breaks() -> None:
+    service = FakeJobService()
+    async with service.async_client() as client:
+        job = (await client.enqueue("scrap-1", CardAnalysisInput(text="x"))).job
+        updates = client.watch(job.id, timeout=10, poll_interval=0.01)
+        seen = [(await anext(updates)).status]
+        service.break_streams()
+        service.start(job.id)
+        seen.append((await anext(updates)).status)  # polled
+        service.complete(job.id, CardAnalysisResult(summary="s"))
+        seen += [j.status async for j in updates]
+        assert seen == [pb.JOB_STATUS_PENDING, pb.JOB_STATUS_PROCESSING, pb.JOB_STATUS_COMPLETED]
+        assert [c.rpc for c in service.calls].count("StreamJobUpdates") == 1
+        with pytest.raises(JobNotFoundError):
+            await client.wait("0b0f6c2e-5c43-4f7b-9a53-000000000404", timeout=5)
+
+
+async def test_iter_jobs_follows_the_pages() -> None:
+    service = FakeJobService()
+    async with service.async_client() as client:
+        ids = [
+            (await client.enqueue(f"t-{i}", CardAnalysisInput(text="x"))).job.id for i in range(3)
+        ]
+        found = [job.id async for job in client.iter_jobs(page_size=2)]
+    assert found == ids[::-1]
+    assert [c.rpc for c in service.calls].count("ListJobs") == 2
+
+
+async def test_on_chunk_may_be_a_coroutine() -> None:
+    heard: list[int] = []
+
+    async def on_chunk(start: int, outcomes: list[EnqueueOutcome]) -> None:
+        await asyncio.sleep(0)
+        heard.append(start)
+
+    requests = [
+        EnqueueRequest(target_id=f"t-{i}", card_analysis_input=CardAnalysisInput(text="x"))
+        for i in range(3)
+    ]
+    async with FakeJobService().async_client() as client:
+        outcomes = await client.enqueue_many(requests, batch_size=2, on_chunk=on_chunk)
+    assert heard == [0, 2]
+    assert all(o.ok for o in outcomes)

@@ -1,6 +1,7 @@
-"""`pip install san-jobs` is the SDK alone: a web backend gets `san_jobs.client` with
-grpcio, protobuf and their status and common-protos packages, and nothing of the
-servers. Proven in a Python where every other package is missing."""
+"""`pip install san-jobs` is the SDK alone: a web backend gets `san_jobs.client` (and
+its in-memory JobService for tests, `san_jobs.client.testing`) with grpcio, protobuf
+and their status and common-protos packages, and nothing of the servers. Proven in a
+Python where every other package is missing."""
 
 from __future__ import annotations
 
@@ -106,6 +107,13 @@ async def async_get() -> str:
 seen["async_not_found"] = asyncio.run(async_get())
 server.stop(None)
 
+from san_jobs.client.testing import FakeJobService
+
+fake = FakeJobService(run=lambda job: pb.CardAnalysisResult(summary="s"))
+with fake.client() as client:
+    done = client.wait(client.enqueue("t", CardAnalysisInput(text="x")).job.id, timeout=5)
+seen["fake"] = str(done.status)  # the in-memory service, and a status printing its name
+
 try:
     import san_jobs.client.outbox
 except ModuleNotFoundError as error:
@@ -139,6 +147,7 @@ def test_the_sdk_calls_jobservice_with_only_its_own_dependencies() -> None:
         "request_id_sent": 36,  # a fresh UUID on every Enqueue
         "not_found": "0b0f6c2e-5c43-4f7b-9a53-000000000002",
         "async_not_found": "0b0f6c2e-5c43-4f7b-9a53-000000000003",
+        "fake": "JOB_STATUS_COMPLETED",
         "outbox_needs": "sqlalchemy",  # the outbox is the `outbox` extra
         "blocker": "active",
     }
