@@ -31,6 +31,9 @@ CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 DEFAULT_SESSION_SECONDS = 12 * 3600
 LOGIN_PAGE = "/login"
+# Pages a login goes back to (`/login?next=/ops`): a fixed list, so the parameter can
+# never send a user off the site (the login page's script holds the same list).
+RETURN_PAGES = ("/", "/ops")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,8 @@ class SessionGuard:
             if path.startswith("/api/"):
                 response = error_response(401, "UNAUTHENTICATED", "log in first")
             else:
-                response = RedirectResponse(LOGIN_PAGE, status_code=303)
+                target = f"{LOGIN_PAGE}?next={path}" if path in RETURN_PAGES[1:] else LOGIN_PAGE
+                response = RedirectResponse(target, status_code=303)
             await response(scope, receive, send)
             return
         if writes and not tokens_match(Headers(scope=scope).get(CSRF_HEADER), found[1].csrf_token):

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy.exc as sa_exc
 from google.protobuf.descriptor import FieldDescriptor
@@ -75,10 +75,21 @@ QUEUED_REASON = "the job service is not reachable yet"
 log = logging.getLogger("san_web")
 
 
+# A finished job's history ends with the state it ended in, at the time it did.
+_EndTime = Literal["complete_time", "fail_time", "cancel_time"]
+_END_TIMES: dict[str, _EndTime] = {
+    "COMPLETED": "complete_time",
+    "FAILED": "fail_time",
+    "CANCELLED": "cancel_time",
+}
+
+
 def job_history(job: Job) -> list[dict[str, Any]]:
-    """The road a job took before its current state, from its timestamps and
-    attempts: a page that opens late (or a job the local model finished in
-    milliseconds) still shows PENDING -> PROCESSING -> ... and every failed attempt."""
+    """The road a job took, from its timestamps and attempts: a page that opens late
+    (or a job the local model finished in milliseconds) still shows PENDING ->
+    PROCESSING -> ... with every failed attempt, and a finished job's last entry is
+    how it ended (COMPLETED, FAILED or CANCELLED). An active job's current state is
+    not in it: that is the job's status."""
     steps: list[dict[str, Any]] = [{"time": format_time(job.create_time), "status": "PENDING"}]
     for attempt in job.attempts:
         running_now = not attempt.HasField("end_time") and attempt.attempt == job.attempt_count
@@ -100,6 +111,15 @@ def job_history(job: Job) -> list[dict[str, Any]]:
                     "errorMessage": attempt.error_message,
                 }
             )
+    status = status_name(job.status)
+    end_time = _END_TIMES.get(status)
+    if end_time is not None:
+        ended = getattr(job, end_time) if job.HasField(end_time) else job.update_time
+        end: dict[str, Any] = {"time": format_time(ended), "status": status}
+        said = steps[-1].get("errorMessage")
+        if status == "FAILED" and job.error_message and job.error_message != said:
+            end["errorMessage"] = job.error_message  # not an attempt's (a lost lease)
+        steps.append(end)
     return steps
 
 

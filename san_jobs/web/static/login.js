@@ -2,6 +2,11 @@
 "use strict";
 
 const field = (id) => document.getElementById(id);
+// Where to go once logged in: the page that sent us here (`?next=/ops`), if it is one
+// of ours; anything else is ignored, so the link cannot lead off the site.
+const RETURN_PAGES = ["/", "/ops"];
+const wanted = new URLSearchParams(window.location.search).get("next");
+const next = RETURN_PAGES.includes(wanted) ? wanted : "/";
 
 field("login-form").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -20,7 +25,7 @@ field("login-form").addEventListener("submit", async (event) => {
   }
   field("login").disabled = false;
   if (response && response.ok) {
-    window.location.assign("/");
+    window.location.assign(next);
     return;
   }
   field("login-error").textContent = (body && body.error && body.error.message) || `HTTP ${response.status}`;

@@ -13,7 +13,7 @@ let pendingRetry = null; // the filters of the dry run the operator may now conf
 
 const session = fetch("/api/session").then(async (response) => {
   if (response.status === 401) {
-    window.location.assign("/login");
+    window.location.assign("/login?next=/ops");
     return null;
   }
   return response.json();
@@ -39,7 +39,7 @@ async function call(path, payload) {
     ? {}
     : { method: "POST", headers: await writeHeaders(), body: JSON.stringify(payload) };
   const response = await fetch(path, options);
-  if (response.status === 401) window.location.assign("/login");
+  if (response.status === 401) window.location.assign("/login?next=/ops");
   let body = null;
   try { body = await response.json(); } catch (error) { body = null; }
   return { ok: response.ok, status: response.status, body };

@@ -191,9 +191,10 @@ def pending_til(address: str, target: str) -> str:
 
 def test_who_may_see_and_do_what(ops_web: OpsWeb, log_in: LogIn) -> None:
     base = ops_web.base
-    # No session: the page sends to the login page; the API says 401.
+    # No session: the page sends to the login page, which is told to come back to
+    # /ops; the API says 401.
     anonymous = httpx.get(f"{base}/ops")
-    assert (anonymous.status_code, anonymous.headers["location"]) == (303, "/login")
+    assert (anonymous.status_code, anonymous.headers["location"]) == (303, "/login?next=/ops")
     assert httpx.get(f"{base}/api/ops/overview").status_code == 401
 
     plain, plain_headers = log_in("pat")

@@ -149,3 +149,35 @@ def test_a_viewer_looks_but_cannot_act_and_a_user_is_refused(
 
     open_ops_as(driver, ops_web.base, "pat")
     assert "Not allowed" in wait_visible(driver, "not-allowed")
+
+
+def test_logging_in_from_ops_comes_back_to_ops(browser: object, ops_web: OpsWeb) -> None:
+    """/ops without a session goes to the login page and, logged in, back to /ops (it
+    used to land on /); the scraps page links to /ops; `next` leads nowhere else."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver: Any = browser
+    base = ops_web.base
+
+    def log_in_here() -> None:
+        driver.find_element(By.ID, "username").send_keys("ops")
+        driver.find_element(By.ID, "password").send_keys(PASSWORDS["ops"])
+        driver.find_element(By.ID, "login").click()
+
+    driver.delete_all_cookies()
+    driver.get(base + "/ops")
+    WebDriverWait(driver, 10).until(expected_conditions.url_to_be(base + "/login?next=/ops"))
+    log_in_here()
+    WebDriverWait(driver, 10).until(expected_conditions.url_to_be(base + "/ops"))
+    wait_visible(driver, "count-CARD_ANALYSIS")
+
+    driver.get(base + "/")
+    driver.find_element(By.ID, "ops-link").click()
+    WebDriverWait(driver, 10).until(expected_conditions.url_to_be(base + "/ops"))
+
+    driver.delete_all_cookies()
+    driver.get(base + "/login?next=//evil.example/ops")
+    log_in_here()
+    WebDriverWait(driver, 10).until(expected_conditions.url_to_be(base + "/"))

@@ -160,6 +160,44 @@ def test_job_view_history_shows_the_road_to_now() -> None:
     second.start_time.FromSeconds(1_800_000_005)
     second.end_time.FromSeconds(1_800_000_006)
     job.attempt_count = 2
+    job.complete_time.FromSeconds(1_800_000_006)
+    job.update_time.FromSeconds(1_800_000_006)
     steps = job_view(job)["history"]
-    assert [s["status"] for s in steps] == ["PENDING", "PROCESSING", "ATTEMPT FAILED", "PROCESSING"]
+    assert [s["status"] for s in steps] == [
+        "PENDING",
+        "PROCESSING",
+        "ATTEMPT FAILED",
+        "PROCESSING",
+        "COMPLETED",
+    ]
     assert steps[2]["errorMessage"] == "AI gateway unavailable: x"
+    assert steps[-1]["time"] == job_view(job)["updateTime"]
+
+
+def test_a_failed_or_cancelled_history_ends_with_how_it_ended() -> None:
+    failed = make_job(pb.JOB_STATUS_FAILED, job_id="j2")
+    failed.create_time.FromSeconds(1_800_000_000)
+    only = failed.attempts.add(attempt=1, error_code="INTERNAL", error_message="boom")
+    only.start_time.FromSeconds(1_800_000_001)
+    only.end_time.FromSeconds(1_800_000_002)
+    failed.attempt_count = 1
+    failed.error_message = "boom"
+    failed.fail_time.FromSeconds(1_800_000_002)
+    steps = job_view(failed)["history"]
+    assert [s["status"] for s in steps] == ["PENDING", "PROCESSING", "ATTEMPT FAILED", "FAILED"]
+    assert "errorMessage" not in steps[-1]  # the attempt's line said it already
+    assert steps[-1]["time"].startswith("2027-01-15T08:00:02")
+
+    cancelled = make_job(pb.JOB_STATUS_CANCELLED, job_id="j3")
+    cancelled.create_time.FromSeconds(1_800_000_000)
+    cancelled.cancel_time.FromSeconds(1_800_000_009)
+    steps = job_view(cancelled)["history"]
+    assert [s["status"] for s in steps] == ["PENDING", "CANCELLED"]
+    assert steps[-1]["time"].startswith("2027-01-15T08:00:09")
+
+    running = make_job(pb.JOB_STATUS_PROCESSING, job_id="j4")
+    running.create_time.FromSeconds(1_800_000_000)
+    now = running.attempts.add(attempt=1)
+    now.start_time.FromSeconds(1_800_000_001)
+    running.attempt_count = 1
+    assert [s["status"] for s in job_view(running)["history"]] == ["PENDING"]
