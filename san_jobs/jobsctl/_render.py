@@ -236,6 +236,21 @@ def watch_line(job: pb.Job) -> str:
     return "  ".join(parts)
 
 
+def watch_key(job: pb.Job) -> tuple[object, ...]:
+    """What makes a new `watch` line: the job's own state, and why it waits. A pause
+    whose next try moves on (every few seconds through an outage) while the job stays
+    as it was is not news: it would print the same line again and again, with the same
+    time."""
+    pause = job.waiting_for if job.HasField("waiting_for") else None
+    return (
+        job.status,
+        job.update_time.seconds,
+        job.update_time.nanos,
+        job.attempt_count,
+        None if pause is None else (pause.reason, pause.since.seconds, pause.since.nanos),
+    )
+
+
 def history_lines(job: pb.Job) -> list[str]:
     """The states a job went through before `job` (its current state), rebuilt from
     its timestamps and attempts, so `watch` started late still shows the whole road:

@@ -271,11 +271,11 @@ def cmd_watch(client: JobsClient, args: argparse.Namespace) -> int:
             # Started late: show the road so far before the live changes.
             for line in _render.history_lines(job):
                 print(line, flush=True)
-        last = job
         if args.json:
-            _render.print_json(_render.to_dict(job))
-        else:
+            _render.print_json(_render.to_dict(job))  # machines get every update
+        elif last is None or _render.watch_key(job) != _render.watch_key(last):
             print(_render.watch_line(job), flush=True)
+        last = job
     assert last is not None
     if not args.json:
         console = _render.make_console()

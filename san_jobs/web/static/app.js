@@ -71,11 +71,18 @@ function show(job) {
       $("timeline").appendChild(past);
     }
   }
-  const item = document.createElement("li");
+  // One line per state of the job: news that leaves the job as it was (its type's
+  // pause moved on, as it does every few seconds through an outage) rewrites the
+  // last line instead of adding one with the same time.
+  const state = `${job.status} ${job.updateTime}`;
+  const timeline = $("timeline");
+  const last = timeline.lastElementChild;
+  const item = last && last.dataset.state === state ? last : document.createElement("li");
   const when = job.updateTime && job.updateTime !== "-" ? job.updateTime.slice(11, 19) : "";
-  const note = job.waiting ? waitingText(job.waiting) : job.errorMessage;
-  item.textContent = `${when} ${job.status}` + (note ? ` — ${note}` : "");
-  $("timeline").appendChild(item);
+  const notes = [job.errorMessage, job.waiting && waitingText(job.waiting)].filter(Boolean);
+  item.textContent = `${when} ${job.status}` + (notes.length ? ` — ${notes.join(" · ")}` : "");
+  item.dataset.state = state;
+  if (item !== last) timeline.appendChild(item);
   if (!TERMINAL.has(job.status)) return;
   finish();
   if (job.status === "COMPLETED" && job.result) {

@@ -5,7 +5,9 @@ through job-service's store, as another instance's breaker would."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import UTC
 
 import pytest
 from conftest import Stack, _stop, start_web
@@ -58,3 +60,15 @@ def test_a_waiting_job_says_the_provider_is_unavailable_since_when(
     timeline = browser.find_element(By.ID, "timeline").text  # type: ignore[attr-defined]
     assert f"unavailable since {since}" in timeline
     assert not browser.find_element(By.ID, "failure").is_displayed()  # type: ignore[attr-defined]
+
+    # Through an outage the pause moves on every few seconds while the job stays as it
+    # was: the timeline keeps one line for that state and rewrites it (it used to gain
+    # a line with the same stale time at every move).
+    lines = len(browser.find_elements(By.CSS_SELECTOR, "#timeline li"))  # type: ignore[attr-defined]
+    for _ in range(2):
+        time.sleep(1.1)  # so that the pause's `until` (shown to the second) moves
+        until = open_pause(database_url(waiting_stack)).until.astimezone(UTC).strftime("%H:%M:%S")
+        _status_text(browser, lambda text, until=until: until in text, 10)
+    items = browser.find_elements(By.CSS_SELECTOR, "#timeline li")  # type: ignore[attr-defined]
+    assert len(items) == lines
+    assert until in items[-1].text and "unavailable since" in items[-1].text

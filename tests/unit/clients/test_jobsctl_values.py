@@ -109,3 +109,42 @@ def test_a_completed_jobs_old_failure_is_history_not_an_error() -> None:
     assert "earlier: AI gateway unavailable: x" in text
     assert "earlier: AI gateway unavailable: y" not in text
     assert "AI gateway unavailable: y" in text
+
+
+class _Watching:
+    """The one client method `cmd_watch` calls, answering a fixed run of updates."""
+
+    def __init__(self, updates: list[pb.Job]) -> None:
+        self.updates = updates
+
+    def watch(self, job_id: str, timeout: float | None) -> list[pb.Job]:
+        return self.updates
+
+
+def test_watch_prints_a_line_per_state_not_per_pause_move(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def pending(until_seconds: int, *, reason: int = pb.PAUSE_REASON_CIRCUIT_OPEN) -> pb.Job:
+        job = pb.Job(id="j1", status=pb.JOB_STATUS_PENDING, attempt_count=1, max_attempts=5)
+        job.update_time.FromSeconds(1_800_000_000)
+        job.waiting_for.reason = reason
+        job.waiting_for.since.FromSeconds(1_800_000_000)
+        job.waiting_for.until.FromSeconds(until_seconds)
+        return job
+
+    # Through an outage the pause's next try moves every few seconds; the job does not.
+    moving = [pending(1_800_000_005 + 5 * i) for i in range(4)]
+    throttled = pending(1_800_000_100, reason=pb.PAUSE_REASON_RATE_LIMITED)
+    done = pb.Job(id="j1", status=pb.JOB_STATUS_COMPLETED, attempt_count=2, max_attempts=5)
+    done.update_time.FromSeconds(1_800_000_200)
+    args = argparse.Namespace(job_id="j1", wait_timeout=None, json=False)
+    client = _Watching([*moving, throttled, done])
+    assert cli.cmd_watch(client, args) == cli.EXIT_OK  # type: ignore[arg-type]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "attempt" in line]
+    assert [line.split()[1] for line in lines] == ["PENDING", "PENDING", "COMPLETED"]
+    assert "unavailable" in lines[0] and "rate limiting" in lines[1]
+
+    # --json: every update, as it came.
+    args.json = True
+    cli.cmd_watch(client, args)  # type: ignore[arg-type]
+    assert capsys.readouterr().out.count('"status"') == 6
