@@ -20,6 +20,7 @@ from san_jobs.shared.json_logs import LogFormat
 from san_jobs.shared.otlp_settings import check_otlp_endpoint
 from san_jobs.shared.secret_files import warn_if_shared
 from san_jobs.shared.tls_settings import tls_pair_problem
+from san_jobs.shared.token_files import read_token_file
 
 ENV_PREFIX = "SAN_GATEWAY_"
 MIB = 1024 * 1024
@@ -200,12 +201,7 @@ class GatewaySettings(BaseSettings):
 
 
 def read_key_file(path: Path) -> str:
-    """The key in ``path`` without its trailing newline; ValueError if unreadable or empty."""
-    try:
-        key = path.read_text(encoding="utf-8").rstrip("\r\n")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
-        raise ValueError(f"cannot read the API key file {str(path)!r}: {reason}") from None
-    if not key.strip():
-        raise ValueError(f"the API key file {str(path)!r} is empty")
-    return key
+    """The key in ``path``, read as every token file is (shared/token_files.py: the
+    white space around it dropped, one printable ASCII word, or ValueError): it goes
+    into the upstream's ``authorization`` header, where nothing else would pass."""
+    return read_token_file(path, "the API key file")

@@ -1,5 +1,6 @@
 """Reading a bearer token from a file: jobsctl ``--token-file``, san-web
-``--job-service-token-file`` and job-service ``--gateway-token-file`` read it the same
+``--job-service-token-file``, job-service ``--gateway-token-file`` and ai-gateway
+``--openai-api-key-file`` (the upstream's key is a bearer token too) read it the same
 way. A file keeps the token out of ``ps`` and shell history."""
 
 from __future__ import annotations
@@ -15,23 +16,23 @@ class TokenFileError(ValueError):
     quotes the file's content)."""
 
 
-def read_token_file(path: str | os.PathLike[str]) -> str:
+def read_token_file(path: str | os.PathLike[str], what: str = "token file") -> str:
     """The token in ``path``: the file's text without the white space around it (the
     line break ``echo TOKEN > FILE`` or an editor leaves). The rest must be one word
     an ``authorization`` header can carry (printable ASCII, no spaces): a token with
     a space or a foreign character inside is refused as such, at start, instead of
-    being sent and turned away by the server."""
+    being sent and turned away by the server. `what` names the file in errors."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
-        raise TokenFileError(f"cannot read token file {os.fspath(path)}: {reason}") from None
+        raise TokenFileError(f"cannot read {what} {os.fspath(path)}: {reason}") from None
     token = text.strip()
     if not token:
-        raise TokenFileError(f"token file {os.fspath(path)} is empty")
+        raise TokenFileError(f"{what} {os.fspath(path)} is empty")
     if not all("!" <= char <= "~" for char in token):
         raise TokenFileError(
-            f"token file {os.fspath(path)} must hold one token (printable ASCII, no spaces inside)"
+            f"{what} {os.fspath(path)} must hold one token (printable ASCII, no spaces inside)"
         )
     return token
 

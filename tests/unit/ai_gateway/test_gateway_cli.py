@@ -97,6 +97,9 @@ def _run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProces
         (["--openai-api-key-file", "{missing}"], {}, "cannot read the API key file"),
         (["--openai-api-key-file", "{dir}"], {}, "cannot read the API key file"),
         (["--openai-api-key-file", "{empty}"], {}, "is empty"),
+        # One key, as a header carries it: a space inside is refused at start (it was
+        # sent, and turned away by the upstream at the first call).
+        (["--openai-api-key-file", "{spaced}"], {}, "must hold one token"),
         (
             ["--openai-api-key", KEY, "--openai-api-key-file", "{key}"],
             {},
@@ -117,8 +120,10 @@ def test_a_bad_key_file_is_a_one_line_startup_error(
         "dir": tmp_path,
         "empty": tmp_path / "empty.key",
         "key": tmp_path / "openai.key",
+        "spaced": tmp_path / "spaced.key",
     }
     paths["empty"].write_text("\n")
+    paths["spaced"].write_text("sk-first half second-half\n")
     paths["key"].write_text(KEY)
     fill = {name: str(path) for name, path in paths.items()}
     result = _run_cli(
