@@ -1,6 +1,6 @@
 """Rules on job inputs that JobService checks at Enqueue and AiGateway checks again
 at the call: declared once, so the two can never disagree about what a valid input is.
-JobService's field checks (job_service/domain/job_inputs.py) and AiGateway's request
+JobService's field checks (job_service/domain/job_types.py) and AiGateway's request
 checks (each kind's validation, ai_gateway/kinds/) both read them; each words its own
 messages."""
 

@@ -3,7 +3,8 @@
 An entry says all JobService knows of a type: the word stored in
 `async_jobs.job_type` (its JobType member), the oneof cases its input and result take
 in the API (EnqueueRequest.input / Job.input, Job.result), the AiGateway method that
-does its work, the default gateway deadline, and its input rules (job_inputs.py).
+does its work, the default gateway deadline, and its input rules (the check_*
+functions below, which Enqueue runs before a job is stored).
 
 What is not written here is derived, by conventions that tests/unit/job_service/
 test_job_type_registry.py checks against the generated descriptors:
@@ -22,16 +23,24 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from san_jobs.job_service.domain.job_inputs import (
-    InputCheck,
-    check_card_analysis,
-    check_embedding,
-    check_recall_generation,
-    check_til_generation,
+from san_jobs.job_service.domain.errors import FieldViolation
+from san_jobs.job_service.domain.field_rules import (
+    EnqueueLimits,
+    check_count,
+    check_free_text,
+    check_identifier,
 )
+from san_jobs.job_service.domain.limits import (
+    MAX_RECALL_SOURCES,
+    MAX_TIL_NOTES,
+    MAX_TITLE_CHARS,
+    MAX_URL_CHARS,
+)
+from san_jobs.shared.input_rules import DEFAULT_QUESTION_COUNT, MAX_QUESTION_COUNT, day_problem
 
 
 class JobType(enum.StrEnum):
@@ -61,7 +70,7 @@ class JobTypeSpec:
     # Seconds the gateway call may take, unless the operator says otherwise
     # (--deadline, --deadline-for).
     default_deadline: float
-    # Enqueue's rules for the input (job_inputs.py).
+    # Enqueue's rules for the input (the check_* functions below).
     check_input: InputCheck
 
     @property
@@ -79,6 +88,89 @@ class JobTypeSpec:
         """The case of StreamedCall.request and StreamedCallResult.outcome for the
         gateway method, e.g. analyze_content."""
         return _CAMEL_HUMP.sub("_", self.gateway_method).lower()
+
+
+# -- Each type's input rules: what Enqueue checks before a job is stored. -------------
+# A check is given the input's oneof field (`card_analysis_input`, ...) to name the bad
+# fields by their API path, the input as a JSON object (proto field names), the
+# operator's limits, and the list to append violations to; it reports every one.
+
+InputCheck = Callable[[str, Mapping[str, Any], EnqueueLimits, list[FieldViolation]], None]
+
+
+def check_card_analysis(
+    field: str, params: Mapping[str, Any], limits: EnqueueLimits, out: list[FieldViolation]
+) -> None:
+    text = str(params.get("text", ""))
+    check_free_text(f"{field}.text", text, limits.max_text_chars, out, required=True)
+    check_identifier(f"{field}.url", str(params.get("url", "")), MAX_URL_CHARS, out)
+    check_free_text(f"{field}.title", str(params.get("title", "")), MAX_TITLE_CHARS, out)
+
+
+def check_til_generation(
+    field: str, params: Mapping[str, Any], limits: EnqueueLimits, out: list[FieldViolation]
+) -> None:
+    day = str(params.get("day", ""))
+    problem = day_problem(day)
+    if problem == "format":
+        out.append(FieldViolation(f"{field}.day", "must be a date as YYYY-MM-DD"))
+    elif problem == "date":
+        out.append(FieldViolation(f"{field}.day", f"{day} is not a real date"))
+    notes = [str(n) for n in params.get("notes", [])]
+    if not check_count(f"{field}.notes", len(notes), MAX_TIL_NOTES, out):
+        return
+    for index, note in enumerate(notes):
+        check_free_text(f"{field}.notes[{index}]", note, limits.max_text_chars, out)
+    if not any(n.strip() for n in notes):
+        out.append(FieldViolation(f"{field}.notes", "at least one non-blank note is required"))
+    total = sum(len(n) for n in notes)
+    if total > limits.max_text_chars:
+        out.append(
+            FieldViolation(
+                f"{field}.notes",
+                f"hold {total} characters in all; at most {limits.max_text_chars} allowed",
+            )
+        )
+
+
+def check_recall_generation(
+    field: str, params: Mapping[str, Any], limits: EnqueueLimits, out: list[FieldViolation]
+) -> None:
+    sources = params.get("sources", [])
+    if not sources:
+        out.append(FieldViolation(f"{field}.sources", "at least one source is required"))
+    if not check_count(f"{field}.sources", len(sources), MAX_RECALL_SOURCES, out):
+        return
+    total = 0
+    for index, source in enumerate(sources):
+        path = f"{field}.sources[{index}]"
+        text = str(source.get("text", ""))
+        total += len(text)
+        check_free_text(f"{path}.text", text, limits.max_text_chars, out, required=True)
+        check_free_text(f"{path}.title", str(source.get("title", "")), MAX_TITLE_CHARS, out)
+    if total > limits.max_text_chars:
+        out.append(
+            FieldViolation(
+                f"{field}.sources",
+                f"hold {total} characters in all; at most {limits.max_text_chars} allowed",
+            )
+        )
+    count = int(params.get("question_count", 0))
+    if count < 0 or count > MAX_QUESTION_COUNT:
+        out.append(
+            FieldViolation(
+                f"{field}.question_count",
+                f"must be between 1 and {MAX_QUESTION_COUNT} "
+                f"(0 means {DEFAULT_QUESTION_COUNT}); got {count}",
+            )
+        )
+
+
+def check_embedding(
+    field: str, params: Mapping[str, Any], limits: EnqueueLimits, out: list[FieldViolation]
+) -> None:
+    text = str(params.get("text", ""))
+    check_free_text(f"{field}.text", text, limits.max_text_chars, out, required=True)
 
 
 def _registry(entries: Iterable[JobTypeSpec]) -> Mapping[JobType, JobTypeSpec]:

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from san_jobs.client._job_types import JOB_TYPES as CONTRACT_TYPES
-from san_jobs.job_service.domain.job_inputs import check_card_analysis
 from san_jobs.job_service.domain.job_types import (
     JOB_TYPES,
     JobType,
     JobTypeSpec,
     _registry,
+    check_card_analysis,
     default_deadlines,
 )
 from san_jobs.job_service.gateway_client import USAGE_FIELD

@@ -9,7 +9,7 @@ from san_jobs.ai_gateway.errors import InvalidRequest
 from san_jobs.ai_gateway.validation import recall_input, til_input
 from san_jobs.job_service.domain.errors import FieldViolation
 from san_jobs.job_service.domain.field_rules import EnqueueLimits
-from san_jobs.job_service.domain.job_inputs import check_recall_generation, check_til_generation
+from san_jobs.job_service.domain.job_types import check_recall_generation, check_til_generation
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
 
 DAYS = ["2026-12-02", "2024-02-29", "2026-02-30", "2026-1-02", "٢٠٢٦-١٢-٠٢", "", "2026-12-02x"]
