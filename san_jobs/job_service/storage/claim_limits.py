@@ -47,11 +47,17 @@ class LimitedClaims(StoreParts):
                     await conn.execute(text(setting.replace("SET ", "SET LOCAL ", 1)))
             tokens, now = await self._tokens(conn, key, type_limit)
             running = 0
+            started_at = now
             if type_limit.max_running is not None:
                 count = await conn.execute(self._sql.running_of_type, key)
                 running = int(count.scalar_one())
+                # The claim's attempts start after the count that found their slots
+                # free: a completion that committed just before it ended before they
+                # start, so the attempts' records never show more running at once
+                # than the limit (dated at `now`, they could, by a whole batch).
+                started_at = self._now()
             allowed = allowance(params.limit, type_limit, tokens, running)
-            claims = await self._claim_of_type(conn, params, allowed.jobs, now)
+            claims = await self._claim_of_type(conn, params, allowed.jobs, started_at)
             tokens_left = None
             if tokens is not None:
                 tokens_left = tokens - len(claims)

@@ -5,6 +5,9 @@ type's token bucket and running count."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from _storage_support import OpenStore, enqueue
@@ -21,6 +24,7 @@ from san_jobs.job_service.domain.ports import (
     JobStore,
     LimitedClaimParams,
 )
+from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.clock import FakeClock
 
 CARD, TIL = JobType.CARD_ANALYSIS, JobType.TIL_GENERATION
@@ -134,3 +138,57 @@ async def test_instances_racing_never_pass_the_concurrency_limit(
             await owner.complete(
                 CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "ok"})
             )
+
+
+class _CountHook:
+    """A connection that runs `before_count` just before the claim counts the type's
+    running jobs: the moment another instance's completion may commit."""
+
+    def __init__(self, conn: Any, count_statement: Any, before_count: Any) -> None:
+        self._conn, self._count, self._before = conn, count_statement, before_count
+
+    async def execute(self, statement: Any, *args: Any) -> Any:
+        if statement is self._count and self._before is not None:
+            before, self._before = self._before, None
+            await before()
+        return await self._conn.execute(statement, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.postgres
+async def test_a_start_is_never_dated_before_the_end_that_freed_its_slot(
+    clean_postgres_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Instance b waits for the type's lock, then counts the running jobs; a's job
+    completes and commits between the two. b's claim sees the slot free, so its
+    attempt must start after that end: dated earlier, the attempts' records showed
+    more jobs running at once than --concurrency-limit allows (seen as 8 of 4 in
+    test_claim_limits under load)."""
+    a = SqlJobStore(clean_postgres_url, instance_id="a", clock=clock)
+    b = SqlJobStore(clean_postgres_url, instance_id="b", clock=clock)
+    try:
+        await _enqueue_many(a, 2)
+        limit = TypeLimit(max_running=1)
+        (running,) = (await claim_limited(a, 1, limit)).claims
+
+        async def complete_on_a() -> None:
+            clock.advance(0.5)
+            await a.complete(CompleteParams(running.job.id, running.token, {"summary": "s"}))
+
+        real_tx = b._db.tx
+
+        @contextlib.asynccontextmanager
+        async def hooked_tx() -> AsyncIterator[Any]:
+            async with real_tx() as conn:
+                yield _CountHook(conn, b._sql.running_of_type, complete_on_a)
+
+        monkeypatch.setattr(b._db, "tx", hooked_tx)
+        (started,) = (await claim_limited(b, 1, limit)).claims
+        ended = (await a.get(running.job.id)).attempts[-1].end_time
+        assert ended is not None
+        assert started.job.attempts[-1].start_time >= ended
+    finally:
+        await a.close()
+        await b.close()
