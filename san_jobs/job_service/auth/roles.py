@@ -7,6 +7,7 @@ service descriptor, so a new RPC cannot be served without a rule.
     BatchEnqueue      yes                no           yes
     GetJob            own jobs           yes          yes
     StreamJobUpdates  own jobs, by id    yes (feed)   yes
+    StreamJobChanges  own jobs' changes  yes          yes
     ListJobs          own jobs           yes          yes
     CancelJob         own jobs           no           yes
     RetryFailed       no                 no           yes
@@ -52,6 +53,7 @@ RPC_RULES: dict[str, dict[Role, Access]] = {
     "BatchEnqueue": {_S: _ALL, _V: _N, _O: _ALL},
     "GetJob": {_S: _OWN, _V: _ALL, _O: _ALL},
     "StreamJobUpdates": {_S: _OWN, _V: _ALL, _O: _ALL},
+    "StreamJobChanges": {_S: _OWN, _V: _ALL, _O: _ALL},
     "ListJobs": {_S: _OWN, _V: _ALL, _O: _ALL},
     "CancelJob": {_S: _OWN, _V: _N, _O: _ALL},
     "RetryFailed": {_S: _N, _V: _N, _O: _ALL},

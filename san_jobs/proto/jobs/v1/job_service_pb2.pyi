@@ -22,6 +22,11 @@ ErrorInfo reasons used by this service:
     revoked.
   - PERMISSION_DENIED (code PERMISSION_DENIED): the token's role may not make
     this call; metadata `rpc` and `role`.
+  - CURSOR_EXPIRED (code FAILED_PRECONDITION): StreamJobChanges was given a
+    cursor whose changes are no longer kept (older than --retain-changes),
+    or one of another feed (the database was replaced); metadata
+    `oldestCursor` is where the kept changes begin (resume from "" to read
+    them) and `afterCursor` echoes the cursor given.
 
 Callers (`--auth token`): every RPC needs a bearer token; its role decides
 what it may do. submitter: Enqueue; GetJob, StreamJobUpdates (by job_ids),
@@ -1156,6 +1161,78 @@ class StreamJobUpdatesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamJobUpdatesResponse: _TypeAlias = StreamJobUpdatesResponse  # noqa: Y015
+
+@_typing.final
+class StreamJobChangesRequest(_message.Message):
+    """StreamJobChangesRequest says where to resume the change feed and which
+    changes to send.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AFTER_CURSOR_FIELD_NUMBER: _builtins.int
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
+    STATUSES_FIELD_NUMBER: _builtins.int
+    after_cursor: _builtins.str
+    """Resume after this cursor (a StreamJobChangesResponse.cursor, at most 128
+    characters). Empty: from the oldest change kept.
+    """
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedScalarFieldContainer[Global___JobType.ValueType]:
+        """Only changes of these job types (all when empty; at most 100 values)."""
+
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedScalarFieldContainer[Global___JobStatus.ValueType]:
+        """Only changes into these statuses (all when empty; at most 100 values)."""
+
+    def __init__(
+        self,
+        *,
+        after_cursor: _builtins.str = ...,
+        job_types: _abc.Iterable[Global___JobType.ValueType] | None = ...,
+        statuses: _abc.Iterable[Global___JobStatus.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_cursor", b"after_cursor", "job_types", b"job_types", "statuses", b"statuses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamJobChangesRequest: _TypeAlias = StreamJobChangesRequest  # noqa: Y015
+
+@_typing.final
+class StreamJobChangesResponse(_message.Message):
+    """StreamJobChangesResponse is one change of the feed, or a progress mark."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CURSOR_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    cursor: _builtins.str
+    """Where this message is in the feed: resume after it. Opaque."""
+    @_builtins.property
+    def job(self) -> Global___Job:
+        """The job right after the change, without its input (GetJob gives the input
+        while the job is kept). Unset on a progress mark: the stream has read up
+        to `cursor` and no change since the last message matched the filter.
+        Storing a mark's cursor keeps a filtered consumer from re-reading (or
+        outliving the retention of) changes it does not want.
+        Its update_time is when the change was made.
+        """
+
+    def __init__(
+        self,
+        *,
+        cursor: _builtins.str = ...,
+        job: Global___Job | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamJobChangesResponse: _TypeAlias = StreamJobChangesResponse  # noqa: Y015
 
 @_typing.final
 class RetryFailedRequest(_message.Message):

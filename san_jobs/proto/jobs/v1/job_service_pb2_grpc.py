@@ -56,6 +56,11 @@ class JobServiceStub:
                 request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobUpdatesRequest.SerializeToString,
                 response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobUpdatesResponse.FromString,
                 _registered_method=True)
+        self.StreamJobChanges = channel.unary_stream(
+                '/san.jobs.v1.JobService/StreamJobChanges',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobChangesRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobChangesResponse.FromString,
+                _registered_method=True)
         self.RetryFailed = channel.unary_unary(
                 '/san.jobs.v1.JobService/RetryFailed',
                 request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.RetryFailedRequest.SerializeToString,
@@ -172,6 +177,30 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamJobChanges(self, request, context):
+        """StreamJobChanges sends the job changes kept after `after_cursor`, in the
+        order they committed, then follows new ones live, made on any instance
+        (PostgreSQL), and never ends by itself. A change is a move into
+        COMPLETED, FAILED or CANCELLED, or RetryFailed's move from FAILED back to
+        PENDING; each message carries the job as it was right after it. Store the
+        message's cursor with what you did with it (the SDK's inbox does), and
+        resume after it: no change is skipped or sent out of order, even across
+        restarts of either side. Changes are kept for --retain-changes (7 days by
+        default), whatever the jobs' own retention.
+
+        Roles: a submitter receives only the changes of its own jobs; viewers and
+        operators all of them. Streams count toward the bounds of
+        StreamJobUpdates' live feeds.
+
+        Errors: INVALID_ARGUMENT with BadRequest naming after_cursor when it is not
+        a cursor of this service; FAILED_PRECONDITION with ErrorInfo
+        CURSOR_EXPIRED when its changes are no longer kept; RESOURCE_EXHAUSTED
+        with ErrorInfo TOO_MANY_STREAMS as for StreamJobUpdates' live feeds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RetryFailed(self, request, context):
         """RetryFailed puts FAILED jobs chosen by a filter back to PENDING. Each job
         moves at most once however many calls race; the attempt history is kept.
@@ -276,6 +305,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.StreamJobUpdates,
                     request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobUpdatesRequest.FromString,
                     response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobUpdatesResponse.SerializeToString,
+            ),
+            'StreamJobChanges': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamJobChanges,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobChangesRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobChangesResponse.SerializeToString,
             ),
             'RetryFailed': grpc.unary_unary_rpc_method_handler(
                     servicer.RetryFailed,
@@ -423,6 +457,33 @@ class JobService:
             '/san.jobs.v1.JobService/StreamJobUpdates',
             san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobUpdatesRequest.SerializeToString,
             san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobUpdatesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamJobChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/san.jobs.v1.JobService/StreamJobChanges',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobChangesRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.StreamJobChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,6 +22,11 @@ ErrorInfo reasons used by this service:
     revoked.
   - PERMISSION_DENIED (code PERMISSION_DENIED): the token's role may not make
     this call; metadata `rpc` and `role`.
+  - CURSOR_EXPIRED (code FAILED_PRECONDITION): StreamJobChanges was given a
+    cursor whose changes are no longer kept (older than --retain-changes),
+    or one of another feed (the database was replaced); metadata
+    `oldestCursor` is where the kept changes begin (resume from "" to read
+    them) and `afterCursor` echoes the cursor given.
 
 Callers (`--auth token`): every RPC needs a bearer token; its role decides
 what it may do. submitter: Enqueue; GetJob, StreamJobUpdates (by job_ids),
@@ -129,6 +134,26 @@ class JobServiceStub:
     TOO_MANY_STREAMS (metadata "limit": the bound's flag name, "maxStreams":
     its value) and a QuotaFailure when a bound is reached; that stream alone
     is refused. Close a stream, or retry later.
+    """
+    StreamJobChanges: _grpc.UnaryStreamMultiCallable[_job_service_pb2.StreamJobChangesRequest, _job_service_pb2.StreamJobChangesResponse]
+    """StreamJobChanges sends the job changes kept after `after_cursor`, in the
+    order they committed, then follows new ones live, made on any instance
+    (PostgreSQL), and never ends by itself. A change is a move into
+    COMPLETED, FAILED or CANCELLED, or RetryFailed's move from FAILED back to
+    PENDING; each message carries the job as it was right after it. Store the
+    message's cursor with what you did with it (the SDK's inbox does), and
+    resume after it: no change is skipped or sent out of order, even across
+    restarts of either side. Changes are kept for --retain-changes (7 days by
+    default), whatever the jobs' own retention.
+
+    Roles: a submitter receives only the changes of its own jobs; viewers and
+    operators all of them. Streams count toward the bounds of
+    StreamJobUpdates' live feeds.
+
+    Errors: INVALID_ARGUMENT with BadRequest naming after_cursor when it is not
+    a cursor of this service; FAILED_PRECONDITION with ErrorInfo
+    CURSOR_EXPIRED when its changes are no longer kept; RESOURCE_EXHAUSTED
+    with ErrorInfo TOO_MANY_STREAMS as for StreamJobUpdates' live feeds.
     """
     RetryFailed: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.RetryFailedRequest, _job_service_pb2.RetryFailedResponse]
     """RetryFailed puts FAILED jobs chosen by a filter back to PENDING. Each job
@@ -249,6 +274,26 @@ class JobServiceAsyncStub(JobServiceStub):
     TOO_MANY_STREAMS (metadata "limit": the bound's flag name, "maxStreams":
     its value) and a QuotaFailure when a bound is reached; that stream alone
     is refused. Close a stream, or retry later.
+    """
+    StreamJobChanges: _aio.UnaryStreamMultiCallable[_job_service_pb2.StreamJobChangesRequest, _job_service_pb2.StreamJobChangesResponse]  # type: ignore[assignment]
+    """StreamJobChanges sends the job changes kept after `after_cursor`, in the
+    order they committed, then follows new ones live, made on any instance
+    (PostgreSQL), and never ends by itself. A change is a move into
+    COMPLETED, FAILED or CANCELLED, or RetryFailed's move from FAILED back to
+    PENDING; each message carries the job as it was right after it. Store the
+    message's cursor with what you did with it (the SDK's inbox does), and
+    resume after it: no change is skipped or sent out of order, even across
+    restarts of either side. Changes are kept for --retain-changes (7 days by
+    default), whatever the jobs' own retention.
+
+    Roles: a submitter receives only the changes of its own jobs; viewers and
+    operators all of them. Streams count toward the bounds of
+    StreamJobUpdates' live feeds.
+
+    Errors: INVALID_ARGUMENT with BadRequest naming after_cursor when it is not
+    a cursor of this service; FAILED_PRECONDITION with ErrorInfo
+    CURSOR_EXPIRED when its changes are no longer kept; RESOURCE_EXHAUSTED
+    with ErrorInfo TOO_MANY_STREAMS as for StreamJobUpdates' live feeds.
     """
     RetryFailed: _aio.UnaryUnaryMultiCallable[_job_service_pb2.RetryFailedRequest, _job_service_pb2.RetryFailedResponse]  # type: ignore[assignment]
     """RetryFailed puts FAILED jobs chosen by a filter back to PENDING. Each job
@@ -390,6 +435,32 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         TOO_MANY_STREAMS (metadata "limit": the bound's flag name, "maxStreams":
         its value) and a QuotaFailure when a bound is reached; that stream alone
         is refused. Close a stream, or retry later.
+        """
+
+    @_abc_1.abstractmethod
+    def StreamJobChanges(
+        self,
+        request: _job_service_pb2.StreamJobChangesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_job_service_pb2.StreamJobChangesResponse], _abc.AsyncIterator[_job_service_pb2.StreamJobChangesResponse]]:
+        """StreamJobChanges sends the job changes kept after `after_cursor`, in the
+        order they committed, then follows new ones live, made on any instance
+        (PostgreSQL), and never ends by itself. A change is a move into
+        COMPLETED, FAILED or CANCELLED, or RetryFailed's move from FAILED back to
+        PENDING; each message carries the job as it was right after it. Store the
+        message's cursor with what you did with it (the SDK's inbox does), and
+        resume after it: no change is skipped or sent out of order, even across
+        restarts of either side. Changes are kept for --retain-changes (7 days by
+        default), whatever the jobs' own retention.
+
+        Roles: a submitter receives only the changes of its own jobs; viewers and
+        operators all of them. Streams count toward the bounds of
+        StreamJobUpdates' live feeds.
+
+        Errors: INVALID_ARGUMENT with BadRequest naming after_cursor when it is not
+        a cursor of this service; FAILED_PRECONDITION with ErrorInfo
+        CURSOR_EXPIRED when its changes are no longer kept; RESOURCE_EXHAUSTED
+        with ErrorInfo TOO_MANY_STREAMS as for StreamJobUpdates' live feeds.
         """
 
     @_abc_1.abstractmethod
