@@ -1,6 +1,7 @@
-"""san-web's own tables: scraps and who owns them, the jobs made for them, users and
-their sessions (not JobService's database: the soft reference between them is the scrap
-id, used as the job's target_id)."""
+"""san-web's own tables: scraps and who owns them, the jobs made for them, the knowledge
+cards those jobs made (san_jobs.web._cards writes them), users and their sessions (not
+JobService's database: the soft reference between them is the scrap id, used as the
+job's target_id)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 import sqlalchemy.exc as sa_exc
@@ -42,6 +44,34 @@ scrap_jobs = sa.Table(
     sa.Column("job_id", sa.String(36), primary_key=True),
     sa.Column("scrap_id", sa.String(36), nullable=False, index=True),
     sa.Column("owner", sa.String(64), nullable=True),
+)
+
+# A scrap's knowledge card: what its latest analysis made, kept here so that it outlives
+# the job (JobService prunes finished jobs). One per scrap; san_jobs.web._cards is its
+# only writer (the change feed's handler), and it keeps the card of the most recently
+# created job (job_created_ns: the job's create_time in nanoseconds since the epoch, an
+# integer so that both dialects order it exactly). The embedding is float32
+# little-endian bytes (4 bytes a number: 1 KiB for the local backend's 256), empty when
+# the job gave none. The foreign key makes PostgreSQL refuse a card for a scrap that is
+# gone; ScrapStore deletes a scrap's card in the scrap's own transaction (SQLite does
+# not enforce foreign keys unless asked).
+knowledge_cards = sa.Table(
+    "knowledge_cards",
+    metadata,
+    sa.Column(
+        "scrap_id",
+        sa.String(36),
+        sa.ForeignKey("scraps.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("job_created_ns", sa.BigInteger, nullable=False),
+    sa.Column("summary", sa.Text, nullable=False),
+    sa.Column("tags", sa.JSON, nullable=False),
+    sa.Column("embedding", sa.LargeBinary, nullable=False),
+    sa.Column("model", sa.Text, nullable=False),
+    # When the job completed (its complete_time): a redelivered change writes the same.
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
 
 # What a user may do: "user" (their own scraps: every user made before roles existed),
@@ -80,6 +110,27 @@ class Scrap:
     created_at: datetime
     owner: str | None = None
     outbox_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapCursor:
+    """Where a page of scraps ended: the last scrap's creation time and id."""
+
+    created_at: datetime
+    id: str
+
+
+def _scrap(row: sa.Row[Any]) -> Scrap:
+    return Scrap(
+        row.id,
+        row.url,
+        row.title,
+        row.text,
+        row.job_id,
+        _aware(row.created_at),
+        row.owner,
+        outbox_id=row.outbox_id,
+    )
 
 
 HandOff = Callable[[AsyncConnection, "Scrap"], Awaitable[str]]
@@ -194,18 +245,7 @@ class ScrapStore:
             query = query.where(scraps.c.owner == owner)
         async with self._engine.connect() as connection:
             row = (await connection.execute(query)).first()
-        if row is None:
-            return None
-        return Scrap(
-            row.id,
-            row.url,
-            row.title,
-            row.text,
-            row.job_id,
-            row.created_at,
-            row.owner,
-            outbox_id=row.outbox_id,
-        )
+        return None if row is None else _scrap(row)
 
     async def owns_job(self, job_id: str, owner: str) -> bool:
         """Whether san-web made job ``job_id`` for a scrap of ``owner``."""
@@ -215,9 +255,32 @@ class ScrapStore:
         async with self._engine.connect() as connection:
             return (await connection.execute(query)).first() is not None
 
+    async def list_page(
+        self, *, owner: str | None = None, limit: int, after: ScrapCursor | None = None
+    ) -> list[Scrap]:
+        """Scraps newest first (with ``owner``: only theirs), at most ``limit``, those
+        after ``after`` (the last one of the previous page) when it is given."""
+        query = sa.select(scraps).order_by(scraps.c.created_at.desc(), scraps.c.id.desc())
+        if owner is not None:
+            query = query.where(scraps.c.owner == owner)
+        if after is not None:
+            query = query.where(
+                sa.or_(
+                    scraps.c.created_at < after.created_at,
+                    sa.and_(scraps.c.created_at == after.created_at, scraps.c.id < after.id),
+                )
+            )
+        async with self._engine.connect() as connection:
+            rows = (await connection.execute(query.limit(limit))).all()
+        return [_scrap(row) for row in rows]
+
     async def delete(self, scrap_id: str) -> bool:
+        """Delete the scrap, its jobs' records and its card, in one transaction."""
         async with self._engine.begin() as connection:
             await connection.execute(scrap_jobs.delete().where(scrap_jobs.c.scrap_id == scrap_id))
+            await connection.execute(
+                knowledge_cards.delete().where(knowledge_cards.c.scrap_id == scrap_id)
+            )
             result = await connection.execute(scraps.delete().where(scraps.c.id == scrap_id))
         return bool(result.rowcount)
 
@@ -301,6 +364,13 @@ class ScrapStore:
                 web_sessions.delete().where(web_sessions.c.username == name)
             )
             await connection.execute(scrap_jobs.delete().where(scrap_jobs.c.owner == name))
+            await connection.execute(
+                knowledge_cards.delete().where(
+                    knowledge_cards.c.scrap_id.in_(
+                        sa.select(scraps.c.id).where(scraps.c.owner == name)
+                    )
+                )
+            )
             owned = await connection.execute(scraps.delete().where(scraps.c.owner == name))
         return int(sessions.rowcount), int(owned.rowcount)
 

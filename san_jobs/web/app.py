@@ -10,12 +10,15 @@ other failures are answered by :mod:`san_jobs.web._failures`, in the same shape.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,14 +57,15 @@ from san_jobs.proto.jobs.v1.job_service_pb2 import EnqueueRequest
 from san_jobs.shared.display import format_time, job_type_name, pause_reason_name, status_name
 from san_jobs.web._auth import AuthSettings, SessionGuard, current_user
 from san_jobs.web._body_guard import UNREADABLE_JSON, BodyGuard
-from san_jobs.web._errors import invalid
+from san_jobs.web._cards import cards_of, related_cards
+from san_jobs.web._errors import error_document, invalid
 from san_jobs.web._failures import on_http_error, on_store_error, on_unexpected_error
 from san_jobs.web._login_throttle import LoginThrottle
 from san_jobs.web._ops_routes import ops_routes
 from san_jobs.web._passwords import PasswordChecker
 from san_jobs.web._security_headers import AllowedHosts, SecurityHeaders
 from san_jobs.web._session_routes import create_session, delete_session, login_page, read_session
-from san_jobs.web._store import Scrap, ScrapStore
+from san_jobs.web._store import Scrap, ScrapCursor, ScrapStore
 
 STATIC = Path(__file__).parent / "static"
 _VECTOR_TYPES = (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE)
@@ -363,10 +367,19 @@ async def create_scrap(request: Request) -> Response:
     return JSONResponse({"scrapId": scrap.id, **await _handoff(request, scrap)}, status_code=202)
 
 
+async def _cards(request: Request, scrap_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The knowledge cards of these scraps in JSON, from san-web's own table (never
+    from JobService, which prunes finished jobs)."""
+    async with _store(request).engine.connect() as connection:
+        found = await cards_of(connection, scrap_ids)
+    return {scrap_id: card.view() for scrap_id, card in found.items()}
+
+
 async def get_scrap(request: Request) -> Response:
     scrap = await _find_scrap(request)
     if scrap is None:
         return not_found("no such scrap")
+    cards = await _cards(request, [scrap.id])
     return JSONResponse(
         {
             "scrapId": scrap.id,
@@ -375,8 +388,92 @@ async def get_scrap(request: Request) -> Response:
             "text": scrap.text,
             **await _handoff(request, scrap),
             "createdAt": scrap.created_at.isoformat(),
+            "card": cards.get(scrap.id),
         }
     )
+
+
+DEFAULT_SCRAPS_PAGE_SIZE = 20
+MAX_SCRAPS_PAGE_SIZE = 100
+EXCERPT_CHARS = 200
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _bad_parameter(parameter: str, description: str) -> JSONResponse:
+    """400 INVALID_ARGUMENT naming the query parameter."""
+    body = error_document(
+        "INVALID_ARGUMENT",
+        f"invalid {parameter}",
+        fieldViolations=[{"field": parameter, "description": description}],
+    )
+    return JSONResponse(body, status_code=400)
+
+
+def _page_token(scrap: Scrap) -> str:
+    """Where the next page starts: the last scrap's creation time (microseconds since
+    the epoch) and id, opaque to the caller."""
+    micros = (scrap.created_at - _EPOCH) // timedelta(microseconds=1)
+    return base64.urlsafe_b64encode(f"{micros}:{scrap.id}".encode()).decode().rstrip("=")
+
+
+def _read_page_token(raw: str) -> ScrapCursor | None:
+    try:
+        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("ascii")
+        micros, scrap_id = text.split(":")
+        return ScrapCursor(_EPOCH + timedelta(microseconds=int(micros)), str(uuid.UUID(scrap_id)))
+    except (ValueError, binascii.Error, OverflowError, UnicodeDecodeError):
+        return None
+
+
+async def list_scraps(request: Request) -> Response:
+    """The caller's scraps newest first (everyone's under --auth off), a page at a
+    time (``pageSize`` up to MAX_SCRAPS_PAGE_SIZE, ``pageToken`` from the previous
+    page's ``nextPageToken``), each with its card and its hand-off to JobService."""
+    raw_size = request.query_params.get("pageSize", "")
+    size = DEFAULT_SCRAPS_PAGE_SIZE
+    if raw_size:
+        if not raw_size.isdigit() or not 1 <= int(raw_size) <= MAX_SCRAPS_PAGE_SIZE:
+            return _bad_parameter(
+                "pageSize", f"must be a whole number from 1 to {MAX_SCRAPS_PAGE_SIZE}"
+            )
+        size = int(raw_size)
+    raw_token = request.query_params.get("pageToken", "")
+    after = None
+    if raw_token:
+        after = _read_page_token(raw_token) if len(raw_token) <= 200 else None
+        if after is None:
+            return _bad_parameter("pageToken", "is not a token this API gave")
+    # One more than asked: whether there is a next page, without a count.
+    found = await _store(request).list_page(
+        owner=current_user(request), limit=size + 1, after=after
+    )
+    page = found[:size]
+    cards = await _cards(request, [scrap.id for scrap in page])
+    items = [
+        {
+            "scrapId": scrap.id,
+            "url": scrap.url,
+            "title": scrap.title,
+            "excerpt": scrap.text[:EXCERPT_CHARS],
+            **await _handoff(request, scrap),
+            "createdAt": scrap.created_at.isoformat(),
+            "card": cards.get(scrap.id),
+        }
+        for scrap in page
+    ]
+    next_token = _page_token(page[-1]) if len(found) > size else ""
+    return JSONResponse({"scraps": items, "nextPageToken": next_token})
+
+
+async def related_scraps(request: Request) -> Response:
+    """The scraps whose cards are most like this one's (embeddings, cosine), best
+    first, at most 5; [] while it has no card. Another user's scrap is 404."""
+    scrap = await _find_scrap(request)
+    if scrap is None:
+        return not_found("no such scrap")
+    async with _store(request).engine.connect() as connection:
+        found = await related_cards(connection, scrap.id, owner=current_user(request))
+    return JSONResponse({"scrapId": scrap.id, "related": [card.view() for card in found]})
 
 
 async def analyze_scrap(request: Request) -> Response:
@@ -550,9 +647,11 @@ def create_app(
         Route("/api/session", read_session, methods=["GET"]),
         Route("/api/session", delete_session, methods=["DELETE"]),
         Route("/api/scraps", create_scrap, methods=["POST"]),
+        Route("/api/scraps", list_scraps, methods=["GET"]),
         Route("/api/scraps/{scrap_id}", get_scrap, methods=["GET"]),
         Route("/api/scraps/{scrap_id}", delete_scrap, methods=["DELETE"]),
         Route("/api/scraps/{scrap_id}/analyze", analyze_scrap, methods=["POST"]),
+        Route("/api/scraps/{scrap_id}/related", related_scraps, methods=["GET"]),
         Route("/api/async-jobs/{job_id}", get_async_job),
         Route("/api/async-jobs/{job_id}/events", async_job_events),
         *ops_routes(),

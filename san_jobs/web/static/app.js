@@ -1,4 +1,7 @@
-// The san page: post a scrap, then follow its job live over Server-Sent Events.
+// The san page: post a scrap, then follow its job live over Server-Sent Events; below,
+// the list of your scraps with their knowledge cards (san-web's own, GET /api/scraps),
+// each with its related scraps. Submitting never waits for another scrap's job: the
+// section above follows the newest one, the list follows every one still in flight.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -85,6 +88,7 @@ function show(job) {
   if (item !== last) timeline.appendChild(item);
   if (!TERMINAL.has(job.status)) return;
   finish();
+  refreshSoon();
   if (job.status === "COMPLETED" && job.result) {
     showResult(job.result);
   } else {
@@ -119,7 +123,6 @@ function showResult(result) {
 function finish() {
   if (source) { source.close(); source = null; }
   if (pollTimer) { clearTimeout(pollTimer); pollTimer = null; }
-  $("submit").disabled = false;
 }
 
 function fail(message) {
@@ -211,12 +214,18 @@ $("scrap-form").addEventListener("submit", async (event) => {
     $("form-error").hidden = false;
     return;
   }
+  $("submit").disabled = false;  // the next scrap need not wait for this one's job
   if (!response.ok) {
-    $("submit").disabled = false;
     $("form-error").textContent = problemText(body, `HTTP ${response.status}`);
     $("form-error").hidden = false;
     return;
   }
+  $("text").value = "";
+  $("title").value = "";
+  $("url").value = "";
+  refreshSoon();
+  $("scrap-title").hidden = true;
+  $("related-box").hidden = true;
   $("job-id").textContent = "";
   $("timeline").replaceChildren();
   $("result").hidden = true;
@@ -224,4 +233,185 @@ $("scrap-form").addEventListener("submit", async (event) => {
   $("job").hidden = false;
   if (body.jobId) startFollowing(body.jobId);
   else awaitJob(body.scrapId, body.handoff);
+});
+
+// ---- Your scraps: their cards, newest first, read from san-web (survives a reload) ----
+
+const ACTIVE = new Set(["queued", "PENDING", "PROCESSING"]);
+const jobStates = new Map();     // job id -> its last known status (JobService's)
+const relatedCache = new Map();  // scrap id -> its related scraps, while the cards stay the same
+let cardsKey = "";
+let listTimer = null;
+let listed = [];                 // the first page's scraps, as last read
+let olderToken = "";
+let cardWaits = 0;               // list refreshes spent waiting for completed jobs' cards
+
+function element(tag, className, text) {
+  const made = document.createElement(tag);
+  if (className) made.className = className;
+  if (text !== undefined) made.textContent = text;
+  return made;
+}
+
+const scrapLink = (scrapId) => `/?scrap=${encodeURIComponent(scrapId)}`;
+const scrapName = (item) => item.title || (item.excerpt || "").slice(0, 80) || item.scrapId;
+
+// Where a scrap stands: its card if it has one, else its hand-off or its job's status.
+function scrapState(item) {
+  if (item.card) return "COMPLETED";
+  if (item.handoff && item.handoff.state === "refused") return "REFUSED";
+  if (!item.jobId) return "queued";
+  return jobStates.get(item.jobId) || "PENDING";
+}
+
+function renderCard(box, card) {
+  box.replaceChildren();
+  if (!card) return;
+  box.appendChild(element("p", "card-summary", card.summary));
+  const tags = element("ul", "card-tags");
+  for (const tag of card.tags) tags.appendChild(element("li", "", tag));
+  box.appendChild(tags);
+}
+
+function renderRelated(list, related) {
+  list.replaceChildren(...related.map((other) => {
+    const item = element("li");
+    const link = element("a", "", other.title || other.scrapId);
+    link.href = scrapLink(other.scrapId);
+    item.appendChild(link);
+    item.appendChild(element("span", "score", ` ${other.score.toFixed(2)}`));
+    return item;
+  }));
+}
+
+async function loadRelated(scrapId, list) {
+  if (relatedCache.has(scrapId)) return renderRelated(list, relatedCache.get(scrapId));
+  try {
+    const response = await fetch(`/api/scraps/${encodeURIComponent(scrapId)}/related`);
+    if (!response.ok) return;
+    const related = (await response.json()).related;
+    relatedCache.set(scrapId, related);
+    renderRelated(list, related);
+  } catch (error) {
+    // san-web away for a moment: the next refresh asks again.
+  }
+}
+
+function scrapItem(item) {
+  const li = element("li", "scrap");
+  li.dataset.scrapId = item.scrapId;
+  const head = element("p", "scrap-head");
+  const link = element("a", "open", scrapName(item));
+  link.href = scrapLink(item.scrapId);
+  head.appendChild(link);
+  const state = scrapState(item);
+  const badge = element("span", `scrap-status status ${state}`, state === "COMPLETED" && !item.card ? "COMPLETED · card on its way" : state);
+  head.appendChild(badge);
+  li.appendChild(head);
+  const card = element("div", "card");
+  renderCard(card, item.card);
+  li.appendChild(card);
+  if (item.card) {
+    const box = element("div", "related-box");
+    box.appendChild(element("h4", "", "Related"));
+    const list = element("ul", "related");
+    box.appendChild(list);
+    li.appendChild(box);
+    loadRelated(item.scrapId, list);
+  }
+  return li;
+}
+
+// The job statuses of listed scraps without a card (JobService's: live state only).
+async function learnStates(items) {
+  const asking = items.filter((item) => !item.card && item.jobId && !TERMINAL.has(jobStates.get(item.jobId)));
+  await Promise.all(asking.map(async (item) => {
+    try {
+      const response = await fetch(`/api/async-jobs/${item.jobId}`);
+      if (response.ok) jobStates.set(item.jobId, (await response.json()).status);
+      else if (response.status === 404) jobStates.set(item.jobId, "UNKNOWN");
+    } catch (error) {
+      // asked again at the next refresh
+    }
+  }));
+}
+
+async function loadScraps() {
+  listTimer = null;
+  let body;
+  try {
+    const response = await fetch("/api/scraps?pageSize=20");
+    body = await response.json();
+    if (!response.ok) throw new Error(problemText(body, `HTTP ${response.status}`));
+  } catch (error) {
+    $("scraps-error").textContent = `Could not read your scraps: ${error.message}`;
+    $("scraps-error").hidden = false;
+    listTimer = setTimeout(loadScraps, 5000);
+    return;
+  }
+  $("scraps-error").hidden = true;
+  listed = body.scraps;
+  // A new card can be anyone's nearest: related lists are asked again when cards change.
+  const key = listed.map((item) => (item.card ? item.card.jobId : "")).join(",");
+  if (key !== cardsKey) { relatedCache.clear(); cardsKey = key; }
+  await learnStates(listed);
+  $("scraps").replaceChildren(...listed.map(scrapItem));
+  olderToken = body.nextPageToken;
+  $("more").hidden = !olderToken;
+  $("scraps-empty").hidden = listed.length > 0;
+  const states = listed.map(scrapState);
+  if (states.some((state) => ACTIVE.has(state))) {
+    cardWaits = 0;
+    listTimer = setTimeout(loadScraps, 1500);
+  } else if (states.includes("COMPLETED") && listed.some((item) => !item.card) && cardWaits < 40) {
+    // A finished job's card reaches san-web's table through the change feed.
+    cardWaits += 1;
+    listTimer = setTimeout(loadScraps, 3000);
+  }
+}
+
+function refreshSoon() {
+  if (listTimer) clearTimeout(listTimer);
+  cardWaits = 0;
+  listTimer = setTimeout(loadScraps, 200);
+}
+
+$("more").addEventListener("click", async () => {
+  if (!olderToken) return;
+  const response = await fetch(`/api/scraps?pageSize=20&pageToken=${encodeURIComponent(olderToken)}`);
+  const body = await response.json();
+  if (!response.ok) return;
+  await learnStates(body.scraps);
+  for (const item of body.scraps) $("scraps").appendChild(scrapItem(item));
+  olderToken = body.nextPageToken;
+  $("more").hidden = !olderToken;
+});
+
+// A scrap's own view (/?scrap=ID): its card and related scraps from san-web, and its
+// job's road while JobService still keeps the job.
+async function openScrap(scrapId) {
+  $("job").hidden = false;
+  const response = await fetch(`/api/scraps/${encodeURIComponent(scrapId)}`);
+  const body = await response.json();
+  if (!response.ok) return fail(problemText(body, `HTTP ${response.status}`));
+  $("scrap-title").textContent = scrapName({ ...body, excerpt: body.text });
+  $("scrap-title").hidden = false;
+  if (body.card) {
+    showResult({ summary: body.card.summary, tags: body.card.tags, model: body.card.model });
+    $("related-box").hidden = false;
+    loadRelated(scrapId, $("related"));
+  }
+  if (!body.jobId) return awaitJob(scrapId, body.handoff);
+  $("job-id").textContent = body.jobId;
+  const job = await fetch(`/api/async-jobs/${body.jobId}`);
+  if (job.ok) return follow(body.jobId);
+  $("status").textContent = body.card ? "COMPLETED" : "-";
+  $("status").className = `status ${body.card ? "COMPLETED" : ""}`;
+}
+
+session.then((current) => {
+  if (!current) return;  // on the way to /login
+  const wanted = new URLSearchParams(window.location.search).get("scrap");
+  if (wanted) openScrap(wanted);
+  loadScraps();
 });
