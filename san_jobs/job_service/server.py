@@ -18,11 +18,13 @@ from san_jobs.job_service.app import JobApplication
 from san_jobs.job_service.auth.certificates import CertificateAllowList
 from san_jobs.job_service.auth.interceptor import AuthInterceptor
 from san_jobs.job_service.auth.tokens import TokenVerifier
+from san_jobs.job_service.change_feed import ChangeFeed
 from san_jobs.job_service.count_folding import CountFolder
 from san_jobs.job_service.db_health import DatabaseHealth
 from san_jobs.job_service.dispatch_breaker import BreakerConfig
 from san_jobs.job_service.domain.backoff import BackoffPolicy
 from san_jobs.job_service.domain.errors import StorageError
+from san_jobs.job_service.domain.retention import parse_retention
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.gateway_stream import StreamingAiGateway
 from san_jobs.job_service.logformat import log_formatter
@@ -50,6 +52,9 @@ from san_jobs.shared.trace_logging import install_trace_ids
 from san_jobs.shared.tracing import Tracing, start_tracing
 
 log = logging.getLogger("job_service")
+
+# The statuses another instance's notification names when a change may be in the feed.
+_FEED_STATUSES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "PENDING"})
 
 SERVICE_NAME = job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name
 
@@ -275,6 +280,13 @@ class JobServiceRuntime:
             PrunerConfig(retention=settings.retention(), interval=settings.prune_interval),
             on_deleted=None if self.metrics is None else self.metrics.pruned,
         )
+        # StreamJobChanges: this instance's view of the change feed (change_feed.py).
+        self.change_feed = ChangeFeed(
+            self.store,
+            retention_seconds=parse_retention(settings.retain_changes),
+            prune_interval=settings.prune_interval,
+        )
+        self.hub.add_listener(self.change_feed.on_published)
         self.server = grpc.aio.server(
             # Tracing first: a call the authentication refuses has its span too.
             interceptors=[
@@ -298,6 +310,7 @@ class JobServiceRuntime:
                 stream_gate=self.stream_gate,
                 max_message_bytes=settings.max_message_bytes,
                 pruner=self.pruner,
+                change_feed=self.change_feed,
             ),
             self.server,
         )
@@ -344,10 +357,11 @@ class JobServiceRuntime:
             self.listener = PgChangeListener(
                 self.settings.database_url,
                 ignore_origin=self.settings.instance_id,
-                on_change=self.app.on_remote_change,
-                on_reconnect=self.app.on_notifications_reconnected,
+                on_change=self._on_remote_change,
+                on_reconnect=self._on_notifications_reconnected,
             )
             await self.listener.start()
+        await self.change_feed.start()
         await self.server.start()
         self.worker.start()
         self.count_folder.start()
@@ -355,6 +369,16 @@ class JobServiceRuntime:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.db_health.start()
+
+    async def _on_remote_change(self, origin: str, status: str, job_ids: list[str]) -> None:
+        """Another instance committed changes (PostgreSQL NOTIFY)."""
+        if status in _FEED_STATUSES:
+            self.change_feed.nudge()
+        await self.app.on_remote_change(origin, status, job_ids)
+
+    async def _on_notifications_reconnected(self) -> None:
+        self.change_feed.nudge()
+        await self.app.on_notifications_reconnected()
 
     def _start_metrics(self) -> None:
         """--metrics-listen: serve /metrics (MetricsListenError when it cannot listen)."""
@@ -380,6 +404,7 @@ class JobServiceRuntime:
         await self.pruner.stop()
         await self.worker.stop(self.settings.grace)
         await self.count_folder.stop()
+        await self.change_feed.stop()
         # Streams never end by themselves; give unary calls a moment, then end the rest.
         await self.server.stop(1.0)
         if self.listener is not None:

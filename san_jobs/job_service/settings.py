@@ -163,6 +163,12 @@ class JobServiceSettings(BaseSettings):
         "off keeps)",
         json_schema_extra={"metavar": "DURATION"},
     )
+    retain_changes: str = Field(
+        "7d",
+        description="keep StreamJobChanges' changes this long (whatever the jobs' own "
+        "retention); a consumer whose cursor is older gets CURSOR_EXPIRED (same forms; off keeps)",
+        json_schema_extra={"metavar": "DURATION"},
+    )
     prune_interval: float = Field(
         60.0,
         gt=0,
@@ -325,7 +331,7 @@ class JobServiceSettings(BaseSettings):
     def _concurrency_limit(cls, value: object) -> object:
         return parse_concurrency_limits(value)
 
-    @field_validator("retain_completed", "retain_failed", "retain_cancelled")
+    @field_validator("retain_completed", "retain_failed", "retain_cancelled", "retain_changes")
     @classmethod
     def _retention(cls, value: str) -> str:
         return format_retention(parse_retention(value))  # one line on a bad value

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from san_jobs.job_service.domain.freshness import supersedes
 from san_jobs.job_service.domain.model import Job, JobStatus, JobType
@@ -92,6 +92,11 @@ class UpdateHub:
     def __init__(self) -> None:
         self._by_job: dict[str, set[Subscription]] = {}
         self._feeds: set[Subscription] = set()
+        # Told of every publish, after the streams (the change feed's wake-up).
+        self._listeners: list[Callable[[Sequence[Job]], None]] = []
+
+    def add_listener(self, listener: Callable[[Sequence[Job]], None]) -> None:
+        self._listeners.append(listener)
 
     def subscribe(
         self,
@@ -119,6 +124,10 @@ class UpdateHub:
                     del self._by_job[job_id]
 
     def publish(self, jobs: Iterable[Job]) -> None:
+        if self._listeners:
+            jobs = list(jobs)
+            for listener in self._listeners:
+                listener(jobs)
         for job in jobs:
             for sub in self._by_job.get(job.id, ()):
                 sub.offer(job)

@@ -85,3 +85,17 @@ class LeaseLostError(JobServiceError):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id}: lease lost, the outcome was not written")
+
+
+class CursorExpiredError(JobServiceError):
+    """StreamJobChanges was given a cursor whose changes are gone: older than what
+    retention keeps, or of another feed (another database). Resuming anywhere else
+    would skip changes without saying so; the caller decides (`oldest_cursor` is where
+    the kept changes begin)."""
+
+    def __init__(self, after_cursor: str, oldest_cursor: str, why: str) -> None:
+        self.after_cursor = after_cursor
+        self.oldest_cursor = oldest_cursor
+        super().__init__(
+            f"after_cursor {after_cursor!r}: {why}; the kept changes begin after {oldest_cursor!r}"
+        )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from san_jobs.job_service.domain.changes import ChangeFilter, FeedState, JobChange
 from san_jobs.job_service.domain.claim_limits import LimitedClaim, TypeLimit
 from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
 from san_jobs.job_service.domain.errors import JobServiceError
@@ -161,6 +162,21 @@ class CountPrunableParams:
 @dataclass(frozen=True, slots=True)
 class PruneBatchParams:
     status: JobStatus
+    cutoff: datetime
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadChangesParams:
+    # Changes with after_pos < pos <= through_pos, the filter's only.
+    after_pos: int
+    through_pos: int
+    change_filter: ChangeFilter
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class PruneChangesParams:
     cutoff: datetime
     limit: int
 
@@ -363,6 +379,30 @@ class JobStore(Protocol):
 
     async def close(self) -> None:
         """Dispose of the engine."""
+        ...
+
+
+class ChangeStore(Protocol):
+    """The change feed's table (job_changes, written by the database's trigger at
+    every change; migration 0013). SQL only: the memory store has no feed."""
+
+    async def sequence_changes(self, limit: int) -> FeedState:
+        """Give the next positions to at most `limit` committed changes that have
+        none yet, in the order they were written, in one transaction holding the
+        feed's counter (PostgreSQL; on SQLite the trigger gave them), and return the
+        feed's state after it. Positions visible to a reader never have a gap."""
+        ...
+
+    async def read_changes(self, params: ReadChangesParams) -> tuple[list[JobChange], FeedState]:
+        """The positioned changes after `after_pos` up to `through_pos` that match
+        the filter, by position, at most `limit`; and the feed's state read after
+        them (so a reader sees whether retention deleted some of them meanwhile)."""
+        ...
+
+    async def prune_changes(self, params: PruneChangesParams) -> int:
+        """Delete, oldest position first and only as a prefix, at most `limit`
+        changes made before `cutoff`, moving the feed's pruned_through with them in
+        one transaction; how many were deleted."""
         ...
 
 

@@ -7,7 +7,8 @@ SQL (connections.StoreParts says what they share):
 - reads.py: one job, many, a page;
 - operations.py: cancel, RetryFailed, stats, usage, next_due_at;
 - claim_limits.py: the claim of a type with limits;
-- pauses.py, prune.py, failure_groups.py: dispatch pauses, retention, failure groups.
+- pauses.py, prune.py, failure_groups.py: dispatch pauses, retention, failure groups;
+- changes.py: the change feed (positions, reads, its retention).
 
 What each write does is declared in domain/transitions.py and compiled to SQL once per
 store (statements.py, transition_sql.py; the compiled text is checked in under sql/);
@@ -25,6 +26,7 @@ from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EXPIRED_MESSAGE
+from san_jobs.job_service.storage.changes import ChangeQueries
 from san_jobs.job_service.storage.claim_limits import LimitedClaims
 from san_jobs.job_service.storage.connections import Connections, HotStatements
 from san_jobs.job_service.storage.failure_groups import FailureGroupQueries
@@ -50,6 +52,7 @@ class SqlJobStore(
     PauseQueries,
     PruneQueries,
     FailureGroupQueries,
+    ChangeQueries,
 ):
     """JobStore on SQLAlchemy 2 async: SQLite (aiosqlite, WAL) or PostgreSQL (asyncpg).
 

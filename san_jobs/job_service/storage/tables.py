@@ -315,3 +315,70 @@ schema_compatibility = Table(
     Column("compatible_from", String(32), nullable=False),
     CheckConstraint("id = 1", name="one_row"),
 )
+
+
+# The change feed (StreamJobChanges, migration 0013, storage/changes.py): a trigger on
+# async_jobs writes a snapshot of the job (no input, no lease) at every move into an
+# end status and at RetryFailed's FAILED -> PENDING. `pos` is the change's place in
+# the feed: given by the trigger on SQLite (one writer), and on PostgreSQL by the
+# sequencer to committed rows only, so what a reader sees is a gap-free prefix.
+POSITIONED_SQL = "pos IS NOT NULL"
+UNPOSITIONED_SQL = "pos IS NULL"
+
+job_changes = Table(
+    "job_changes",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("pos", BigInteger, nullable=True),
+    Column("changed_at", UtcDateTime, nullable=False),
+    Column("job_id", String(36), nullable=False),
+    Column("job_type", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("target_id", String(256), nullable=False),
+    Column("requested_by", String(256), nullable=False),
+    Column("request_id", String(256), nullable=True),
+    Column("result", JsonType, nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("error_code", String(64), nullable=True),
+    Column("error_reason", String(128), nullable=True),
+    Column("attempt_count", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("attempts", JsonType, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("started_at", UtcDateTime, nullable=True),
+    Column("completed_at", UtcDateTime, nullable=True),
+    Column("failed_at", UtcDateTime, nullable=True),
+    Column("cancelled_at", UtcDateTime, nullable=True),
+    Column("cancel_reason", Text, nullable=True),
+    Column("next_attempt_at", UtcDateTime, nullable=True),
+    Column("traceparent", String(55), nullable=True),
+    Column("tenant", String(256), nullable=True),
+    Index(
+        "uq_job_changes_pos",
+        "pos",
+        unique=True,
+        sqlite_where=text(POSITIONED_SQL),
+        postgresql_where=text(POSITIONED_SQL),
+    ),
+    # The sequencer's work list on PostgreSQL (always empty on SQLite, whose rows are
+    # born positioned).
+    Index(
+        "ix_job_changes_unpositioned",
+        "id",
+        sqlite_where=text(UNPOSITIONED_SQL),
+        postgresql_where=text(UNPOSITIONED_SQL),
+    ),
+)
+
+job_change_feed = Table(
+    "job_change_feed",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("feed_id", String(32), nullable=False),
+    Column("last_pos", BigInteger, nullable=False),
+    Column("pruned_through", BigInteger, nullable=False),
+    CheckConstraint("id = 1", name="one_row"),
+)

@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2  # ships no type stubs
 
 from san_jobs.job_service.domain.errors import (
+    CursorExpiredError,
     DuplicateJobError,
     FieldViolation,
     InvalidJobStateError,
@@ -164,6 +165,13 @@ def to_rich_status(error: JobServiceError, error_id: str) -> status_pb2.Status:
                 "PERMISSION_DENIED",
                 {"rpc": error.rpc, "role": error.role},
             )
+        case CursorExpiredError():
+            return _status(
+                code_pb2.FAILED_PRECONDITION,
+                clip(str(error)),
+                "CURSOR_EXPIRED",
+                {"oldestCursor": error.oldest_cursor, "afterCursor": clip(error.after_cursor)},
+            )
         case PruneRunningError():
             # ABORTED, not FAILED_PRECONDITION: nothing is wrong with the request or the
             # system, it lost a race with another prune and may simply retry later.
@@ -203,7 +211,7 @@ def _log(rpc: str, error: BaseException, error_id: str) -> None:
             return
         case InvalidJobStateError() | UnauthenticatedError() | PermissionDeniedError():
             return
-        case PruneRunningError():
+        case PruneRunningError() | CursorExpiredError():
             return
         case StorageUnavailableError() | StorageDataError():
             log.error("%s failed: error_id=%s %s", rpc, error_id, error)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
+from san_jobs.job_service.domain.changes import MAX_CURSOR_CHARS, ChangeFilter
 from san_jobs.job_service.domain.errors import FieldViolation, InvalidRequestError
 from san_jobs.job_service.domain.failure_groups import (
     DEFAULT_FAILURE_RANGE_SECONDS,
@@ -269,6 +270,17 @@ def stream(request: pb.StreamJobUpdatesRequest) -> StreamRequest:
     statuses = _statuses("statuses", request.statuses, out)
     _raise_if(out)
     return StreamRequest(ids, types, statuses)
+
+
+def stream_changes(request: pb.StreamJobChangesRequest) -> tuple[str, ChangeFilter]:
+    """StreamJobChanges' request: the cursor (its meaning is checked by the feed) and
+    the filter, of known enum values."""
+    out: list[FieldViolation] = []
+    check_identifier("after_cursor", request.after_cursor, MAX_CURSOR_CHARS, out)
+    types = _job_types("job_types", request.job_types, out)
+    statuses = _statuses("statuses", request.statuses, out)
+    _raise_if(out)
+    return request.after_cursor, ChangeFilter(job_types=types, statuses=statuses)
 
 
 def _error_message_contains(value: str, out: list[FieldViolation]) -> str | None:

@@ -13,6 +13,7 @@ import grpc
 
 from san_jobs.job_service.app import JobApplication
 from san_jobs.job_service.auth.roles import current_caller
+from san_jobs.job_service.change_feed import ChangeFeed
 from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import FieldViolation, JobNotFoundError
 from san_jobs.job_service.domain.failure_groups import MAX_FAILURE_GROUPS
@@ -64,8 +65,11 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         pauses: PauseCache | None = None,
         pruner: Pruner | None = None,
+        change_feed: ChangeFeed | None = None,
     ) -> None:
         self._app = app
+        # StreamJobChanges' source (None: a servicer made without one, in tests).
+        self._change_feed = change_feed
         # PruneJobs runs the server's pruner (its retention and lock); made on first use,
         # with the default retention, for a servicer made without one (tests).
         self._given_pruner = pruner
@@ -234,6 +238,33 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
                         yield pb.StreamJobUpdatesResponse(job=job_to_pb(job, pauses=pauses))
         finally:
             end(None)
+
+    @stream_errors
+    async def StreamJobChanges(
+        self, request: pb.StreamJobChangesRequest, context: Context
+    ) -> AsyncIterator[pb.StreamJobChangesResponse]:
+        after_cursor, wanted = requests.stream_changes(request)
+        if self._change_feed is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server keeps no change feed")
+            return
+        try:
+            # A feed stream: offered every change, bounded as StreamJobUpdates' live feeds.
+            lease = self._stream_gate.admit(peer_key(context), connection_key(context), feed=True)
+        except StreamRefusedError as refused:
+            await context.abort_with_status(refused.to_status())  # type: ignore[attr-defined]
+            return
+        context.add_done_callback(lambda _: lease.release())  # type: ignore[arg-type]
+        wanted = dataclasses.replace(wanted, requested_by=_owner())
+        try:
+            async for cursor, job in self._change_feed.follow(after_cursor, wanted):
+                if job is None:
+                    yield pb.StreamJobChangesResponse(cursor=cursor)
+                    continue
+                pauses = await self._pauses.current() if job.status is JobStatus.PENDING else {}
+                message = job_to_pb(job, with_input=False, pauses=pauses)
+                yield pb.StreamJobChangesResponse(cursor=cursor, job=message)
+        finally:
+            lease.release()
 
     async def _watch_jobs(
         self, job_ids: tuple[str, ...], subscription: Any, owner: str | None

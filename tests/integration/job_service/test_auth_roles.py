@@ -150,11 +150,32 @@ async def _prune(s: Secured, md: Metadata) -> object:
     return await s.stub.PruneJobs(request, metadata=md, timeout=10)
 
 
+async def _cancelled_job_of(s: Secured, name: str) -> str:
+    """A job of token `name`, cancelled (by an operator): one change in the feed."""
+    job_id = await s.job_of(name)
+    request = pb.CancelJobRequest(job_id=job_id)
+    await s.stub.CancelJob(request, metadata=s.as_("operator"), timeout=10)
+    return job_id
+
+
+async def _changes(s: Secured, md: Metadata) -> object:
+    job_id = await _cancelled_job_of(s, "alice")
+    call = s.stub.StreamJobChanges(pb.StreamJobChangesRequest(), metadata=md, timeout=10)
+    try:
+        async for change in call:
+            if change.job.id == job_id:
+                return change
+        raise AssertionError("the stream ended")
+    finally:
+        call.cancel()
+
+
 CALLS: dict[str, Call] = {
     "Enqueue": _enqueue,
     "BatchEnqueue": _batch_enqueue,
     "GetJob": _get,
     "StreamJobUpdates": _stream,
+    "StreamJobChanges": _changes,
     "RetryFailed": _retry,
     "ListJobs": _list,
     "CancelJob": _cancel,
@@ -211,6 +232,31 @@ async def test_the_live_feed_is_for_viewers_and_operators(secured: Secured) -> N
         call.cancel()
     error = await _code_of(_first_update(secured, secured.as_("alice"), feed))
     assert error is not None and error.code() is grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_submitter_reads_only_its_own_jobs_changes(secured: Secured) -> None:
+    alices = {await _cancelled_job_of(secured, "alice") for _ in range(2)}
+    bobs = await _cancelled_job_of(secured, "bob")
+    last = await _cancelled_job_of(secured, "alice")  # after bob's: alice's stream reads past it
+
+    async def read_until(name: str, job_id: str) -> list[str]:
+        call = secured.stub.StreamJobChanges(
+            pb.StreamJobChangesRequest(), metadata=secured.as_(name), timeout=10
+        )
+        seen: list[str] = []
+        async for change in call:
+            if change.HasField("job"):
+                seen.append(change.job.id)
+            if change.job.id == job_id:
+                call.cancel()
+                return seen
+        raise AssertionError("the stream ended")
+
+    alice_sees = await read_until("alice", last)
+    assert len(alice_sees) == 3 and set(alice_sees) == alices | {last} and alice_sees[-1] == last
+    assert await read_until("bob", bobs) == [bobs]
+    everyone = await read_until("viewer", last)
+    assert set(everyone) == alices | {bobs, last}
 
 
 @pytest.mark.parametrize("credentials", ["none", "made-up", "not-bearer", "revoked"])

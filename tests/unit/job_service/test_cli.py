@@ -81,6 +81,7 @@ def test_every_setting_is_read_from_its_environment_variable(
         "retain_completed": ("12h", "12h"),
         "retain_failed": ("off", "off"),
         "retain_cancelled": ("86400", "1d"),
+        "retain_changes": ("3600", "1h"),
         "prune_interval": ("30", 30.0),
         "log_format": ("json", "json"),
         "health_interval": ("0.5", 0.5),
