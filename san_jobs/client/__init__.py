@@ -2,9 +2,10 @@
 errors, the contract's messages and enums.
 
 It needs only grpcio, protobuf and their status and common-protos packages
-(`pip install san-jobs`). The transactional outbox, which needs SQLAlchemy, is
-`san_jobs.client.outbox` (`pip install 'san-jobs[outbox]'`); an in-memory JobService
-for your tests is `san_jobs.client.testing`.
+(`pip install san-jobs`). The transactional outbox and inbox, which need SQLAlchemy,
+are `san_jobs.client.outbox` and `san_jobs.client.inbox` (`pip install
+'san-jobs[outbox]'`); an in-memory JobService for your tests is
+`san_jobs.client.testing`.
 
 >>> from san_jobs.client import JobsClient, CardAnalysisInput
 >>> with JobsClient("127.0.0.1:50051") as client:  # doctest: +SKIP
@@ -19,6 +20,7 @@ from san_jobs.client._batch import EnqueueOutcome
 from san_jobs.client._channel import SERVICE_CONFIG, ChannelSettings, PemSource
 from san_jobs.client._client import JobsClient
 from san_jobs.client._errors import (
+    CursorExpiredError,
     DuplicateJobError,
     FieldViolation,
     InvalidJobStateError,
@@ -59,6 +61,7 @@ from san_jobs.proto.jobs.v1.job_service_pb2 import (
     RecallSource,
     RetryFailedResponse,
     SkippedJob,
+    StreamJobChangesResponse,
     TilGenerationInput,
     TilGenerationResult,
     Usage,
@@ -72,6 +75,7 @@ __all__ = [
     "CardAnalysisInput",
     "CardAnalysisResult",
     "ChannelSettings",
+    "CursorExpiredError",
     "DispatchPause",
     "DuplicateJobError",
     "EmbeddingInput",
@@ -110,6 +114,7 @@ __all__ = [
     "RetryFailedResponse",
     "ServiceUnavailableError",
     "SkippedJob",
+    "StreamJobChangesResponse",
     "TilGenerationInput",
     "TilGenerationResult",
     "UnauthenticatedError",

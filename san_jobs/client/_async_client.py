@@ -219,6 +219,36 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
         finally:
             call.cancel()
 
+    async def stream_job_changes(
+        self,
+        after_cursor: str = "",
+        *,
+        job_types: Iterable[pb.JobType.ValueType] = (),
+        statuses: Iterable[pb.JobStatus.ValueType] = (),
+        timeout: float | None = None,
+    ) -> AsyncGenerator[pb.StreamJobChangesResponse, None]:
+        """The durable change feed: every change kept after ``after_cursor`` ("" = from
+        the oldest kept), in commit order, then new ones live; it never ends by itself.
+
+        Each message has a ``cursor`` (store it with what you did, resume after it) and
+        the ``job`` right after the change; a message without ``job``
+        (``not HasField("job")``) is a progress mark: nothing matched ``job_types`` and
+        ``statuses`` since the last one, store its cursor all the same. A cursor whose
+        changes are no longer kept raises :class:`CursorExpiredError`. No deadline by
+        default. :class:`~san_jobs.client.inbox.Inbox` consumes it transactionally.
+        """
+        request = _requests.stream_job_changes_request(
+            after_cursor, job_types=job_types, statuses=statuses
+        )
+        call = self._stub.StreamJobChanges(request, timeout=timeout, metadata=self._metadata)
+        try:
+            async for response in call:
+                yield result(response)
+        except grpc.RpcError as error:
+            raise error_from_rpc(error) from None
+        finally:
+            call.cancel()
+
     async def retry_failed(
         self,
         *,

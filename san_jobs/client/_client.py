@@ -4,11 +4,11 @@ There is one implementation, the asyncio client. A :class:`JobsClient` owns an e
 loop running in a daemon thread of its own, and its asyncio client lives on that
 loop (a grpc.aio channel is bound to the loop it was made on). Each method runs the
 asyncio client's method there and waits for its answer; an iterator (``watch``,
-``stream_job_updates``, ``iter_jobs``) pulls one item at a time. So requests,
-deadlines, retries, errors and the watch's fallback to polling are the asyncio
-client's, and an error is the very exception it raised. A callback (``on_chunk``)
-runs in the caller's thread, as a blocking client's should, and may call the
-client. Ctrl-C in the caller cancels the call it interrupts; ``close()`` (or the
+``stream_job_updates``, ``stream_job_changes``, ``iter_jobs``) pulls one item at a
+time. So requests, deadlines, retries, errors and the watch's fallback to polling
+are the asyncio client's, and an error is the very exception it raised. A callback
+(``on_chunk``) runs in the caller's thread, as a blocking client's should, and may
+call the client. Ctrl-C in the caller cancels the call it interrupts; ``close()`` (or the
 client being garbage-collected, or the interpreter exiting) closes the channel and
 ends the thread.
 
@@ -329,6 +329,7 @@ class JobsClient(ClientBase[grpc.Channel]):
     enqueue_many = _blocking(AsyncJobsClient.enqueue_many, callbacks=("on_chunk",))
     get_job = _blocking(AsyncJobsClient.get_job)
     stream_job_updates = _iterating(AsyncJobsClient.stream_job_updates)
+    stream_job_changes = _iterating(AsyncJobsClient.stream_job_changes)
     retry_failed = _blocking(AsyncJobsClient.retry_failed)
     list_jobs = _blocking(AsyncJobsClient.list_jobs)
     iter_jobs = _iterating(AsyncJobsClient.iter_jobs)

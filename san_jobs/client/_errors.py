@@ -10,6 +10,7 @@ where they apply, ``BadRequest`` or ``RetryInfo``. :func:`error_from_rpc` turns 
     ├── JobNotFoundError           NOT_FOUND: .job_id
     ├── InvalidRequestError        INVALID_ARGUMENT: .field_violations
     ├── InvalidJobStateError       FAILED_PRECONDITION / INVALID_JOB_STATE: .job_id, .status
+    ├── CursorExpiredError         FAILED_PRECONDITION / CURSOR_EXPIRED: .oldest_cursor
     ├── RateLimitedError           RESOURCE_EXHAUSTED: .retry_delay (seconds or None)
     ├── UnauthenticatedError       UNAUTHENTICATED: no token, or one the server refuses
     ├── PermissionDeniedError      PERMISSION_DENIED: the caller's role may not do this
@@ -107,6 +108,20 @@ class InvalidJobStateError(JobsError):
         return self.metadata.get("status", "")
 
 
+class CursorExpiredError(JobsError):
+    """StreamJobChanges' ``after_cursor`` is older than the changes JobService keeps:
+    changes were lost to the consumer. ``oldest_cursor`` is where the kept ones begin
+    (resume from "" to read them); ``after_cursor`` echoes the cursor given."""
+
+    @property
+    def oldest_cursor(self) -> str:
+        return self.metadata.get("oldestCursor", "")
+
+    @property
+    def after_cursor(self) -> str:
+        return self.metadata.get("afterCursor", "")
+
+
 class RateLimitedError(JobsError):
     """Too many requests; ``retry_delay`` (seconds) says when to try again, if known."""
 
@@ -187,21 +202,24 @@ def _error_from_details(
     common: dict[str, Any] = {"code": code, "reason": reason, "metadata": metadata}
     if code is grpc.StatusCode.ALREADY_EXISTS or reason == "DUPLICATE_JOB":
         return DuplicateJobError(message, **common)
-    if code is grpc.StatusCode.NOT_FOUND:
-        return JobNotFoundError(message, **common)
     if code is grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidRequestError(message, field_violations=violations, **common)
-    if code is grpc.StatusCode.FAILED_PRECONDITION:
-        return InvalidJobStateError(message, **common)
+    if reason == "CURSOR_EXPIRED":
+        return CursorExpiredError(message, **common)
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         return RateLimitedError(message, retry_delay=retry_delay, **common)
-    if code is grpc.StatusCode.UNAUTHENTICATED:
-        return UnauthenticatedError(message, **common)
-    if code is grpc.StatusCode.PERMISSION_DENIED:
-        return PermissionDeniedError(message, **common)
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return ServiceUnavailableError(message, **common)
-    return JobsError(message, **common)
+    return _BY_CODE.get(code, JobsError)(message, **common)
+
+
+# The exception of each code that needs nothing but the ErrorInfo (see above for the rest).
+_BY_CODE: dict[grpc.StatusCode, type[JobsError]] = {
+    grpc.StatusCode.NOT_FOUND: JobNotFoundError,
+    grpc.StatusCode.FAILED_PRECONDITION: InvalidJobStateError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAVAILABLE: ServiceUnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: ServiceUnavailableError,
+}
 
 
 def error_from_rpc(error: grpc.RpcError) -> JobsError:

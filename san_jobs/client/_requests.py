@@ -123,6 +123,17 @@ def failure_groups_request(
     return request
 
 
+def stream_job_changes_request(
+    after_cursor: str,
+    *,
+    job_types: Iterable[pb.JobType.ValueType],
+    statuses: Iterable[pb.JobStatus.ValueType],
+) -> pb.StreamJobChangesRequest:
+    return pb.StreamJobChangesRequest(
+        after_cursor=after_cursor, job_types=list(job_types), statuses=list(statuses)
+    )
+
+
 def retry_failed_request(
     *,
     job_ids: Iterable[str],
