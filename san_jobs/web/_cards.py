@@ -32,7 +32,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
-from san_jobs.web._store import knowledge_cards, scrap_jobs, scraps
+from san_jobs.web._store import analysis_requests, knowledge_cards, scrap_jobs, scraps
 
 log = logging.getLogger("san_web.cards")
 
@@ -78,8 +78,9 @@ async def apply_job_change(conn: AsyncConnection, job: pb.Job) -> None:
 
     Only a COMPLETED CARD_ANALYSIS job that san-web asked for makes a card; every other
     change is ignored. San-web asked for a job when ``scrap_jobs`` records it, or when
-    the job's ``request_id`` is its scrap's outbox row (the outbox delivered it, and
-    the change came before san-web wrote ``scrap_jobs``: the row is written here then).
+    the job's ``request_id`` is its scrap's outbox row or one of its
+    ``analysis_requests`` (sent, and the change came before san-web wrote
+    ``scrap_jobs``: the row is written here then).
     The feed's job carries its result, not its input.
 
     The latest analysis wins, by the job's ``create_time``: the job the user asked for
@@ -160,8 +161,11 @@ async def _scrap_of(conn: AsyncConnection, job: pb.Job) -> str | None:
         return None
     if recorded is not None:
         return str(scrap.id)
-    if job.request_id and job.request_id == scrap.outbox_id:
-        # The outbox delivered this job and the change came first: record it now.
+    if job.request_id and (
+        job.request_id == scrap.outbox_id or await _asked_directly(conn, job.request_id, scrap.id)
+    ):
+        # The outbox (or a direct analysis) sent this job and the change came before
+        # san-web recorded the job: record it now.
         await conn.execute(
             scrap_jobs.insert().values(job_id=job.id, scrap_id=scrap.id, owner=scrap.owner)
         )
@@ -170,6 +174,19 @@ async def _scrap_of(conn: AsyncConnection, job: pb.Job) -> str | None:
         return str(scrap.id)
     log.info("job_id=%s target_id=%s: not a job san-web asked for; ignored", job.id, scrap_id)
     return None
+
+
+async def _asked_directly(conn: AsyncConnection, request_id: str, scrap_id: str) -> bool:
+    """Whether ``request_id`` is a direct analysis of ``scrap_id`` san-web sent."""
+    row = (
+        await conn.execute(
+            sa.select(analysis_requests.c.request_id).where(
+                analysis_requests.c.request_id == request_id,
+                analysis_requests.c.scrap_id == scrap_id,
+            )
+        )
+    ).first()
+    return row is not None
 
 
 def _card(row: Any) -> Card:

@@ -74,6 +74,23 @@ knowledge_cards = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
 
+# A direct analysis (POST /api/scraps/{id}/analyze) before its Enqueue: the request id
+# it is sent with, written first, so that a change of its job that comes back before
+# scrap_jobs records it is still known as san-web's (_cards.py). Deleted with its scrap.
+analysis_requests = sa.Table(
+    "analysis_requests",
+    metadata,
+    sa.Column("request_id", sa.String(64), primary_key=True),
+    sa.Column(
+        "scrap_id",
+        sa.String(36),
+        sa.ForeignKey("scraps.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("owner", sa.String(64), nullable=True),
+)
+
 # What a user may do: "user" (their own scraps: every user made before roles existed),
 # "viewer" (also /ops, read only), "operator" (also /ops' actions).
 WEB_ROLES = ("user", "viewer", "operator")
@@ -201,6 +218,17 @@ class ScrapStore:
             )
         return Scrap(scrap.id, url, title, text, None, scrap.created_at, owner, outbox_id=outbox_id)
 
+    async def add_analysis_request(self, scrap_id: str, owner: str | None) -> str:
+        """A new request id for an analysis of ``scrap_id``, recorded before it is sent."""
+        request_id = f"analysis:{uuid.uuid4()}"
+        async with self._engine.begin() as connection:
+            await connection.execute(
+                analysis_requests.insert().values(
+                    request_id=request_id, scrap_id=scrap_id, owner=owner
+                )
+            )
+        return request_id
+
     async def set_job(self, scrap_id: str, job_id: str, owner: str | None = None) -> None:
         async with self._engine.begin() as connection:
             await connection.execute(
@@ -280,6 +308,9 @@ class ScrapStore:
             await connection.execute(scrap_jobs.delete().where(scrap_jobs.c.scrap_id == scrap_id))
             await connection.execute(
                 knowledge_cards.delete().where(knowledge_cards.c.scrap_id == scrap_id)
+            )
+            await connection.execute(
+                analysis_requests.delete().where(analysis_requests.c.scrap_id == scrap_id)
             )
             result = await connection.execute(scraps.delete().where(scraps.c.id == scrap_id))
         return bool(result.rowcount)
@@ -364,13 +395,9 @@ class ScrapStore:
                 web_sessions.delete().where(web_sessions.c.username == name)
             )
             await connection.execute(scrap_jobs.delete().where(scrap_jobs.c.owner == name))
-            await connection.execute(
-                knowledge_cards.delete().where(
-                    knowledge_cards.c.scrap_id.in_(
-                        sa.select(scraps.c.id).where(scraps.c.owner == name)
-                    )
-                )
-            )
+            owned_ids = sa.select(scraps.c.id).where(scraps.c.owner == name)
+            for table in (knowledge_cards, analysis_requests):
+                await connection.execute(table.delete().where(table.c.scrap_id.in_(owned_ids)))
             owned = await connection.execute(scraps.delete().where(scraps.c.owner == name))
         return int(sessions.rowcount), int(owned.rowcount)
 

@@ -305,10 +305,14 @@ async def _job_id(request: Request) -> str | JSONResponse:
 async def _enqueue_analysis(
     request: Request, scrap_id: str, text: str, url: str, title: str
 ) -> str:
+    # Recorded before it is sent: its completion may come back through the change
+    # feed before set_job below commits, and must still be known as ours (_cards.py).
+    request_id = await _store(request).add_analysis_request(scrap_id, current_user(request))
     response = await _client(request).enqueue(
         scrap_id,
         CardAnalysisInput(text=text, url=url, title=title),
         requested_by=REQUESTED_BY,
+        request_id=request_id,
     )
     await _store(request).set_job(scrap_id, response.job.id, owner=current_user(request))
     return response.job.id

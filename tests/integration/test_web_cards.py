@@ -248,6 +248,22 @@ async def test_the_outboxs_job_is_recognised_before_san_web_recorded_it(
     assert found is not None and found.job_id == job.id
 
 
+async def test_a_direct_analysis_is_recognised_before_san_web_recorded_its_job(
+    store: ScrapStore,
+) -> None:
+    """POST /analyze records its request id before the Enqueue: a completion that
+    comes back through the feed before set_job commits still makes the card."""
+    scrap = await store.add(url="", title="T", text="some text", owner="ann")
+    request_id = await store.add_analysis_request(scrap.id, "ann")
+    job = card_job(scrap.id, request_id=request_id)
+    await apply(store, job)
+    assert [(r.scrap_id, r.job_id) for r in await rows(store)] == [(scrap.id, job.id)]
+    # Another scrap's request id does not make this scrap's card.
+    other = await store.add(url="", title="U", text="other text", owner="ann")
+    await apply(store, card_job(other.id, request_id=request_id))
+    assert [r.scrap_id for r in await rows(store)] == [scrap.id]
+
+
 async def test_related_cards_rank_by_cosine_within_the_owner(store: ScrapStore) -> None:
     vectors = {
         "near": (1.0, 0.1, 0.0),
