@@ -25,13 +25,16 @@ not a UUID, a second active job for the same (job type, target)
 (:class:`~san_jobs.client.DuplicateJobError`, or the existing job with
 ``return_existing``), and cancelling a finished job; a repeated ``request_id``
 returns the first job (``deduplicated``). Watchers (``watch``, ``wait``,
-``stream_job_updates``) hear every change. ``fail_next`` makes the next calls of an
+``stream_job_updates``) hear every change; ``stream_job_changes`` (and so the inbox)
+reads the change feed: every move into COMPLETED, FAILED or CANCELLED and a retry's
+FAILED -> PENDING, after a cursor (``fake.N``), then live. ``fail_next`` makes the next calls of an
 RPC fail (JobService down, rate limited, ...), ``break_streams`` ends the open
 streams as a server going away does, and ``calls`` lists what was called.
 
 Not modelled: tokens (sent, never checked: one tenant), retention (PruneJobs deletes
-nothing), the server's limits on streams and message sizes, and the contents of
-inputs (a blank text is stored). It needs nothing but the SDK's own dependencies.
+nothing, no change expires, no progress mark is sent), the server's limits on
+streams and message sizes, and the contents of inputs (a blank text is stored). It
+needs nothing but the SDK's own dependencies.
 """
 
 from __future__ import annotations
@@ -149,6 +152,10 @@ class FakeJobService:
         self._jobs: dict[str, pb.Job] = {}
         self._by_request_id: dict[str, str] = {}
         self._watchers: list[_Watcher] = []
+        # The change feed: each change's job (without input), in order; its streams.
+        self._changes: list[pb.Job] = []
+        self._published_status: dict[str, int] = {}
+        self._change_streams: list[_Signal] = []
         self._faults: dict[str, list[JobsError]] = {}
         self._calls: list[Call] = []
         self._last_ns = 0
@@ -238,8 +245,11 @@ class FakeJobService:
         )
         with self._lock:
             watchers, self._watchers = self._watchers, []
+            change_streams, self._change_streams = self._change_streams, []
         for watcher in watchers:
             watcher.push(error)
+        for signal in change_streams:
+            signal.push(error)
 
     # -- the service ---------------------------------------------------------
 
@@ -288,6 +298,21 @@ class FakeJobService:
         for watcher in list(self._watchers):
             if watcher.hears(job) and not watcher.push(self._copy(job)):
                 self._watchers.remove(watcher)
+        before = self._published_status.get(job.id)
+        self._published_status[job.id] = job.status
+        if job.status != before and (
+            job.status in TERMINAL_STATUSES
+            or (job.status == pb.JOB_STATUS_PENDING and before == pb.JOB_STATUS_FAILED)
+        ):
+            change = pb.Job()
+            change.CopyFrom(job)
+            case = change.WhichOneof("input")
+            if case is not None:
+                change.ClearField(case)  # the feed carries no input, as JobService's
+            self._changes.append(change)
+            for signal in list(self._change_streams):
+                if not signal.push(_MOVED):
+                    self._change_streams.remove(signal)
         return self._copy(job)
 
     def _start(self, job: pb.Job) -> None:
@@ -562,6 +587,29 @@ class FakeJobService:
             for job in named:
                 watcher.push(self._copy(job))
 
+    def _next_change(
+        self, after: int, request: pb.StreamJobChangesRequest
+    ) -> tuple[int, pb.Job | None]:
+        """The first change after position ``after`` the request wants (its position
+        and job), or (the last position, None)."""
+        with self._lock:
+            for index in range(after, len(self._changes)):
+                job = self._changes[index]
+                if (not request.job_types or job.job_type in request.job_types) and (
+                    not request.statuses or job.status in request.statuses
+                ):
+                    return index + 1, self._copy(job)
+            return len(self._changes), None
+
+    def _follow_changes(self, signal: _Signal) -> None:
+        with self._lock:
+            self._change_streams.append(signal)
+
+    def _unfollow_changes(self, signal: _Signal) -> None:
+        with self._lock:
+            if signal in self._change_streams:
+                self._change_streams.remove(signal)
+
     def _unwatch(self, watcher: _Watcher) -> None:
         with self._lock:
             if watcher in self._watchers:
@@ -737,6 +785,91 @@ class _Stream:
         return True
 
 
+_MOVED = object()
+_CURSOR_PREFIX = "fake."
+
+
+class _Signal:
+    """A StreamJobChanges' wake-up (or the error ending it), from any thread."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    def push(self, item: Any) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed
+            return False
+        return True
+
+
+class _ChangeStream:
+    """A StreamJobChanges call of the fake: the changes after its cursor, then live."""
+
+    def __init__(
+        self, service: FakeJobService, request: pb.StreamJobChangesRequest, timeout: float | None
+    ) -> None:
+        self._service = service
+        self._request = request
+        self._timeout = timeout
+        self._signal: _Signal | None = None
+        self._deadline: float | None = None
+        self._position = 0
+        self._done = False
+
+    def __aiter__(self) -> _ChangeStream:
+        return self
+
+    async def __anext__(self) -> pb.StreamJobChangesResponse:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            return await self._next()
+        except JobsError as error:
+            self.cancel()
+            raise rpc_error_from(error) from None
+
+    async def _next(self) -> pb.StreamJobChangesResponse:
+        loop = asyncio.get_running_loop()
+        if self._signal is None:
+            self._position = _fake_position(self._request.after_cursor)
+            self._deadline = None if self._timeout is None else loop.time() + self._timeout
+            self._signal = _Signal()
+            self._service._follow_changes(self._signal)
+        while True:
+            self._position, job = self._service._next_change(self._position, self._request)
+            if job is not None:
+                cursor = f"{_CURSOR_PREFIX}{self._position}"
+                return pb.StreamJobChangesResponse(cursor=cursor, job=as_message(job))
+            left = None if self._deadline is None else max(0.0, self._deadline - loop.time())
+            try:
+                item = await asyncio.wait_for(self._signal.queue.get(), left)
+            except TimeoutError:
+                raise ServiceUnavailableError(
+                    "Deadline Exceeded", code=grpc.StatusCode.DEADLINE_EXCEEDED
+                ) from None
+            if isinstance(item, JobsError):
+                raise item
+
+    def cancel(self) -> bool:
+        self._done = True
+        if self._signal is not None:
+            self._service._unfollow_changes(self._signal)
+        return True
+
+
+def _fake_position(cursor: str) -> int:
+    """The position of one of the fake's cursors ("" = the start); InvalidRequestError
+    naming after_cursor for anything else, as JobService answers."""
+    if not cursor:
+        return 0
+    digits = cursor.removeprefix(_CURSOR_PREFIX)
+    if not cursor.startswith(_CURSOR_PREFIX) or not digits.isdigit():
+        raise _invalid(("after_cursor", "not a cursor of this service"))
+    return int(digits)
+
+
 class _FakeStub:
     """JobService's stub over the fake: what AsyncJobsClient calls (see _transport)."""
 
@@ -769,6 +902,19 @@ class _FakeStub:
         except JobsError as error:
             return _Failed(error)
         return _Stream(self._service, request, timeout)
+
+    def StreamJobChanges(
+        self,
+        request: pb.StreamJobChangesRequest,
+        timeout: float | None = None,
+        metadata: Iterable[tuple[str, str]] = (),
+    ) -> Any:
+        try:
+            self._service._answer("StreamJobChanges", request, metadata)
+            _fake_position(request.after_cursor)
+        except JobsError as error:
+            return _Failed(error)
+        return _ChangeStream(self._service, request, timeout)
 
 
 class _Failed:

@@ -275,3 +275,35 @@ def test_a_stream_failing_at_once_makes_watch_poll(
     service.complete(job.id, CardAnalysisResult())
     assert [j.status for j in updates] == [pb.JOB_STATUS_COMPLETED]
     assert [c.rpc for c in service.calls][:3] == ["Enqueue", "StreamJobUpdates", "GetJob"]
+
+
+async def test_the_change_feed_sends_each_change_after_a_cursor_then_live() -> None:
+    service = FakeJobService()
+    async with service.async_client() as client:
+        done = (await client.enqueue("scrap-1", TEXT)).job
+        service.complete(done.id, CardAnalysisResult(summary="Short."))
+        failed = (await client.enqueue("scrap-2", TEXT)).job
+        service.fail(failed.id, "Timeout: too slow")
+        await client.retry_failed(job_ids=[failed.id])
+        changes = client.stream_job_changes()
+        got = [await anext(changes) for _ in range(3)]
+        assert [(c.job.id, c.job.status) for c in got] == [
+            (done.id, pb.JOB_STATUS_COMPLETED),
+            (failed.id, pb.JOB_STATUS_FAILED),
+            (failed.id, pb.JOB_STATUS_PENDING),
+        ]
+        assert got[0].job.card_analysis_result.summary == "Short."
+        assert got[0].job.WhichOneof("input") is None
+        # Live: a change made while the stream waits arrives.
+        later = asyncio.ensure_future(anext(changes))
+        await asyncio.sleep(0.01)
+        service.complete(failed.id, CardAnalysisResult(summary="Second try."))
+        assert (await asyncio.wait_for(later, 5)).job.status == pb.JOB_STATUS_COMPLETED
+        await changes.aclose()
+        # Resumed after the first, filtered: the completions after it only.
+        resumed = client.stream_job_changes(got[0].cursor, statuses=[pb.JOB_STATUS_COMPLETED])
+        assert (await anext(resumed)).job.id == failed.id
+        await resumed.aclose()
+        with pytest.raises(InvalidRequestError) as caught:
+            await anext(client.stream_job_changes("nonsense"))
+        assert [v.field for v in caught.value.field_violations] == ["after_cursor"]
