@@ -15,6 +15,7 @@ import sqlalchemy as sa
 import sqlalchemy.exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from san_jobs.client.inbox import create_inbox_tables
 from san_jobs.client.outbox import create_outbox_table
 from san_jobs.shared.sqlite_files import prepare_sqlite_url
 
@@ -181,6 +182,7 @@ class ScrapStore:
             await connection.run_sync(metadata.create_all)
             await connection.run_sync(_add_missing_columns)
             await create_outbox_table(connection)
+            await create_inbox_tables(connection)
         return cls(engine)
 
     @property

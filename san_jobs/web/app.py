@@ -52,12 +52,13 @@ from san_jobs.client import (
 )
 from san_jobs.client._channel import DEFAULT_TIMEOUT
 from san_jobs.client._job_types import job_result
+from san_jobs.client.inbox import Inbox
 from san_jobs.client.outbox import Outbox, OutboxEntry
 from san_jobs.proto.jobs.v1.job_service_pb2 import EnqueueRequest
 from san_jobs.shared.display import format_time, job_type_name, pause_reason_name, status_name
 from san_jobs.web._auth import AuthSettings, SessionGuard, current_user
 from san_jobs.web._body_guard import UNREADABLE_JSON, BodyGuard
-from san_jobs.web._cards import cards_of, related_cards
+from san_jobs.web._cards import apply_job_change, cards_of, related_cards
 from san_jobs.web._errors import error_document, invalid
 from san_jobs.web._failures import on_http_error, on_store_error, on_unexpected_error
 from san_jobs.web._login_throttle import LoginThrottle
@@ -70,6 +71,8 @@ from san_jobs.web._store import Scrap, ScrapCursor, ScrapStore
 STATIC = Path(__file__).parent / "static"
 _VECTOR_TYPES = (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE)
 REQUESTED_BY = "san-web"
+# The inbox consumer that brings the cards home (a row of san_jobs_inbox).
+CARDS_CONSUMER = "san-web-cards"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 30.0
 JOB_SERVICE_UNAVAILABLE = "JobService is unavailable; try again later"
@@ -582,7 +585,23 @@ async def index(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+    """Alive; and whether the cards' inbox consumes (a halted or failing inbox still
+    answers 200: the pages work, the cards lag; the operator reads ``inbox``)."""
+    inbox: Inbox | None = getattr(request.app.state, "inbox", None)
+    if inbox is None:
+        return JSONResponse({"status": "ok"})
+    seen = inbox.health()
+    return JSONResponse(
+        {
+            "status": "ok",
+            "inbox": {
+                "state": seen.state,
+                "ok": seen.ok,
+                "lastError": seen.last_error,
+                "oldestCursor": seen.oldest_cursor,
+            },
+        }
+    )
 
 
 async def _on_jobs_error(request: Request, error: Exception) -> Response:
@@ -636,9 +655,22 @@ def create_app(
             on_delivered=on_delivered,
         )
         await app.state.outbox.start()
+        # The cards come home through the change feed: each completion is applied in
+        # san-web's own transaction with the feed's cursor (san_jobs.client.inbox), so
+        # a card survives JobService's retention and san-web's crashes, made once.
+        app.state.inbox = Inbox(
+            store.engine,
+            app.state.jobs,
+            CARDS_CONSUMER,
+            apply_job_change,
+            job_types=[JobType.JOB_TYPE_CARD_ANALYSIS],
+            statuses=[JobStatus.JOB_STATUS_COMPLETED],
+        )
+        await app.state.inbox.start()
         try:
             yield
         finally:
+            await app.state.inbox.stop()
             await app.state.outbox.stop()
             await app.state.jobs.close()
             await app.state.store.close()
