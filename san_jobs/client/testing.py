@@ -733,23 +733,21 @@ class _Watcher:
         return True
 
 
-class _Stream:
-    """A StreamJobUpdates call of the fake, read with ``async for``, as grpc.aio's is."""
+class _FakeCall:
+    """A server-streaming call of the fake, read with ``async for`` as grpc.aio's is:
+    ``_next`` gives each message, a JobsError ends the call as the RPC's error."""
 
-    def __init__(
-        self, service: FakeJobService, request: pb.StreamJobUpdatesRequest, timeout: float | None
-    ) -> None:
+    def __init__(self, service: FakeJobService, request: Any, timeout: float | None) -> None:
         self._service = service
         self._request = request
         self._timeout = timeout
-        self._watcher: _Watcher | None = None
         self._deadline: float | None = None
         self._done = False
 
-    def __aiter__(self) -> _Stream:
+    def __aiter__(self) -> _FakeCall:
         return self
 
-    async def __anext__(self) -> pb.StreamJobUpdatesResponse:
+    async def __anext__(self) -> Any:
         if self._done:
             raise StopAsyncIteration
         try:
@@ -758,31 +756,54 @@ class _Stream:
             self.cancel()
             raise rpc_error_from(error) from None
 
-    async def _next(self) -> pb.StreamJobUpdatesResponse:
+    async def _next(self) -> Any:
+        raise NotImplementedError
+
+    def _start_deadline(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._watcher is None:
-            self._deadline = None if self._timeout is None else loop.time() + self._timeout
-            self._watcher = _Watcher(self._request)
-            self._service._watch(self._request, self._watcher)
-        left = None if self._deadline is None else max(0.0, self._deadline - loop.time())
+        self._deadline = None if self._timeout is None else loop.time() + self._timeout
+
+    async def _take(self, queue: asyncio.Queue[Any]) -> Any:
+        """The next item of ``queue``, raising the error it may be; DEADLINE_EXCEEDED
+        past the call's timeout."""
+        left = None
+        if self._deadline is not None:
+            left = max(0.0, self._deadline - asyncio.get_running_loop().time())
         try:
-            item = await asyncio.wait_for(self._watcher.queue.get(), left)
+            item = await asyncio.wait_for(queue.get(), left)
         except TimeoutError:
             raise ServiceUnavailableError(
                 "Deadline Exceeded", code=grpc.StatusCode.DEADLINE_EXCEEDED
             ) from None
         if isinstance(item, JobsError):
             raise item
+        return item
+
+    def cancel(self) -> bool:
+        self._done = True
+        return True
+
+
+class _Stream(_FakeCall):
+    """A StreamJobUpdates call of the fake."""
+
+    _watcher: _Watcher | None = None
+
+    async def _next(self) -> pb.StreamJobUpdatesResponse:
+        if self._watcher is None:
+            self._start_deadline()
+            self._watcher = _Watcher(self._request)
+            self._service._watch(self._request, self._watcher)
+        item = await self._take(self._watcher.queue)
         if item is _END:
             self.cancel()
             raise StopAsyncIteration
         return pb.StreamJobUpdatesResponse(job=as_message(item))
 
     def cancel(self) -> bool:
-        self._done = True
         if self._watcher is not None:
             self._service._unwatch(self._watcher)
-        return True
+        return super().cancel()
 
 
 _MOVED = object()
@@ -804,37 +825,16 @@ class _Signal:
         return True
 
 
-class _ChangeStream:
+class _ChangeStream(_FakeCall):
     """A StreamJobChanges call of the fake: the changes after its cursor, then live."""
 
-    def __init__(
-        self, service: FakeJobService, request: pb.StreamJobChangesRequest, timeout: float | None
-    ) -> None:
-        self._service = service
-        self._request = request
-        self._timeout = timeout
-        self._signal: _Signal | None = None
-        self._deadline: float | None = None
-        self._position = 0
-        self._done = False
-
-    def __aiter__(self) -> _ChangeStream:
-        return self
-
-    async def __anext__(self) -> pb.StreamJobChangesResponse:
-        if self._done:
-            raise StopAsyncIteration
-        try:
-            return await self._next()
-        except JobsError as error:
-            self.cancel()
-            raise rpc_error_from(error) from None
+    _signal: _Signal | None = None
+    _position = 0
 
     async def _next(self) -> pb.StreamJobChangesResponse:
-        loop = asyncio.get_running_loop()
         if self._signal is None:
             self._position = _fake_position(self._request.after_cursor)
-            self._deadline = None if self._timeout is None else loop.time() + self._timeout
+            self._start_deadline()
             self._signal = _Signal()
             self._service._follow_changes(self._signal)
         while True:
@@ -842,21 +842,12 @@ class _ChangeStream:
             if job is not None:
                 cursor = f"{_CURSOR_PREFIX}{self._position}"
                 return pb.StreamJobChangesResponse(cursor=cursor, job=as_message(job))
-            left = None if self._deadline is None else max(0.0, self._deadline - loop.time())
-            try:
-                item = await asyncio.wait_for(self._signal.queue.get(), left)
-            except TimeoutError:
-                raise ServiceUnavailableError(
-                    "Deadline Exceeded", code=grpc.StatusCode.DEADLINE_EXCEEDED
-                ) from None
-            if isinstance(item, JobsError):
-                raise item
+            await self._take(self._signal.queue)  # a change was made, or the error
 
     def cancel(self) -> bool:
-        self._done = True
         if self._signal is not None:
             self._service._unfollow_changes(self._signal)
-        return True
+        return super().cancel()
 
 
 def _fake_position(cursor: str) -> int:
