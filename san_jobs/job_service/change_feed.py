@@ -83,16 +83,22 @@ class ChangeFeed:
         self._next_prune = 0.0
         # One advance at a time (the task's, or a stream's that needs the latest state).
         self._advancing = asyncio.Lock()
+        # Open streams. Without one, nothing waits for a change: the task ignores
+        # wake-ups, gives positions once per poll (a batch) and reads nothing into
+        # the buffer, so an instance nobody follows pays almost nothing per job.
+        self._followers = 0
 
     # -- the instance's task ---------------------------------------------------------
 
     def nudge(self) -> None:
-        """A change may have been committed: look now, not at the next poll."""
-        self._wake.set()
+        """A change may have been committed: look now (if a stream waits), not at the
+        next poll."""
+        if self._followers:
+            self._wake.set()
 
     def on_published(self, jobs: Iterable[Job]) -> None:
         """UpdateHub listener: this instance committed these jobs' new states."""
-        if any(job.status in _STATUSES_THAT_CHANGE for job in jobs):
+        if self._followers and any(job.status in _STATUSES_THAT_CHANGE for job in jobs):
             self._wake.set()
 
     async def start(self) -> None:
@@ -148,8 +154,10 @@ class ChangeFeed:
             self._state, self._buffer, self._base = state, [], state.last_pos
             self._announce()
             return False
-        if state.last_pos > before:
+        if state.last_pos > before and self._followers:
             await self._fill(before, state)
+        elif not self._followers:
+            self._buffer, self._base = [], state.last_pos
         self._state = state
         if state.last_pos != before:
             self._announce()
@@ -236,6 +244,16 @@ class ChangeFeed:
     ) -> AsyncIterator[tuple[str, Job | None]]:
         """(cursor, job) for each change after `after_cursor` that matches, then live;
         (cursor, None) is a progress mark over changes that did not match."""
+        self._followers += 1
+        try:
+            async for item in self._follow(after_cursor, change_filter):
+                yield item
+        finally:
+            self._followers -= 1
+
+    async def _follow(
+        self, after_cursor: str, change_filter: ChangeFilter
+    ) -> AsyncIterator[tuple[str, Job | None]]:
         pos, state = await self.start_position(after_cursor)
         sent = pos
         marked = time.monotonic()
