@@ -55,6 +55,7 @@ from bench_jobs import (
     ROOT,
     card,
     cpu_note,
+    each_database,
     end_to_end,
     enqueue_rate,
     measured,
@@ -69,7 +70,7 @@ from sqlalchemy import make_url
 from san_jobs.job_service.storage.notify import asyncpg_dsn
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
-from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
+from tests.support.databases import create_temp_postgres_database, drop_database
 from tests.support.processes import RunningService, start_gateway, start_job_service, start_service
 
 T = TypeVar("T")
@@ -557,34 +558,18 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        if "sqlite" in args.databases:
-            counter = iter(range(10_000))
-            bench_database(
-                "SQLite",
-                lambda: f"sqlite+aiosqlite:///{work / f'jobs-{next(counter)}.db'}",
+        each_database(
+            args.databases,
+            work,
+            lambda name, fresh: bench_database(
+                name,
+                fresh,
                 sizes,
                 args.rounds,
                 work,
-                None,
-            )
-        if "postgres" in args.databases:
-            reason = require_postgres()
-            if reason:
-                print(f"\n== PostgreSQL: skipped ({reason}) ==")
-                return
-            made: list[str] = []
-
-            def fresh() -> str:
-                made.append(create_temp_postgres_database())
-                return made[-1]
-
-            try:
-                bench_database(
-                    "PostgreSQL", fresh, sizes, args.rounds, work, args.procrastinate_python
-                )
-            finally:
-                for url in made:
-                    drop_database(url)
+                args.procrastinate_python if name == "PostgreSQL" else None,
+            ),
+        )
 
 
 if __name__ == "__main__":

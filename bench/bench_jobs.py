@@ -415,31 +415,38 @@ def main() -> None:
         PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        if "sqlite" in args.databases:
-            counter = iter(range(1000))
-            bench_database(
-                "SQLite",
-                lambda: f"sqlite+aiosqlite:///{work / f'jobs-{next(counter)}.db'}",
-                args.jobs,
-                args.rounds,
-                work,
-            )
-        if "postgres" in args.databases:
-            reason = require_postgres()
-            if reason:
-                print(f"\n== PostgreSQL: skipped ({reason}) ==")
-                return
-            made: list[str] = []
+        each_database(
+            args.databases,
+            work,
+            lambda name, fresh: bench_database(name, fresh, args.jobs, args.rounds, work),
+        )
 
-            def fresh() -> str:
-                made.append(create_temp_postgres_database())
-                return made[-1]
 
-            try:
-                bench_database("PostgreSQL", fresh, args.jobs, args.rounds, work)
-            finally:
-                for url in made:
-                    drop_database(url)
+def each_database(
+    databases: str, work: Path, bench: Callable[[str, Callable[[], str]], None]
+) -> None:
+    """`bench(name, fresh)` on SQLite and PostgreSQL (as `databases` names them), where
+    `fresh()` gives a new database each call (a file in `work`; a migrated PostgreSQL
+    database, dropped afterwards). PostgreSQL unreachable: said, and skipped."""
+    if "sqlite" in databases:
+        counter = iter(range(10_000))
+        bench("SQLite", lambda: f"sqlite+aiosqlite:///{work / f'jobs-{next(counter)}.db'}")
+    if "postgres" in databases:
+        reason = require_postgres()
+        if reason:
+            print(f"\n== PostgreSQL: skipped ({reason}) ==")
+            return
+        made: list[str] = []
+
+        def fresh() -> str:
+            made.append(create_temp_postgres_database())
+            return made[-1]
+
+        try:
+            bench("PostgreSQL", fresh)
+        finally:
+            for url in made:
+                drop_database(url)
 
 
 if __name__ == "__main__":
