@@ -24,13 +24,13 @@ from san_jobs.job_service.storage.tables import job_change_feed, job_changes
 _feed = job_change_feed.c
 _changes = job_changes.c
 
-_STATE = select(_feed.feed_id, _feed.last_pos, _feed.pruned_through).where(_feed.id == 1)
+FEED_STATE = select(_feed.feed_id, _feed.last_pos, _feed.pruned_through).where(_feed.id == 1)
 
 # One statement under the feed row's lock: number the committed rows that have no
 # position in the order they were written, and move last_pos past them. READ
 # COMMITTED gives this statement a snapshot taken after the lock was granted, so a
 # row numbered by the previous holder is seen with its position (never renumbered).
-_SEQUENCE_PG = text(
+SEQUENCE_PG = text(
     """
     WITH fresh AS (
         SELECT id, row_number() OVER (ORDER BY id) AS n
@@ -47,6 +47,20 @@ _SEQUENCE_PG = text(
     """
 )
 _ANY_UNPOSITIONED = select(_changes.id).where(_changes.pos.is_(None)).limit(1)
+
+
+def changes_query(params: ReadChangesParams) -> Any:
+    """The positioned changes in (after_pos, through_pos] that match, by position: a
+    range of uq_job_changes_pos, the filter applied to that range only."""
+    wanted = params.change_filter
+    conditions = [_changes.pos > params.after_pos, _changes.pos <= params.through_pos]
+    if wanted.job_types:
+        conditions.append(_changes.job_type.in_([t.value for t in wanted.job_types]))
+    if wanted.statuses:
+        conditions.append(_changes.status.in_([s.value for s in wanted.statuses]))
+    if wanted.requested_by is not None:
+        conditions.append(_changes.requested_by == wanted.requested_by)
+    return select(job_changes).where(and_(*conditions)).order_by(_changes.pos).limit(params.limit)
 
 
 def _state(row: Any) -> FeedState:
@@ -90,37 +104,27 @@ class ChangeQueries(StoreParts):
         if self._db.pg:
             async with self._db.single() as conn:
                 if (await conn.execute(_ANY_UNPOSITIONED)).first() is None:
-                    return _state((await conn.execute(_STATE)).one())
+                    return _state((await conn.execute(FEED_STATE)).one())
             async with self._db.tx() as conn:
-                locked = (await conn.execute(_STATE.with_for_update())).one()
+                locked = (await conn.execute(FEED_STATE.with_for_update())).one()
                 row = (
-                    await conn.execute(_SEQUENCE_PG, {"limit": limit, "last_pos": locked.last_pos})
+                    await conn.execute(SEQUENCE_PG, {"limit": limit, "last_pos": locked.last_pos})
                 ).one()
                 return _state(row)
         async with self._db.single() as conn:
-            return _state((await conn.execute(_STATE)).one())
+            return _state((await conn.execute(FEED_STATE)).one())
 
     async def read_changes(self, params: ReadChangesParams) -> tuple[list[JobChange], FeedState]:
-        wanted = params.change_filter
-        conditions = [_changes.pos > params.after_pos, _changes.pos <= params.through_pos]
-        if wanted.job_types:
-            conditions.append(_changes.job_type.in_([t.value for t in wanted.job_types]))
-        if wanted.statuses:
-            conditions.append(_changes.status.in_([s.value for s in wanted.statuses]))
-        if wanted.requested_by is not None:
-            conditions.append(_changes.requested_by == wanted.requested_by)
-        stmt = (
-            select(job_changes).where(and_(*conditions)).order_by(_changes.pos).limit(params.limit)
-        )
+        stmt = changes_query(params)
         async with self._db.single() as conn:
             changes = [_change(row) for row in await conn.execute(stmt)]
             # After the rows: a prune that committed before them shows here.
-            state = _state((await conn.execute(_STATE)).one())
+            state = _state((await conn.execute(FEED_STATE)).one())
         return changes, state
 
     async def prune_changes(self, params: PruneChangesParams) -> int:
         async with self._db.tx() as conn:
-            feed = (await conn.execute(_STATE.with_for_update())).one()
+            feed = (await conn.execute(FEED_STATE.with_for_update())).one()
             window_end = min(feed.pruned_through + params.limit, feed.last_pos)
             if window_end <= feed.pruned_through:
                 return 0
