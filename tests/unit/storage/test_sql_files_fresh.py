@@ -1,4 +1,4 @@
-"""The checked-in SQL of the hot statements (san_jobs/job_service/storage/sql/) is what
+"""The checked-in SQL of the statements (san_jobs/job_service/storage/sql/) is what
 the code builds today: regenerated into a temporary folder and compared byte for byte,
 as the generated protobuf code is. A change to a statement shows in review as SQL."""
 
