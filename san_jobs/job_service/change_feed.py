@@ -88,6 +88,16 @@ class ChangeFeed:
         # the buffer, so an instance nobody follows pays almost nothing per job.
         self._followers = 0
 
+    @property
+    def position(self) -> int:
+        """The last position this instance has seen (0 before it has read the feed)."""
+        return 0 if self._state is None else self._state.last_pos
+
+    @property
+    def streams(self) -> int:
+        """StreamJobChanges streams following the feed here now."""
+        return self._followers
+
     # -- the instance's task ---------------------------------------------------------
 
     def nudge(self) -> None:

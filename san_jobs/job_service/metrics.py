@@ -243,6 +243,22 @@ class JobServiceMetrics:
         )
         gauge.set_function(lambda: float(open_streams()))
 
+    def watch_change_feed(self, position: Callable[[], int], streams: Callable[[], int]) -> None:
+        """Expose the change feed as this instance sees it (change_feed.py)."""
+        seen = Gauge(
+            f"{PREFIX}_change_feed_position",
+            "the change feed's last position this instance has seen (it grows with every "
+            "job change; flat while jobs finish: the feed task is stuck)",
+            registry=self.registry,
+        )
+        seen.set_function(lambda: float(position()))
+        open_now = Gauge(
+            f"{PREFIX}_change_streams_open",
+            "StreamJobChanges streams open on this instance",
+            registry=self.registry,
+        )
+        open_now.set_function(lambda: float(streams()))
+
 
 class PauseCollector(Collector):
     """``san_jobs_dispatch_paused{job_type,reason}``: 1 while the type is not claimed

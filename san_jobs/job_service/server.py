@@ -387,6 +387,9 @@ class JobServiceRuntime:
         self.metrics.watch_stats(self.store.stats, asyncio.get_running_loop())
         self.metrics.watch_pauses(self.worker.paused_types)
         self.metrics.watch_streams(lambda: self.stream_gate.open_streams)
+        self.metrics.watch_change_feed(
+            lambda: self.change_feed.position, lambda: self.change_feed.streams
+        )
         self.metrics_server = MetricsServer(
             self.settings.metrics_listen, self.metrics.registry, insecure=self.settings.insecure
         )

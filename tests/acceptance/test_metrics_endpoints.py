@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -118,6 +119,13 @@ def test_both_pages_count_what_happened(
         assert page.value("san_jobs_oldest_due_job_age_seconds", **card) == 0
         assert set(page.samples["san_jobs_dispatch_paused"].values()) == {0.0}
         assert page.value("san_jobs_update_streams_open") == 0  # wait()'s streams ended
+        assert page.value("san_jobs_change_streams_open") == 0
+        # Three jobs ended: three changes; with no stream following, the feed task reads
+        # its position once per poll (a second).
+        deadline = time.monotonic() + 10
+        while scrape(jobs).value("san_jobs_change_feed_position") != 3:
+            assert time.monotonic() < deadline, "the change feed's position stayed behind"
+            time.sleep(0.2)
         assert all(page.help.values()), page.help
         assert {"san_jobs_jobs", "san_jobs_job_outcomes", "san_jobs_grpc_server_handled"} <= set(
             page.help

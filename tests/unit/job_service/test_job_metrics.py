@@ -216,6 +216,7 @@ def test_the_pause_gauge_shows_every_type_and_reason(reason: PauseReason) -> Non
 def test_every_metric_has_help_text() -> None:
     metrics = JobServiceMetrics()
     metrics.watch_streams(lambda: 3)
+    metrics.watch_change_feed(lambda: 41, lambda: 2)
     families = {f.name: f.documentation for f in metrics.registry.collect()}
     assert all(families.values()), families
     assert families.keys() >= {
@@ -225,8 +226,12 @@ def test_every_metric_has_help_text() -> None:
         "san_jobs_leases_lost",
         "san_jobs_jobs_pruned",
         "san_jobs_update_streams_open",
+        "san_jobs_change_feed_position",
+        "san_jobs_change_streams_open",
     }
     assert metrics.registry.get_sample_value("san_jobs_update_streams_open") == 3
+    assert metrics.registry.get_sample_value("san_jobs_change_feed_position") == 41
+    assert metrics.registry.get_sample_value("san_jobs_change_streams_open") == 2
 
 
 def test_the_breaker_view_lists_the_pauses_in_force() -> None:
