@@ -156,6 +156,18 @@ def bench_database(name: str, fresh: Callable[[], str], jobs: int, rounds: int, 
             )
         cost = 100 * (1 - medians["with"] / medians["without"])
         print(f"  cost of recording changes: {cost:+.1f} % of end-to-end throughput (medians)")
+        # Throughput on a small shared machine moves +-20 % between rounds; the CPU a
+        # job costs the service and its database moves much less: the steadier figure.
+        cpu = {
+            variant: statistics.median(
+                1000 * (f["service_cpu"] + f.get("cpu:PostgreSQL", 0.0)) / jobs for _, f in runs
+            )
+            for variant, runs in results.items()
+        }
+        print(
+            f"  CPU per job, job-service + database: {cpu['with']:.2f} ms with, "
+            f"{cpu['without']:.2f} ms without ({100 * (cpu['with'] / cpu['without'] - 1):+.1f} %)"
+        )
         print(
             f"  catch-up read from the start: {statistics.median(catch_up_rates):8.0f} changes/s "
             f"({jobs} changes; rounds {', '.join(f'{r:.0f}' for r in catch_up_rates)})"
