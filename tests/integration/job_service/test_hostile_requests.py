@@ -85,11 +85,16 @@ EXAMPLES = {
     "RetryFailed": 120,
     "GetJobStats": 20,
     "StreamJobUpdates": 60,
+    "StreamJobChanges": 60,
     "GetUsage": 60,
     "ListFailureGroups": 60,
     "PruneJobs": 20,
 }
 CALL_TIMEOUT = 30.0
+STREAM_RESPONSES: dict[str, type[Message]] = {
+    "StreamJobUpdates": pb.StreamJobUpdatesResponse,
+    "StreamJobChanges": pb.StreamJobChangesResponse,
+}
 # A live feed (no job_ids) that has not failed within this long is serving.
 FEED_PEEK_SECONDS = 0.1
 
@@ -472,6 +477,29 @@ def stream_requests(pool: Pool) -> st.SearchStrategy[pb.StreamJobUpdatesRequest]
     )
 
 
+# Cursors of the right shape or nearly (a feed id and a position), beside hostile text.
+CURSOR_LIKE = (
+    "0.0",
+    "ffffffffffffffff.0",
+    "0123456789abcdef.99999999999",
+    "0123456789abcdef.-1",
+    "abc.1",
+    ".1",
+    "1.",
+    "f" * 33 + ".1",
+    "0." + "9" * 30,
+)
+
+
+def change_requests() -> st.SearchStrategy[pb.StreamJobChangesRequest]:
+    return st.builds(
+        pb.StreamJobChangesRequest,
+        after_cursor=st.one_of(st.sampled_from(CURSOR_LIKE), hostile_text()),
+        job_types=many(enums(JOB_TYPES)),
+        statuses=many(enums(STATUSES)),
+    )
+
+
 def raw_requests() -> st.SearchStrategy[bytes]:
     """Bytes that are not a request at all, or a request with unknown fields."""
     unknown_fields = bytes([0x78, 0x01]) + bytes([0x9A, 0x06, 0x03]) + b"abc"  # fields 15, 99
@@ -564,13 +592,16 @@ class Client:
             return error.code(), error.details() or "", None  # type: ignore[attr-defined]
         return grpc.StatusCode.OK, "", response
 
-    def stream(self, request: Any, expected: int | None) -> tuple[Any, str]:
-        """(code, message) of a StreamJobUpdates call: OK once `expected` messages came
-        (or, for a live feed, when nothing failed within FEED_PEEK_SECONDS)."""
+    def stream(
+        self, request: Any, expected: int | None, rpc: str = "StreamJobUpdates"
+    ) -> tuple[Any, str]:
+        """(code, message) of a streaming call: OK once `expected` messages came (or,
+        for a live feed or the change feed, when nothing failed within
+        FEED_PEEK_SECONDS)."""
         call = self.channel.unary_stream(
-            "/san.jobs.v1.JobService/StreamJobUpdates",
+            f"/san.jobs.v1.JobService/{rpc}",
             request_serializer=_wire,
-            response_deserializer=pb.StreamJobUpdatesResponse.FromString,
+            response_deserializer=STREAM_RESPONSES[rpc].FromString,
         )(request, timeout=CALL_TIMEOUT)
         peeked = threading.Event()
 
@@ -676,6 +707,11 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
         code, message = client.stream(request, expected)
         found.record("StreamJobUpdates", code, message, request)
 
+    def changes(request: pb.StreamJobChangesRequest | bytes) -> None:
+        # The change feed never ends: a request it takes is serving after the peek.
+        code, message = client.stream(request, None, "StreamJobChanges")
+        found.record("StreamJobChanges", code, message, request)
+
     raw = raw_requests()
     runs: list[tuple[str, Callable[[Any], None], st.SearchStrategy[Any]]] = [
         ("Enqueue", enqueue, st.one_of(enqueue_requests(pool), raw)),
@@ -693,6 +729,7 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
         ("RetryFailed", retry, st.one_of(retry_requests(pool), raw)),
         ("GetJobStats", stats, st.one_of(st.just(pb.GetJobStatsRequest()), raw)),
         ("StreamJobUpdates", stream, st.one_of(stream_requests(pool), raw)),
+        ("StreamJobChanges", changes, st.one_of(change_requests(), raw)),
         ("GetUsage", usage, st.one_of(usage_requests(), raw)),
         ("ListFailureGroups", failure_groups, st.one_of(failure_group_requests(), raw)),
         ("PruneJobs", prune, st.one_of(st.builds(pb.PruneJobsRequest, dry_run=st.booleans()), raw)),
@@ -811,6 +848,7 @@ TENANT_EXAMPLES = {
     "ListJobs": 20,
     "CancelJob": 20,
     "StreamJobUpdates": 20,
+    "StreamJobChanges": 20,
     "GetUsage": 10,
 }
 # A submitter's live feed (StreamJobUpdates without ids) is refused for its role.
@@ -858,12 +896,14 @@ class TenantClient(Client):
             return error.code(), _error_bytes(error)  # type: ignore[attr-defined]
         return grpc.StatusCode.OK, response.SerializeToString()
 
-    def stream_bytes(self, request: Any, expected: int | None) -> tuple[Any, bytes]:
-        """(code, every message's bytes) of a StreamJobUpdates call, read as `stream`."""
+    def stream_bytes(
+        self, request: Any, expected: int | None, rpc: str = "StreamJobUpdates"
+    ) -> tuple[Any, bytes]:
+        """(code, every message's bytes) of a streaming call, read as `stream`."""
         call = self.channel.unary_stream(
-            "/san.jobs.v1.JobService/StreamJobUpdates",
+            f"/san.jobs.v1.JobService/{rpc}",
             request_serializer=_wire,
-            response_deserializer=pb.StreamJobUpdatesResponse.FromString,
+            response_deserializer=STREAM_RESPONSES[rpc].FromString,
         )(request, timeout=CALL_TIMEOUT, metadata=self.metadata)
         timer = threading.Timer(FEED_PEEK_SECONDS if expected is None else 10.0, call.cancel)
         timer.start()
@@ -919,6 +959,11 @@ def run_as_second_tenant(
         code, answer = client.stream_bytes(request, expected)
         check("StreamJobUpdates", request, code, answer)
 
+    def changes(request: pb.StreamJobChangesRequest) -> None:
+        # From any cursor: the first tenant's changes (its FAILED jobs) are in the feed.
+        code, answer = client.stream_bytes(request, None, "StreamJobChanges")
+        check("StreamJobChanges", request, code, answer)
+
     # The keys the first tenant holds, always tried: its request ids and active
     # targets, with either duplicate rule, alone and in a batch.
     keys = [
@@ -955,6 +1000,7 @@ def run_as_second_tenant(
             [],
         ),
         ("StreamJobUpdates", stream, stream_requests(pool), []),
+        ("StreamJobChanges", changes, change_requests(), [pb.StreamJobChangesRequest()]),
         ("GetUsage", unary("GetUsage", pb.GetUsageResponse), usage_requests(), []),
     ]
     try:
