@@ -89,7 +89,13 @@ async def test_bad_and_lost_cursors_are_refused_by_name(start_service: StartServ
             await call.read()
         return caught.value
 
-    for malformed in ("nonsense", f"{feed_id}.-1", f"{feed_id}.1x", "x" * 129, f"{feed_id}.{2**64}"):
+    for malformed in (
+        "nonsense",
+        f"{feed_id}.-1",
+        f"{feed_id}.1x",
+        "x" * 129,
+        f"{feed_id}.{2**64}",
+    ):
         error = await refusal(malformed)
         assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, malformed
         assert "after_cursor" in rich_error(error).field_violations
