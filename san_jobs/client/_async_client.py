@@ -124,6 +124,7 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
         request_id: str | None = None,
         max_attempts: int = 0,
         return_existing: bool = False,
+        schedule_time: datetime | None = None,
         timeout: float | None = None,
     ) -> pb.EnqueueResponse:
         """Store a job as PENDING; its type follows from ``job_input`` unless given.
@@ -131,6 +132,8 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
         A ``request_id`` makes the call idempotent (a fresh one is generated otherwise).
         With ``return_existing``, an active job for the same (type, target) is returned
         with ``deduplicated = True`` instead of raising :class:`DuplicateJobError`.
+        With ``schedule_time`` (aware; naive is taken as UTC) the job is not started
+        before then: a delayed job, at most a year ahead (a past time means now).
         """
         request = _requests.enqueue_request(
             target_id,
@@ -140,6 +143,7 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
             request_id=request_id,
             max_attempts=max_attempts,
             return_existing=return_existing,
+            schedule_time=schedule_time,
         )
         return result(await self._call(self._stub.Enqueue, request, timeout))
 

@@ -49,7 +49,10 @@ def enqueue_request(
     request_id: str | None,
     max_attempts: int,
     return_existing: bool,
+    schedule_time: datetime | None = None,
 ) -> pb.EnqueueRequest:
+    """An EnqueueRequest; `schedule_time` (aware, or naive taken as UTC) delays the
+    job until then (at most a year ahead; a past time means now)."""
     request = pb.EnqueueRequest(
         target_id=target_id,
         requested_by=requested_by,
@@ -64,6 +67,8 @@ def enqueue_request(
     info = job_type_of_input(job_input)  # TypeError for a message that is no input
     getattr(request, info.input_field).CopyFrom(job_input)
     request.job_type = info.value if job_type is None else job_type
+    if schedule_time is not None:
+        request.schedule_time.CopyFrom(timestamp(schedule_time))
     return request
 
 

@@ -526,6 +526,11 @@ class Outbox:
             request_id=request.request_id,
             max_attempts=request.max_attempts,
             return_existing=request.on_duplicate == pb.ON_DUPLICATE_RETURN_EXISTING,
+            schedule_time=(
+                request.schedule_time.ToDatetime(tzinfo=UTC)
+                if request.HasField("schedule_time")
+                else None
+            ),
             timeout=min(self._client.settings.timeout, self.lease / 2),
         )
 

@@ -401,6 +401,9 @@ class FakeJobService:
         case = str(request.WhichOneof("input"))
         getattr(job, case).CopyFrom(getattr(request, case))
         job.create_time.CopyFrom(now)
+        if request.HasField("schedule_time"):
+            # Stored and shown as JobService does; the fake does not delay the job.
+            job.schedule_time.CopyFrom(request.schedule_time)
         self._jobs[job.id] = job
         if request.request_id:
             self._by_request_id[request.request_id] = job.id

@@ -105,7 +105,10 @@ class JobApplication:
                 job.requested_by or "-",
             )
             self.hub.publish([job])
-            self.worker.wake()
+            if job.next_attempt_at is not None:  # a delayed job: due then, not now
+                self.worker.due_later([job.next_attempt_at])
+            else:
+                self.worker.wake()
         return job, deduplicated
 
     async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
@@ -128,7 +131,12 @@ class JobApplication:
                 ],
             )
             self.hub.publish(created)
-            self.worker.wake()
+            # Delayed jobs are due later: the worker wakes for each at its time.
+            later = {job.next_attempt_at for job in created if job.next_attempt_at is not None}
+            if later:
+                self.worker.due_later(later)
+            else:
+                self.worker.wake()
         return outcomes
 
     async def cancel(

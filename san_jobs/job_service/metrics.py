@@ -181,6 +181,8 @@ class JobServiceMetrics:
             return
         if job.attempt_count <= 1:
             since: datetime | None = job.created_at
+            if job.scheduled_at is not None and job.scheduled_at > job.created_at:
+                since = job.scheduled_at  # a delayed job waits from its time, not before
         else:
             # A retry scheduled by another instance (or before a restart) has no
             # known due time here: not measured, rather than measured wrong.

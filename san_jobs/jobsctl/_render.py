@@ -98,7 +98,14 @@ def error_dict(error: JobsError) -> dict[str, Any]:
 def _status(job: pb.Job) -> str:
     name = status_name(job.status)
     waiting = " [dim](waiting: type paused)[/]" if job.HasField("waiting_for") else ""
-    return f"[{STATUS_STYLE.get(name, '')}]{name}[/]{waiting}"
+    return f"[{STATUS_STYLE.get(name, '')}]{name}[/]{_due(job)}{waiting}"
+
+
+def _due(job: pb.Job) -> str:
+    """When a waiting job is due: a delayed job's schedule time, or a retry's."""
+    if job.status != pb.JOB_STATUS_PENDING or not job.HasField("next_attempt_time"):
+        return ""
+    return f" [dim](due {format_time(job.next_attempt_time)})[/]"
 
 
 def result_lines(job: pb.Job) -> list[tuple[str, str]]:
@@ -150,6 +157,8 @@ def job_detail(console: Console, job: pb.Job) -> None:
     ]
     if job.requested_by:
         rows.append(("requested by", markup_text(job.requested_by)))
+    if job.HasField("schedule_time"):
+        rows.append(("scheduled", format_time(job.schedule_time)))
     if job.HasField("next_attempt_time"):
         rows.append(("next attempt", format_time(job.next_attempt_time)))
     if job.HasField("waiting_for"):

@@ -65,6 +65,37 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return value.astimezone(UTC) if value.tzinfo else value.astimezone().astimezone(UTC)
 
 
+_DELAY_PART = re.compile(r"(\d+)([wdhms])")
+_DELAY_SECONDS = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+def parse_delay(text: str) -> timedelta:
+    """How long from now (``enqueue --in``): ``10m``, ``12h``, ``7d``, ``90s``, ``1w``,
+    combinations such as ``1d12h``, or plain seconds; as JobService writes durations."""
+    word = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", word):
+        return timedelta(seconds=float(word))
+    if word and re.fullmatch(r"(?:\d+[wdhms])+", word):
+        return timedelta(
+            seconds=sum(int(n) * _DELAY_SECONDS[unit] for n, unit in _DELAY_PART.findall(word))
+        )
+    raise argparse.ArgumentTypeError(
+        f"cannot read duration {text!r} (use e.g. 90s, 30m, 12h, 7d, 1d12h or seconds)"
+    )
+
+
+def parse_at(text: str) -> datetime:
+    """A point in time (``enqueue --at``): RFC 3339, e.g. ``2026-12-24T18:00:00Z`` or
+    ``2026-12-24T18:00:00+09:00`` (without an offset: local time)."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"cannot read time {text!r} (use RFC 3339, e.g. 2026-12-24T18:00:00Z)"
+        ) from None
+    return value.astimezone(UTC) if value.tzinfo else value.astimezone().astimezone(UTC)
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

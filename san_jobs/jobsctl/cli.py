@@ -44,7 +44,14 @@ from san_jobs.jobsctl._job_inputs import (
     job_type_choices,
 )
 from san_jobs.jobsctl._settings import JobsctlSettings
-from san_jobs.jobsctl._values import parse_job_type, parse_since, parse_status, positive_int
+from san_jobs.jobsctl._values import (
+    parse_at,
+    parse_delay,
+    parse_job_type,
+    parse_since,
+    parse_status,
+    positive_int,
+)
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.shared.cli_settings import SettingsParser
 
@@ -148,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--request-id", default=None, help="idempotency key")
     common.add_argument("--requested-by", default="jobsctl", help="who asks (default jobsctl)")
     common.add_argument("--max-attempts", type=positive_int, default=0, metavar="N")
+    later = common.add_mutually_exclusive_group()
+    later.add_argument(
+        "--at", type=parse_at, default=None, metavar="TIME",
+        help="a delayed job: not started before TIME (RFC 3339, e.g. 2026-12-24T18:00:00Z)",
+    )  # fmt: skip
+    later.add_argument(
+        "--in", dest="delay", type=parse_delay, default=None, metavar="DURATION",
+        help="a delayed job: not started before this long from now (90s, 30m, 12h, 7d)",
+    )  # fmt: skip
     common.add_argument(
         "--return-existing", action="store_true",
         help="return the active job for the same type and target instead of failing",
@@ -215,6 +231,7 @@ def cmd_enqueue(client: JobsClient, args: argparse.Namespace) -> int:
         request_id=args.request_id,
         max_attempts=args.max_attempts,
         return_existing=args.return_existing,
+        schedule_time=args.at if args.delay is None else datetime.now(UTC) + args.delay,
     )
     if args.json:
         _render.print_json(_render.to_dict(response))

@@ -44,6 +44,8 @@ MAX_ENUM_FILTER_VALUES = 100
 
 # -- numbers --------------------------------------------------------------------------
 MAX_ATTEMPTS_LIMIT = 100
+# EnqueueRequest.schedule_time: at most this far after the call (one year, a leap one).
+MAX_SCHEDULE_AHEAD_SECONDS = 366 * 24 * 3600
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1_000
 DEFAULT_RETRY_LIMIT = 1_000

@@ -181,6 +181,9 @@ class Job:
     # The namespace of the job's keys (request_id, the active (job_type, target_id)):
     # see NewJob.tenant. Internal, never in the API.
     tenant: str = ""
+    # The schedule_time given at Enqueue (a delayed job), as given; None without one.
+    # While it is ahead, next_attempt_at holds it too (NewJob.not_before).
+    scheduled_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +203,13 @@ class NewJob:
     # it is bound to), so one caller can neither see nor block another's keys; under
     # --auth off "" (one tenant: every caller shares the keys, as before issue 22).
     tenant: str = ""
+    # A delayed job (EnqueueRequest.schedule_time): `scheduled_at` as given, shown as
+    # Job.schedule_time; `not_before` the same time when it was still ahead at the
+    # call (None otherwise: a time in the past means now). The job is stored with
+    # next_attempt_at = not_before, so its due_at is its schedule time: the claim's
+    # order and the worker's next_due_at see it with no rule of their own.
+    scheduled_at: datetime | None = None
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,7 +249,9 @@ class Transition:
 
 def due_at(status: JobStatus) -> Expr:
     """When the worker next looks at a job in `status`: a PENDING job at its retry
-    time, or else when it last changed (enqueued, given back, retried by an operator);
+    time (or, before its first attempt, a delayed job's schedule time: ENQUEUE writes
+    it to next_attempt_at), or else when it last changed (enqueued, given back,
+    retried by an operator);
     a PROCESSING job when its lease runs out; never, once terminal."""
     if status is JobStatus.PENDING:
         return Coalesce((New("next_attempt_at"), New("updated_at")))
@@ -298,6 +300,10 @@ ENQUEUE = Transition(
             "max_attempts": Arg("max_attempts"),
             "created_at": Now(),
             "updated_at": Now(),
+            # A delayed job: the schedule time as given, and (while it is ahead) the
+            # time its first attempt may start, from which due_at() derives.
+            "scheduled_at": Arg("scheduled_at"),
+            "next_attempt_at": Arg("not_before"),
         }
     ),
     args=(
@@ -310,6 +316,8 @@ ENQUEUE = Transition(
         "max_attempts",
         "traceparent",
         "tenant",
+        "scheduled_at",
+        "not_before",
     ),
 )
 

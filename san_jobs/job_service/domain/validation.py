@@ -8,6 +8,8 @@ job type's input rules are named by its registry entry (job_types.py).
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from san_jobs.job_service.domain.errors import FieldViolation
 from san_jobs.job_service.domain.field_rules import (
     EnqueueLimits,
@@ -20,6 +22,7 @@ from san_jobs.job_service.domain.limits import (
     MAX_ATTEMPTS_LIMIT,
     MAX_REQUEST_ID_CHARS,
     MAX_REQUESTED_BY_CHARS,
+    MAX_SCHEDULE_AHEAD_SECONDS,
     MAX_TARGET_ID_CHARS,
 )
 from san_jobs.job_service.domain.model import JobType, JsonDict
@@ -31,8 +34,32 @@ __all__ = [
     "check_count",
     "check_free_text",
     "check_identifier",
+    "check_schedule",
     "validate_enqueue",
 ]
+
+_MAX_SCHEDULE_AHEAD = timedelta(seconds=MAX_SCHEDULE_AHEAD_SECONDS)
+
+
+def check_schedule(
+    field: str, at: datetime | None, now: datetime, out: list[FieldViolation]
+) -> datetime | None:
+    """A delayed job's schedule time (`at`, None when not given) against the clock:
+    at most MAX_SCHEDULE_AHEAD_SECONDS ahead of `now`, else a violation on `field`.
+    Returns the time the job must wait for (NewJob.not_before): `at` while it is still
+    ahead, None for a time already past (it means now) or none at all."""
+    if at is None or at <= now:
+        return None
+    if at - now > _MAX_SCHEDULE_AHEAD:
+        out.append(
+            FieldViolation(
+                field,
+                f"must be at most {MAX_SCHEDULE_AHEAD_SECONDS // 86400} days ahead"
+                f" (got {at.isoformat()}, {(at - now).days} days after now)",
+            )
+        )
+        return None
+    return at
 
 
 def validate_enqueue(

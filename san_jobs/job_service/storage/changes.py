@@ -95,6 +95,7 @@ def _change(row: Any) -> JobChange:
         attempts=tuple(JobAttempt.from_json(a) for a in row.attempts or ()),
         traceparent=row.traceparent,
         tenant=row.tenant or "",
+        scheduled_at=row.scheduled_at,
     )
     return JobChange(int(row.pos), job)
 

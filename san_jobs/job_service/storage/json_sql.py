@@ -177,11 +177,17 @@ class JsonRows:
         return cast(self[name], JSONB) if self.pg else self[name]
 
     def time(self, value: datetime | None) -> str | None:
-        """A timestamp as the column stores it: timestamptz text on PostgreSQL, naive
-        UTC `YYYY-MM-DD HH:MM:SS.ffffff` on SQLite (what UtcDateTime binds there)."""
-        if value is None:
-            return None
-        moment = value.astimezone(UTC)
-        if self.pg:
-            return moment.isoformat()
-        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+        """A timestamp as the column stores it (`row_time`)."""
+        return row_time(self.pg, value)
+
+
+def row_time(postgres: bool, value: datetime | None) -> str | None:
+    """A timestamp as a JSON row gives it to its column: timestamptz text on
+    PostgreSQL, naive UTC `YYYY-MM-DD HH:MM:SS.ffffff` on SQLite (what UtcDateTime
+    binds there)."""
+    if value is None:
+        return None
+    moment = value.astimezone(UTC)
+    if postgres:
+        return moment.isoformat()
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")

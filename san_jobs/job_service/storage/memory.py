@@ -277,6 +277,8 @@ class MemoryJobStore:
             "max_attempts": new.max_attempts,
             "traceparent": new.traceparent,
             "tenant": new.tenant,
+            "scheduled_at": new.scheduled_at,
+            "not_before": new.not_before,
         }
         return self._write(ENQUEUE, None, self._call(args)), False
 

@@ -77,4 +77,5 @@ def outcome_job(row: Mapping[str, Any], kept: Job) -> Job:
         attempts=tuple(JobAttempt.from_json(a) for a in attempts),
         traceparent=kept.traceparent,
         tenant=kept.tenant,
+        scheduled_at=kept.scheduled_at,
     )

@@ -69,6 +69,7 @@ def row_to_job(row: RowMapping) -> Job:
         traceparent=row.get("traceparent"),
         # Never NULL once written: migration 0011's trigger fills in older code's rows.
         tenant=row.get("tenant") or "",
+        scheduled_at=row.get("scheduled_at"),
     )
 
 
@@ -114,6 +115,7 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
         set_attempts,
         set_traceparent,
         set_tenant,
+        set_scheduled_at,
     ) = _JOB_SLOT_SETTERS
     job = _new_job(Job)
     set_id(job, job_id)
@@ -136,10 +138,11 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
     set_failed_at(job, None)
     set_cancelled_at(job, None)
     set_cancel_reason(job, None)
-    set_next_attempt_at(job, None)
+    set_next_attempt_at(job, new.not_before)
     set_lease_expires_at(job, None)
     set_claim_token(job, None)
     set_attempts(job, ())
     set_traceparent(job, new.traceparent)
     set_tenant(job, new.tenant)
+    set_scheduled_at(job, new.scheduled_at)
     return job

@@ -5,7 +5,8 @@ checked at the API), so an operator's SQL reads as written. `target_id` is a sof
 reference: no foreign key.
 
 `due_at` is internal (not part of the domain `Job`): the time from which an active row
-is claimable. PENDING: next_attempt_at while a retry waits, else updated_at (enqueued,
+is claimable. PENDING: next_attempt_at while a retry waits (or a delayed job's
+schedule time, which Enqueue writes there while it is ahead), else updated_at (enqueued,
 given back, retried); PROCESSING: lease_expires_at; NULL otherwise. Every write derives
 it (domain.transitions.due_at) and the CHECK ck_async_jobs_due_at holds it. One partial
 index on it serves the claim query (new jobs, retries and expired leases in one ordered
@@ -130,6 +131,10 @@ async_jobs = Table(
     # token name, under --auth off "" (NewJob.tenant). Nullable only for code older
     # than 0011, which does not write it: a trigger then fills it in (see 0011).
     Column("tenant", String(256), nullable=True),
+    # A delayed job's EnqueueRequest.schedule_time, as given (migration 0014); NULL
+    # without one. Shown, never read by the claim: while the time is ahead the job's
+    # next_attempt_at holds it, and due_at follows (see the module docstring).
+    Column("scheduled_at", UtcDateTime, nullable=True),
     CheckConstraint(f"status IN ({_words([s.value for s in JobStatus])})", name="status"),
     # No CHECK on job_type: the types live in the registry (domain/job_types.py), the
     # API accepts only registered names, and a new type needs no migration (0004).
@@ -356,6 +361,8 @@ job_changes = Table(
     Column("next_attempt_at", UtcDateTime, nullable=True),
     Column("traceparent", String(55), nullable=True),
     Column("tenant", String(256), nullable=True),
+    # Migration 0014: the job's scheduled_at, as it was (the trigger copies it).
+    Column("scheduled_at", UtcDateTime, nullable=True),
     Index(
         "uq_job_changes_pos",
         "pos",

@@ -43,6 +43,7 @@ from san_jobs.job_service.storage.batching import GroupCommit
 from san_jobs.job_service.storage.connections import HotStatement, StoreParts
 from san_jobs.job_service.storage.direct import StatementInDoubtError
 from san_jobs.job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
+from san_jobs.job_service.storage.json_sql import row_time
 from san_jobs.job_service.storage.outcome_rows import check_claimed, outcome_job
 from san_jobs.job_service.storage.rows import aware, pending_job
 from san_jobs.job_service.storage.statements import P_LIMIT, P_MAX_PER_CALLER
@@ -253,6 +254,10 @@ class JobWrites(StoreParts):
             key=lambda i: (batch[i].job_type.value, batch[i].target_id, batch[i].tenant),
         )
         rows = [enqueue_row(ids[i], batch[i]) for i in order]
+        for row in rows:
+            if row["scheduled_at"] is not None:  # a delayed job: its times as text
+                row["scheduled_at"] = row_time(self._db.pg, row["scheduled_at"])
+                row["not_before"] = row_time(self._db.pg, row["not_before"])
         now = self._now()
         try:
             written = await self._hot.enqueue_many.rows(time_params(now) | Rows.param(rows))
@@ -475,4 +480,6 @@ def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
         "max_attempts": new.max_attempts,
         "traceparent": new.traceparent,
         "tenant": new.tenant,
+        "scheduled_at": new.scheduled_at,
+        "not_before": new.not_before,
     }

@@ -163,6 +163,7 @@ def job_to_pb(
         ("fail_time", job.failed_at),
         ("next_attempt_time", job.next_attempt_at),
         ("cancel_time", job.cancelled_at),
+        ("schedule_time", job.scheduled_at),
     ):
         if value is not None:
             fields[name] = timestamp_of(value)
@@ -194,6 +195,7 @@ def fill_fresh_job(message: pb.Job, job: Job, created: Timestamp) -> bool:
         or job.failed_at is not None
         or job.next_attempt_at is not None
         or job.cancelled_at is not None
+        or job.scheduled_at is not None
     ):
         return False
     message.id = job.id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
@@ -49,6 +49,7 @@ from san_jobs.job_service.domain.validation import (
     check_count,
     check_free_text,
     check_identifier,
+    check_schedule,
     validate_enqueue,
 )
 from san_jobs.job_service.transport.convert import (
@@ -176,8 +177,13 @@ def _statuses(
 
 
 def enqueue(
-    request: pb.EnqueueRequest, limits: EnqueueLimits, default_max_attempts: int
+    request: pb.EnqueueRequest,
+    limits: EnqueueLimits,
+    default_max_attempts: int,
+    now: datetime | None = None,
 ) -> tuple[NewJob, OnDuplicate]:
+    """The job `request` asks for; `now` (default: the clock) is what its
+    schedule_time is measured against."""
     out: list[FieldViolation] = []
     job_type = JOB_TYPE_FROM_PB.get(request.job_type)
     if job_type is None:
@@ -202,6 +208,13 @@ def enqueue(
         max_attempts=request.max_attempts,
         limits=limits,
     )
+    scheduled_at = not_before = None
+    # Unset in nearly every request: one HasField, no clock read, for those.
+    if request.HasField("schedule_time"):
+        scheduled_at = _timestamp(SCHEDULE_TIME_FIELD, request, out)
+        not_before = check_schedule(
+            SCHEDULE_TIME_FIELD, scheduled_at, now or datetime.now(UTC), out
+        )
     _raise_if(out)
     assert job_type is not None and on_duplicate is not None
     new = new_job(
@@ -211,8 +224,13 @@ def enqueue(
         request.requested_by,
         request.request_id or None,
         request.max_attempts or default_max_attempts,
+        scheduled_at,
+        not_before,
     )
     return new, on_duplicate
+
+
+SCHEDULE_TIME_FIELD = "schedule_time"
 
 
 # NewJob's slot setters, in field order: unpacked by name in new_job, so a field added
@@ -228,6 +246,8 @@ def new_job(
     requested_by: str,
     request_id: str | None,
     max_attempts: int,
+    scheduled_at: datetime | None = None,
+    not_before: datetime | None = None,
 ) -> NewJob:
     """`NewJob(...)` with no traceparent, built by setting its slots: the frozen
     dataclass's __init__ (an `object.__setattr__` per field) was a third of decoding
@@ -242,6 +262,8 @@ def new_job(
         set_max_attempts,
         set_traceparent,
         set_tenant,
+        set_scheduled_at,
+        set_not_before,
     ) = _NEW_JOB_SLOT_SETTERS
     new = _allocate_new_job(NewJob)
     set_job_type(new, job_type)
@@ -252,6 +274,8 @@ def new_job(
     set_max_attempts(new, max_attempts)
     set_traceparent(new, None)
     set_tenant(new, "")  # --auth off's; the servicer sets the caller's under --auth token
+    set_scheduled_at(new, scheduled_at)
+    set_not_before(new, not_before)
     return new
 
 

@@ -127,6 +127,14 @@ class Worker:
         instance's writes): ask the database for the next due time again."""
         self._producer.wake(recheck)
 
+    def due_later(self, times: Iterable[datetime]) -> None:
+        """Delayed jobs this instance enqueued are due at `times` (committed): wake up
+        for each then, not at the next poll of next_due_at (up to --poll-interval
+        later). Wakes the loop now too, so that a wait under way is cut to the earliest."""
+        for at in times:
+            self._producer.retry_scheduled(at)
+        self._producer.wake()
+
     @property
     def in_flight(self) -> int:
         return len(self._tasks)

@@ -86,7 +86,8 @@ class Producer:
         self._wake.set()
 
     def retry_scheduled(self, at: datetime) -> None:
-        """A retry this worker wrote is due `at`: wake up for it."""
+        """A retry this worker wrote, or a delayed job this instance enqueued, is due
+        `at`: wake up for it."""
         heapq.heappush(self._retries_due, at)
 
     async def _run(self) -> None:

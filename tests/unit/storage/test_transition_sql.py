@@ -57,7 +57,8 @@ def test_every_write_compiles(dialect: str) -> None:
 @pytest.mark.parametrize(
     ("transition", "due_at"),
     [
-        (tr.ENQUEUE, tr.Now()),  # enqueued: due at once (updated_at)
+        # enqueued: due at once (updated_at), or a delayed job at its schedule time
+        (tr.ENQUEUE, tr.Coalesce((tr.Arg("not_before"), tr.Now()))),
         (tr.CLAIM, tr.LeaseUntil()),  # when the lease runs out
         (tr.RENEW_LEASE, tr.LeaseUntil()),
         (tr.COMPLETE, tr.Lit(None)),

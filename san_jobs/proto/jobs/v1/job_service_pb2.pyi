@@ -245,6 +245,7 @@ class Job(_message.Message):
     NEXT_ATTEMPT_TIME_FIELD_NUMBER: _builtins.int
     CANCEL_TIME_FIELD_NUMBER: _builtins.int
     CANCEL_REASON_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TIME_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     WAITING_FOR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
@@ -338,11 +339,20 @@ class Job(_message.Message):
 
     @_builtins.property
     def next_attempt_time(self) -> _timestamp_pb2.Timestamp:
-        """When the next automatic attempt may start; set while a retry waits."""
+        """When the next automatic attempt may start; set while a retry waits, and
+        while a job enqueued with a schedule_time in the future waits for it.
+        """
 
     @_builtins.property
     def cancel_time(self) -> _timestamp_pb2.Timestamp:
         """When the job was cancelled."""
+
+    @_builtins.property
+    def schedule_time(self) -> _timestamp_pb2.Timestamp:
+        """The schedule_time given at Enqueue, as given (a time in the past included:
+        the job was due at once); unset for a job enqueued without one. Kept once
+        the job has started.
+        """
 
     @_builtins.property
     def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAttempt]:
@@ -385,12 +395,13 @@ class Job(_message.Message):
         next_attempt_time: _timestamp_pb2.Timestamp | None = ...,
         cancel_time: _timestamp_pb2.Timestamp | None = ...,
         cancel_reason: _builtins.str = ...,
+        schedule_time: _timestamp_pb2.Timestamp | None = ...,
         attempts: _abc.Iterable[Global___JobAttempt] | None = ...,
         waiting_for: Global___DispatchPause | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "fail_time", b"fail_time", "input", b"input", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "result", b"result", "start_time", b"start_time", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "fail_time", b"fail_time", "input", b"input", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "result", b"result", "schedule_time", b"schedule_time", "start_time", b"start_time", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "schedule_time", b"schedule_time", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
@@ -870,6 +881,7 @@ class EnqueueRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     ON_DUPLICATE_FIELD_NUMBER: _builtins.int
+    SCHEDULE_TIME_FIELD_NUMBER: _builtins.int
     job_type: Global___JobType.ValueType
     """What kind of work; required."""
     target_id: _builtins.str
@@ -909,6 +921,17 @@ class EnqueueRequest(_message.Message):
     def embedding_input(self) -> Global___EmbeddingInput:
         """Input of a JOB_TYPE_EMBEDDING job."""
 
+    @_builtins.property
+    def schedule_time(self) -> _timestamp_pb2.Timestamp:
+        """Optional: the job is not started before this time (a delayed job). It is
+        PENDING meanwhile: it holds its (job_type, target_id) for duplicate
+        detection and CancelJob cancels it. At most one year (366 days) after the call
+        (INVALID_ARGUMENT with a BadRequest naming schedule_time beyond, and
+        requests[i].schedule_time in a BatchEnqueue item; a Timestamp out of its
+        range too). Unset, or a time in the past, means now. Under light load the
+        job is PROCESSING within about a second of this time.
+        """
+
     def __init__(
         self,
         *,
@@ -922,10 +945,11 @@ class EnqueueRequest(_message.Message):
         request_id: _builtins.str = ...,
         max_attempts: _builtins.int = ...,
         on_duplicate: Global___OnDuplicate.ValueType = ...,
+        schedule_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "recall_generation_input", b"recall_generation_input", "til_generation_input", b"til_generation_input"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "recall_generation_input", b"recall_generation_input", "schedule_time", b"schedule_time", "til_generation_input", b"til_generation_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_duplicate", b"on_duplicate", "recall_generation_input", b"recall_generation_input", "request_id", b"request_id", "requested_by", b"requested_by", "target_id", b"target_id", "til_generation_input", b"til_generation_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_duplicate", b"on_duplicate", "recall_generation_input", b"recall_generation_input", "request_id", b"request_id", "requested_by", b"requested_by", "schedule_time", b"schedule_time", "target_id", b"target_id", "til_generation_input", b"til_generation_input"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
