@@ -234,7 +234,7 @@ def test_public_names_are_pinned() -> None:
             "RetryFailedResponse",
             "ServiceUnavailableError",
             "SkippedJob",
-                "StreamJobChangesResponse",
+            "StreamJobChangesResponse",
             "TilGenerationInput",
             "TilGenerationResult",
             "UnauthenticatedError",
