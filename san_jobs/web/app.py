@@ -349,14 +349,15 @@ async def _handoff(request: Request, scrap: Scrap) -> dict[str, Any]:
     if entry.state == "delivered" and entry.job_id and job_id is None:
         await _store(request).record_delivery(entry.id, entry.job_id)
         job_id = entry.job_id
-    reason = entry.error if entry.state == "refused" else None
-    if entry.state == "queued" and entry.error:
+    state = entry.state
+    if state == "queued" and job_id is not None:
+        # Its job has come back already (the change feed's card handler recorded it)
+        # before the relay wrote down its own delivery: the hand-off is done.
+        state = "delivered"
+    reason = entry.error if state == "refused" else None
+    if state == "queued" and entry.error:
         reason = QUEUED_REASON  # a delivery failed (the error itself stays in the log)
-    return {
-        "jobId": job_id,
-        "state": entry.state,
-        "handoff": {"state": entry.state, "reason": reason},
-    }
+    return {"jobId": job_id, "state": state, "handoff": {"state": state, "reason": reason}}
 
 
 async def create_scrap(request: Request) -> Response:

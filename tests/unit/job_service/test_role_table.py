@@ -26,6 +26,7 @@ def test_the_table_says_what_the_issue_says() -> None:
     assert allowed[Role.VIEWER] == {
         "GetJob",
         "StreamJobUpdates",
+        "StreamJobChanges",
         "ListJobs",
         "GetJobStats",
         "GetUsage",
@@ -36,12 +37,20 @@ def test_the_table_says_what_the_issue_says() -> None:
         "BatchEnqueue",
         "GetJob",
         "StreamJobUpdates",
+        "StreamJobChanges",
         "ListJobs",
         "CancelJob",
         "GetUsage",
     }
     own = {rpc for rpc in RPC_RULES if access(rpc, Role.SUBMITTER) is Access.OWN}
-    assert own == {"GetJob", "StreamJobUpdates", "ListJobs", "CancelJob", "GetUsage"}
+    assert own == {
+        "GetJob",
+        "StreamJobUpdates",
+        "StreamJobChanges",
+        "ListJobs",
+        "CancelJob",
+        "GetUsage",
+    }
     assert access("NoSuchRpc", Role.OPERATOR) is Access.NONE
 
 
