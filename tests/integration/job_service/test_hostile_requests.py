@@ -300,6 +300,8 @@ def enqueue_requests(draw: st.DrawFn, pool: Pool) -> pb.EnqueueRequest:
         "request_id": st.one_of(st.sampled_from(("rid-1", "rid-2")), hostile_text()),
         "max_attempts": int32s(),
         "on_duplicate": enums(tuple(pb.OnDuplicate.values())),
+        # Edges of the Timestamp range, and times around the one-year bound.
+        "schedule_time": st.one_of(timestamps(), _around_a_year_ahead()),
     }
     chosen = {name: draw(fields[name]) for name in hostile if name in fields}
     return pb.EnqueueRequest(
@@ -329,7 +331,14 @@ _ENQUEUE_FIELDS = (
     "request_id",
     "max_attempts",
     "on_duplicate",
+    "schedule_time",
 )
+
+
+def _around_a_year_ahead() -> st.SearchStrategy[Timestamp]:
+    """Times from now to a little past the one-year bound on schedule_time."""
+    now = int(time.time())
+    return st.builds(Timestamp, seconds=st.integers(now - 60, now + 367 * 86_400))
 
 
 def _benign_input(job_type: int) -> st.SearchStrategy[dict[str, Any]]:
