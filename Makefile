@@ -52,7 +52,7 @@ browser: ## Install Debian's Chromium for the page tests (needs root)
 	fi
 
 test: $(STAMP) browser lint ## make lint, then every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --durations=25
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: $(STAMP) ## Unit tests only
 	$(VENV)/bin/pytest tests/unit
