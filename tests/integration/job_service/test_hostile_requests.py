@@ -335,10 +335,13 @@ _ENQUEUE_FIELDS = (
 )
 
 
+# Fixed once: a strategy must draw the same from the same choices (hypothesis replays).
+_STARTED = int(time.time())
+
+
 def _around_a_year_ahead() -> st.SearchStrategy[Timestamp]:
     """Times from now to a little past the one-year bound on schedule_time."""
-    now = int(time.time())
-    return st.builds(Timestamp, seconds=st.integers(now - 60, now + 367 * 86_400))
+    return st.builds(Timestamp, seconds=st.integers(_STARTED - 60, _STARTED + 367 * 86_400))
 
 
 def _benign_input(job_type: int) -> st.SearchStrategy[dict[str, Any]]:

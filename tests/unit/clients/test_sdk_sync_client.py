@@ -451,6 +451,17 @@ def test_an_error_in_on_chunk_is_raised_by_enqueue_many(client: JobsClient) -> N
         client.enqueue_many([request], on_chunk=on_chunk)
 
 
+@pytest.fixture
+def ctrl_c_reaches_python() -> Iterator[None]:
+    """SIGINT raising KeyboardInterrupt here, as in a terminal: a process started in the
+    background by a non-interactive shell (`make test &`) inherits SIGINT ignored, and
+    then no Ctrl-C reaches anything."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_reaches_python")
 def test_ctrl_c_cancels_the_call_it_interrupts(service: FakeJobService, client: JobsClient) -> None:
     job = client.enqueue("scrap-1", card()).job
     started = time.monotonic()
@@ -540,7 +551,12 @@ client.close()
 
 def test_a_real_ctrl_c_interrupts_a_wait_and_the_process_ends() -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", CTRL_C],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # SIGINT as a terminal's child has it (ignored is inherited across exec).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "waiting"
