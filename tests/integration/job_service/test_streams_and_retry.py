@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from san_jobs.job_service.updates import Subscription, UpdateHub
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Fail, Hang, Held, Slow
 from tests.support.jobs_api import card_request, wait_terminal
@@ -298,7 +299,15 @@ async def test_a_stuck_client_blocks_neither_the_worker_nor_other_streams(
 ) -> None:
     service = await start_service(workers=20)
     feed_open = subscribed(service.runtime.hub)
-    stuck = service.stub.StreamJobUpdates(pb.StreamJobUpdatesRequest())  # never read
+    # A connection of its own whose receive window stays at HTTP/2's 64 KiB: with
+    # grpc's bandwidth probing a busy client's window can grow past everything sent
+    # here (seen under full-suite load on PostgreSQL), and the stream is not stuck.
+    stuck_channel = grpc.aio.insecure_channel(
+        service.runtime.address, options=[("grpc.http2.bdp_probe", 0)]
+    )
+    stuck = pb_grpc.JobServiceStub(stuck_channel).StreamJobUpdates(
+        pb.StreamJobUpdatesRequest()
+    )  # never read
     await asyncio.wait_for(feed_open.wait(), 10)
     # Big jobs (45 KB each) fill the stuck stream's flow-control window at once.
     big_text = "Queues keep work safe. " * 2000
@@ -313,3 +322,4 @@ async def test_a_stuck_client_blocks_neither_the_worker_nor_other_streams(
     [feed] = list(service.runtime.hub._feeds)
     assert 0 < len(feed._buffer) <= len(ids)
     stuck.cancel()
+    await stuck_channel.close()
