@@ -17,6 +17,7 @@ the log; the transport shows callers a fixed message per class.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,8 +71,20 @@ _LOG_PREFIX: dict[type[StorageError], str] = {
 MAX_DESCRIPTION_CHARS = 300
 
 
+# What asyncpg says when a statement comes to a connection whose protocol is still
+# consuming an error the server sent on its own ("another operation (2)": its error-
+# consuming state): the server has ended that session (a shutdown, a terminated
+# backend) and the socket's end has not been read yet. Said in the operator's words,
+# since the driver's read like a bug of ours; another state in its place would be two
+# operations on one connection, a bug of ours, and keeps the driver's words.
+_ENDED_BY_SERVER = re.compile(r"cannot switch to state \d+; another operation \(2\) is in progress")
+_ENDED_BY_SERVER_TEXT = "the server had ended this connection (statement not sent)"
+
+
 def describe(exc: BaseException) -> str:
     """A short description for the log, without the SQL text or its parameters."""
+    if any(_ENDED_BY_SERVER.search(str(e)) for e in _chain(exc)):
+        return _ENDED_BY_SERVER_TEXT
     orig = getattr(exc, "orig", None) or exc
     text = f"{type(orig).__name__}: {orig}".strip()
     return text if len(text) <= MAX_DESCRIPTION_CHARS else text[:MAX_DESCRIPTION_CHARS] + "..."

@@ -4,6 +4,10 @@
   "terminating connection due to administrator command") leaves asyncpg's protocol
   busy until the socket closes; a statement that comes in between must not fail with
   asyncpg's "cannot switch to state 12; another operation (2) is in progress".
+- The same goodbye on an idle connection of the pool (the reads', the change feed's):
+  the statement that meets it fails UNAVAILABLE in words an operator can read (not
+  asyncpg's "another operation (2) is in progress", which reads like our bug), and
+  that connection never serves again.
 - An enqueue whose INSERT committed but whose answer was lost is answered OK.
 - An enqueue whose connection broke while its INSERT waited in the server is
   answered UNAVAILABLE only once that server process is gone, so it can never commit
@@ -139,6 +143,30 @@ async def test_a_statement_right_after_the_server_ended_the_idle_connection_succ
             await enqueue(store, "second")
             (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
             assert claim.job.target_id == "second"
+    finally:
+        await store.close()
+
+
+async def test_a_pooled_connection_the_server_ended_fails_readably_and_is_dropped(
+    clean_postgres_url: str, clock: FakeClock
+) -> None:
+    store = SqlJobStore(clean_postgres_url, instance_id="faults", clock=clock)
+    try:
+        job = await enqueue(store, "first")
+        async with store._db.autocommit.connect() as conn:  # the pool's one idle connection
+            driver = (await conn.get_raw_connection()).driver_connection
+            ended_pid = driver.get_server_pid()
+            # The server's goodbye has arrived, the end of the socket not yet.
+            driver._protocol.data_received(_fatal_from_server())
+        with pytest.raises(StorageUnavailableError) as refused:
+            await store.get(job.id)
+        assert str(refused.value) == (
+            "database unavailable: the server had ended this connection (statement not sent)"
+        )
+        assert (await store.get(job.id)).target_id == "first"  # on another connection
+        async with store._db.autocommit.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver.get_server_pid() != ended_pid
     finally:
         await store.close()
 
