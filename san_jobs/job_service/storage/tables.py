@@ -29,6 +29,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -135,6 +136,9 @@ async_jobs = Table(
     # without one. Shown, never read by the claim: while the time is ahead the job's
     # next_attempt_at holds it, and due_at follows (see the module docstring).
     Column("scheduled_at", UtcDateTime, nullable=True),
+    # EnqueueRequest.priority, 1 (most urgent) to 5 (migration 0015); 3 by default,
+    # also for rows older code writes.
+    Column("priority", SmallInteger, nullable=False, server_default=text("3")),
     CheckConstraint(f"status IN ({_words([s.value for s in JobStatus])})", name="status"),
     # No CHECK on job_type: the types live in the registry (domain/job_types.py), the
     # API accepts only registered names, and a new type needs no migration (0004).
@@ -363,6 +367,8 @@ job_changes = Table(
     Column("tenant", String(256), nullable=True),
     # Migration 0014: the job's scheduled_at, as it was (the trigger copies it).
     Column("scheduled_at", UtcDateTime, nullable=True),
+    # Migration 0015: its priority (the trigger copies it).
+    Column("priority", SmallInteger, nullable=False, server_default=text("3")),
     Index(
         "uq_job_changes_pos",
         "pos",

@@ -22,6 +22,10 @@ ErrorInfo reasons used by this service:
     revoked.
   - PERMISSION_DENIED (code PERMISSION_DENIED): the token's role may not make
     this call; metadata `rpc` and `role`.
+  - SCHEDULE_NOT_FOUND (code NOT_FOUND): the caller has no schedule of that
+    id; metadata `scheduleId`.
+  - SCHEDULE_EXISTS (code ALREADY_EXISTS): CreateSchedule with an id the
+    caller uses for a schedule of another definition; metadata `scheduleId`.
   - CURSOR_EXPIRED (code FAILED_PRECONDITION): StreamJobChanges was given a
     cursor whose changes are no longer kept (older than --retain-changes),
     or one of another feed (the database was replaced); metadata
@@ -247,6 +251,7 @@ class Job(_message.Message):
     CANCEL_REASON_FIELD_NUMBER: _builtins.int
     SCHEDULE_TIME_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     WAITING_FOR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned UUID; the common name of the job in logs, clients and SQL."""
@@ -285,6 +290,10 @@ class Job(_message.Message):
     """The automatic limit of attempts before the job is FAILED."""
     cancel_reason: _builtins.str
     """Why the job was cancelled, as given to CancelJob."""
+    priority: _builtins.int
+    """The job's priority, 1 (most urgent) to 5 (least); 3 when the Enqueue
+    gave none.
+    """
     @_builtins.property
     def card_analysis_input(self) -> Global___CardAnalysisInput:
         """Input of a JOB_TYPE_CARD_ANALYSIS job."""
@@ -397,11 +406,12 @@ class Job(_message.Message):
         cancel_reason: _builtins.str = ...,
         schedule_time: _timestamp_pb2.Timestamp | None = ...,
         attempts: _abc.Iterable[Global___JobAttempt] | None = ...,
+        priority: _builtins.int = ...,
         waiting_for: Global___DispatchPause | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "fail_time", b"fail_time", "input", b"input", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "result", b"result", "schedule_time", b"schedule_time", "start_time", b"start_time", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "schedule_time", b"schedule_time", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "priority", b"priority", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "schedule_time", b"schedule_time", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
@@ -882,6 +892,7 @@ class EnqueueRequest(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     ON_DUPLICATE_FIELD_NUMBER: _builtins.int
     SCHEDULE_TIME_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     job_type: Global___JobType.ValueType
     """What kind of work; required."""
     target_id: _builtins.str
@@ -905,6 +916,13 @@ class EnqueueRequest(_message.Message):
     """
     on_duplicate: Global___OnDuplicate.ValueType
     """What to do when an active job exists for (job_type, target_id)."""
+    priority: _builtins.int
+    """Optional: 1 (most urgent) to 5 (least); 0 means the default, 3. Among the
+    due jobs of a type, a more urgent one is claimed first; no job waits
+    forever behind a steady stream of more urgent ones (the rule is in the
+    README, "Priorities"). Outside 0 to 5: INVALID_ARGUMENT naming priority
+    (requests[i].priority in a BatchEnqueue item).
+    """
     @_builtins.property
     def card_analysis_input(self) -> Global___CardAnalysisInput:
         """Input of a JOB_TYPE_CARD_ANALYSIS job."""
@@ -946,10 +964,11 @@ class EnqueueRequest(_message.Message):
         max_attempts: _builtins.int = ...,
         on_duplicate: Global___OnDuplicate.ValueType = ...,
         schedule_time: _timestamp_pb2.Timestamp | None = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "recall_generation_input", b"recall_generation_input", "schedule_time", b"schedule_time", "til_generation_input", b"til_generation_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_duplicate", b"on_duplicate", "recall_generation_input", b"recall_generation_input", "request_id", b"request_id", "requested_by", b"requested_by", "schedule_time", b"schedule_time", "target_id", b"target_id", "til_generation_input", b"til_generation_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_duplicate", b"on_duplicate", "priority", b"priority", "recall_generation_input", b"recall_generation_input", "request_id", b"request_id", "requested_by", b"requested_by", "schedule_time", b"schedule_time", "target_id", b"target_id", "til_generation_input", b"til_generation_input"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
@@ -1999,3 +2018,389 @@ class PruneJobsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PruneJobsResponse: _TypeAlias = PruneJobsResponse  # noqa: Y015
+
+@_typing.final
+class Schedule(_message.Message):
+    """Schedule enqueues a job made from its template once per period."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    CRON_FIELD_NUMBER: _builtins.int
+    INTERVAL_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    TEMPLATE_FIELD_NUMBER: _builtins.int
+    CATCHUP_WINDOW_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    NEXT_FIRE_TIME_FIELD_NUMBER: _builtins.int
+    LAST_FIRE_TIME_FIELD_NUMBER: _builtins.int
+    LAST_JOB_ID_FIELD_NUMBER: _builtins.int
+    SKIPPED_COUNT_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    schedule_id: _builtins.str
+    """The caller's name for it; required, 1 to 128 characters of letters,
+    digits, '.', '_', '-' and ':'.
+    """
+    cron: _builtins.str
+    """A five-field crontab expression (minute hour day-of-month month
+    day-of-week), read in time_zone; at most 256 characters. A wall-clock
+    time that a daylight-saving change skips fires once, at the jump; one
+    it repeats fires once, the first time.
+    """
+    time_zone: _builtins.str
+    """The IANA time zone cron is read in ("Europe/Paris"); empty means UTC.
+    Only with cron.
+    """
+    paused: _builtins.bool
+    """A paused schedule does not fire (see PauseSchedule). Set at creation to
+    create it paused.
+    """
+    last_job_id: _builtins.str
+    """Output only: the job the last fired period enqueued."""
+    skipped_count: _builtins.int
+    """Output only: periods skipped (missed beyond catchup_window, passed while
+    paused, or skipped because the previous period's job was still active).
+    """
+    requested_by: _builtins.str
+    """Output only: whose schedule it is (under --auth token, the token name of
+    the caller that created it); its jobs' requested_by.
+    """
+    @_builtins.property
+    def interval(self) -> _duration_pb2.Duration:
+        """A fixed interval, at least 1 s, at most 366 days; periods start at
+        create_time + k * interval.
+        """
+
+    @_builtins.property
+    def template(self) -> Global___EnqueueRequest:
+        """The job to enqueue each period: an EnqueueRequest whose request_id is
+        empty (the schedule sets it) and whose schedule_time is unset. Checked as
+        Enqueue checks a request, the BadRequest naming schedule.template.<field>.
+        """
+
+    @_builtins.property
+    def catchup_window(self) -> _duration_pb2.Duration:
+        """Periods missed while no instance ran are fired after a restart if they
+        started at most this long ago; older ones are skipped and counted. Unset
+        or zero: only the latest missed period is fired if it is within one
+        period of now. At most 366 days.
+        """
+
+    @_builtins.property
+    def next_fire_time(self) -> _timestamp_pb2.Timestamp:
+        """Output only: the start of the next period that will fire."""
+
+    @_builtins.property
+    def last_fire_time(self) -> _timestamp_pb2.Timestamp:
+        """Output only: the start of the last period fired."""
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """Output only: when the schedule was created."""
+
+    def __init__(
+        self,
+        *,
+        schedule_id: _builtins.str = ...,
+        cron: _builtins.str = ...,
+        interval: _duration_pb2.Duration | None = ...,
+        time_zone: _builtins.str = ...,
+        template: Global___EnqueueRequest | None = ...,
+        catchup_window: _duration_pb2.Duration | None = ...,
+        paused: _builtins.bool = ...,
+        next_fire_time: _timestamp_pb2.Timestamp | None = ...,
+        last_fire_time: _timestamp_pb2.Timestamp | None = ...,
+        last_job_id: _builtins.str = ...,
+        skipped_count: _builtins.int = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        requested_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["catchup_window", b"catchup_window", "create_time", b"create_time", "cron", b"cron", "interval", b"interval", "last_fire_time", b"last_fire_time", "next_fire_time", b"next_fire_time", "period", b"period", "template", b"template"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catchup_window", b"catchup_window", "create_time", b"create_time", "cron", b"cron", "interval", b"interval", "last_fire_time", b"last_fire_time", "last_job_id", b"last_job_id", "next_fire_time", b"next_fire_time", "paused", b"paused", "period", b"period", "requested_by", b"requested_by", "schedule_id", b"schedule_id", "skipped_count", b"skipped_count", "template", b"template", "time_zone", b"time_zone"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_period: _TypeAlias = _typing.Literal["cron", "interval"]  # noqa: Y015
+    _WhichOneofArgType_period: _TypeAlias = _typing.Literal["period", b"period"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_period) -> _WhichOneofReturnType_period | None: ...
+
+Global___Schedule: _TypeAlias = Schedule  # noqa: Y015
+
+@_typing.final
+class CreateScheduleRequest(_message.Message):
+    """CreateScheduleRequest carries the schedule to store."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedule(self) -> Global___Schedule:
+        """The schedule; its output-only fields are ignored."""
+
+    def __init__(
+        self,
+        *,
+        schedule: Global___Schedule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateScheduleRequest: _TypeAlias = CreateScheduleRequest  # noqa: Y015
+
+@_typing.final
+class CreateScheduleResponse(_message.Message):
+    """CreateScheduleResponse returns the stored schedule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedule(self) -> Global___Schedule:
+        """The schedule as stored, next_fire_time filled in."""
+
+    def __init__(
+        self,
+        *,
+        schedule: Global___Schedule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateScheduleResponse: _TypeAlias = CreateScheduleResponse  # noqa: Y015
+
+@_typing.final
+class GetScheduleRequest(_message.Message):
+    """GetScheduleRequest names a schedule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    schedule_id: _builtins.str
+    """The schedule's id; required."""
+    def __init__(
+        self,
+        *,
+        schedule_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule_id", b"schedule_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetScheduleRequest: _TypeAlias = GetScheduleRequest  # noqa: Y015
+
+@_typing.final
+class GetScheduleResponse(_message.Message):
+    """GetScheduleResponse returns it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedule(self) -> Global___Schedule:
+        """The schedule."""
+
+    def __init__(
+        self,
+        *,
+        schedule: Global___Schedule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetScheduleResponse: _TypeAlias = GetScheduleResponse  # noqa: Y015
+
+@_typing.final
+class ListSchedulesRequest(_message.Message):
+    """ListSchedulesRequest asks for a page of schedules."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """At most this many (1 to 1,000); 0 means 100."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; empty for the first."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchedulesRequest: _TypeAlias = ListSchedulesRequest  # noqa: Y015
+
+@_typing.final
+class ListSchedulesResponse(_message.Message):
+    """ListSchedulesResponse holds a page of schedules."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass it as page_token for the next page; empty on the last."""
+    @_builtins.property
+    def schedules(self) -> _containers.RepeatedCompositeFieldContainer[Global___Schedule]:
+        """The schedules, by schedule_id."""
+
+    def __init__(
+        self,
+        *,
+        schedules: _abc.Iterable[Global___Schedule] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "schedules", b"schedules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchedulesResponse: _TypeAlias = ListSchedulesResponse  # noqa: Y015
+
+@_typing.final
+class DeleteScheduleRequest(_message.Message):
+    """DeleteScheduleRequest names the schedule to remove."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    schedule_id: _builtins.str
+    """The schedule's id; required."""
+    def __init__(
+        self,
+        *,
+        schedule_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule_id", b"schedule_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteScheduleRequest: _TypeAlias = DeleteScheduleRequest  # noqa: Y015
+
+@_typing.final
+class DeleteScheduleResponse(_message.Message):
+    """DeleteScheduleResponse confirms the removal."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteScheduleResponse: _TypeAlias = DeleteScheduleResponse  # noqa: Y015
+
+@_typing.final
+class PauseScheduleRequest(_message.Message):
+    """PauseScheduleRequest names the schedule to pause."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    schedule_id: _builtins.str
+    """The schedule's id; required."""
+    def __init__(
+        self,
+        *,
+        schedule_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule_id", b"schedule_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PauseScheduleRequest: _TypeAlias = PauseScheduleRequest  # noqa: Y015
+
+@_typing.final
+class PauseScheduleResponse(_message.Message):
+    """PauseScheduleResponse returns the schedule, paused."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedule(self) -> Global___Schedule:
+        """The schedule."""
+
+    def __init__(
+        self,
+        *,
+        schedule: Global___Schedule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PauseScheduleResponse: _TypeAlias = PauseScheduleResponse  # noqa: Y015
+
+@_typing.final
+class ResumeScheduleRequest(_message.Message):
+    """ResumeScheduleRequest names the schedule to resume."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_ID_FIELD_NUMBER: _builtins.int
+    schedule_id: _builtins.str
+    """The schedule's id; required."""
+    def __init__(
+        self,
+        *,
+        schedule_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule_id", b"schedule_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeScheduleRequest: _TypeAlias = ResumeScheduleRequest  # noqa: Y015
+
+@_typing.final
+class ResumeScheduleResponse(_message.Message):
+    """ResumeScheduleResponse returns the schedule, running again."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedule(self) -> Global___Schedule:
+        """The schedule."""
+
+    def __init__(
+        self,
+        *,
+        schedule: Global___Schedule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumeScheduleResponse: _TypeAlias = ResumeScheduleResponse  # noqa: Y015

@@ -96,6 +96,36 @@ class JobServiceStub:
                 request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsRequest.SerializeToString,
                 response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsResponse.FromString,
                 _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/san.jobs.v1.JobService/CreateSchedule',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.CreateScheduleResponse.FromString,
+                _registered_method=True)
+        self.GetSchedule = channel.unary_unary(
+                '/san.jobs.v1.JobService/GetSchedule',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetScheduleRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/san.jobs.v1.JobService/ListSchedules',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/san.jobs.v1.JobService/DeleteSchedule',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/san.jobs.v1.JobService/PauseSchedule',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PauseScheduleResponse.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/san.jobs.v1.JobService/ResumeSchedule',
+                request_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ResumeScheduleRequest.SerializeToString,
+                response_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ResumeScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -283,6 +313,75 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """CreateSchedule stores a schedule: from now on a job made from its template
+        is enqueued once per period (cron or interval), by whichever instance
+        claims the period, with request_id "schedule:<schedule_id>:<the period's
+        start, RFC 3339 UTC>". Schedule ids are the caller's own (under --auth
+        token, the caller's token name scopes them, as for request_id). A
+        CreateSchedule repeated with the same definition returns the stored
+        schedule (a retry is safe).
+
+        Roles: operators and submitters (a submitter's schedules and their jobs
+        are its own).
+
+        Errors: INVALID_ARGUMENT with BadRequest naming the field (schedule.cron,
+        schedule.time_zone, schedule.interval, schedule.template.<field>, ...);
+        ALREADY_EXISTS with ErrorInfo SCHEDULE_EXISTS (metadata `scheduleId`) when
+        the caller has a schedule of that id with another definition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedule(self, request, context):
+        """GetSchedule returns one of the caller's schedules.
+
+        Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND (metadata
+        `scheduleId`), also for another caller's schedule.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """ListSchedules returns the caller's schedules (an operator's: everyone's),
+        by schedule_id, one page at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """DeleteSchedule removes a schedule; jobs it already enqueued are kept.
+
+        Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """PauseSchedule stops a schedule from firing until ResumeSchedule; the
+        periods that pass meanwhile are skipped (counted in skipped_count).
+        Pausing a paused schedule is a no-op.
+
+        Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """ResumeSchedule lets a paused schedule fire again from its next period.
+        Resuming a running schedule is a no-op.
+
+        Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -345,6 +444,36 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.PruneJobs,
                     request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsRequest.FromString,
                     response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsResponse.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.CreateScheduleResponse.SerializeToString,
+            ),
+            'GetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedule,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetScheduleRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.GetScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.DeleteScheduleResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.PauseScheduleResponse.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ResumeScheduleRequest.FromString,
+                    response_serializer=san_dot_jobs_dot_v1_dot_job__service__pb2.ResumeScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -673,6 +802,168 @@ class JobService:
             '/san.jobs.v1.JobService/PruneJobs',
             san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsRequest.SerializeToString,
             san_dot_jobs_dot_v1_dot_job__service__pb2.PruneJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/CreateSchedule',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.CreateScheduleRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.CreateScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/GetSchedule',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.GetScheduleRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.GetScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/ListSchedules',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.ListSchedulesRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/DeleteSchedule',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.DeleteScheduleRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.DeleteScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/PauseSchedule',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.PauseScheduleRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.PauseScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/san.jobs.v1.JobService/ResumeSchedule',
+            san_dot_jobs_dot_v1_dot_job__service__pb2.ResumeScheduleRequest.SerializeToString,
+            san_dot_jobs_dot_v1_dot_job__service__pb2.ResumeScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,6 +22,10 @@ ErrorInfo reasons used by this service:
     revoked.
   - PERMISSION_DENIED (code PERMISSION_DENIED): the token's role may not make
     this call; metadata `rpc` and `role`.
+  - SCHEDULE_NOT_FOUND (code NOT_FOUND): the caller has no schedule of that
+    id; metadata `scheduleId`.
+  - SCHEDULE_EXISTS (code ALREADY_EXISTS): CreateSchedule with an id the
+    caller uses for a schedule of another definition; metadata `scheduleId`.
   - CURSOR_EXPIRED (code FAILED_PRECONDITION): StreamJobChanges was given a
     cursor whose changes are no longer kept (older than --retain-changes),
     or one of another feed (the database was replaced); metadata
@@ -209,6 +213,51 @@ class JobServiceStub:
     (this instance's pruner, or another instance's): nothing was deleted by
     this call; try again later.
     """
+    CreateSchedule: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.CreateScheduleRequest, _job_service_pb2.CreateScheduleResponse]
+    """CreateSchedule stores a schedule: from now on a job made from its template
+    is enqueued once per period (cron or interval), by whichever instance
+    claims the period, with request_id "schedule:<schedule_id>:<the period's
+    start, RFC 3339 UTC>". Schedule ids are the caller's own (under --auth
+    token, the caller's token name scopes them, as for request_id). A
+    CreateSchedule repeated with the same definition returns the stored
+    schedule (a retry is safe).
+
+    Roles: operators and submitters (a submitter's schedules and their jobs
+    are its own).
+
+    Errors: INVALID_ARGUMENT with BadRequest naming the field (schedule.cron,
+    schedule.time_zone, schedule.interval, schedule.template.<field>, ...);
+    ALREADY_EXISTS with ErrorInfo SCHEDULE_EXISTS (metadata `scheduleId`) when
+    the caller has a schedule of that id with another definition.
+    """
+    GetSchedule: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.GetScheduleRequest, _job_service_pb2.GetScheduleResponse]
+    """GetSchedule returns one of the caller's schedules.
+
+    Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND (metadata
+    `scheduleId`), also for another caller's schedule.
+    """
+    ListSchedules: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ListSchedulesRequest, _job_service_pb2.ListSchedulesResponse]
+    """ListSchedules returns the caller's schedules (an operator's: everyone's),
+    by schedule_id, one page at a time.
+    """
+    DeleteSchedule: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.DeleteScheduleRequest, _job_service_pb2.DeleteScheduleResponse]
+    """DeleteSchedule removes a schedule; jobs it already enqueued are kept.
+
+    Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+    """
+    PauseSchedule: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.PauseScheduleRequest, _job_service_pb2.PauseScheduleResponse]
+    """PauseSchedule stops a schedule from firing until ResumeSchedule; the
+    periods that pass meanwhile are skipped (counted in skipped_count).
+    Pausing a paused schedule is a no-op.
+
+    Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+    """
+    ResumeSchedule: _grpc.UnaryUnaryMultiCallable[_job_service_pb2.ResumeScheduleRequest, _job_service_pb2.ResumeScheduleResponse]
+    """ResumeSchedule lets a paused schedule fire again from its next period.
+    Resuming a running schedule is a no-op.
+
+    Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+    """
 
 @_typing.type_check_only
 class JobServiceAsyncStub(JobServiceStub):
@@ -348,6 +397,51 @@ class JobServiceAsyncStub(JobServiceStub):
     Errors: ABORTED with ErrorInfo PRUNE_RUNNING when a prune is running now
     (this instance's pruner, or another instance's): nothing was deleted by
     this call; try again later.
+    """
+    CreateSchedule: _aio.UnaryUnaryMultiCallable[_job_service_pb2.CreateScheduleRequest, _job_service_pb2.CreateScheduleResponse]  # type: ignore[assignment]
+    """CreateSchedule stores a schedule: from now on a job made from its template
+    is enqueued once per period (cron or interval), by whichever instance
+    claims the period, with request_id "schedule:<schedule_id>:<the period's
+    start, RFC 3339 UTC>". Schedule ids are the caller's own (under --auth
+    token, the caller's token name scopes them, as for request_id). A
+    CreateSchedule repeated with the same definition returns the stored
+    schedule (a retry is safe).
+
+    Roles: operators and submitters (a submitter's schedules and their jobs
+    are its own).
+
+    Errors: INVALID_ARGUMENT with BadRequest naming the field (schedule.cron,
+    schedule.time_zone, schedule.interval, schedule.template.<field>, ...);
+    ALREADY_EXISTS with ErrorInfo SCHEDULE_EXISTS (metadata `scheduleId`) when
+    the caller has a schedule of that id with another definition.
+    """
+    GetSchedule: _aio.UnaryUnaryMultiCallable[_job_service_pb2.GetScheduleRequest, _job_service_pb2.GetScheduleResponse]  # type: ignore[assignment]
+    """GetSchedule returns one of the caller's schedules.
+
+    Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND (metadata
+    `scheduleId`), also for another caller's schedule.
+    """
+    ListSchedules: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ListSchedulesRequest, _job_service_pb2.ListSchedulesResponse]  # type: ignore[assignment]
+    """ListSchedules returns the caller's schedules (an operator's: everyone's),
+    by schedule_id, one page at a time.
+    """
+    DeleteSchedule: _aio.UnaryUnaryMultiCallable[_job_service_pb2.DeleteScheduleRequest, _job_service_pb2.DeleteScheduleResponse]  # type: ignore[assignment]
+    """DeleteSchedule removes a schedule; jobs it already enqueued are kept.
+
+    Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+    """
+    PauseSchedule: _aio.UnaryUnaryMultiCallable[_job_service_pb2.PauseScheduleRequest, _job_service_pb2.PauseScheduleResponse]  # type: ignore[assignment]
+    """PauseSchedule stops a schedule from firing until ResumeSchedule; the
+    periods that pass meanwhile are skipped (counted in skipped_count).
+    Pausing a paused schedule is a no-op.
+
+    Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+    """
+    ResumeSchedule: _aio.UnaryUnaryMultiCallable[_job_service_pb2.ResumeScheduleRequest, _job_service_pb2.ResumeScheduleResponse]  # type: ignore[assignment]
+    """ResumeSchedule lets a paused schedule fire again from its next period.
+    Resuming a running schedule is a no-op.
+
+    Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
     """
 
 class JobServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -557,6 +651,87 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: ABORTED with ErrorInfo PRUNE_RUNNING when a prune is running now
         (this instance's pruner, or another instance's): nothing was deleted by
         this call; try again later.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateSchedule(
+        self,
+        request: _job_service_pb2.CreateScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.CreateScheduleResponse, _abc.Awaitable[_job_service_pb2.CreateScheduleResponse]]:
+        """CreateSchedule stores a schedule: from now on a job made from its template
+        is enqueued once per period (cron or interval), by whichever instance
+        claims the period, with request_id "schedule:<schedule_id>:<the period's
+        start, RFC 3339 UTC>". Schedule ids are the caller's own (under --auth
+        token, the caller's token name scopes them, as for request_id). A
+        CreateSchedule repeated with the same definition returns the stored
+        schedule (a retry is safe).
+
+        Roles: operators and submitters (a submitter's schedules and their jobs
+        are its own).
+
+        Errors: INVALID_ARGUMENT with BadRequest naming the field (schedule.cron,
+        schedule.time_zone, schedule.interval, schedule.template.<field>, ...);
+        ALREADY_EXISTS with ErrorInfo SCHEDULE_EXISTS (metadata `scheduleId`) when
+        the caller has a schedule of that id with another definition.
+        """
+
+    @_abc_1.abstractmethod
+    def GetSchedule(
+        self,
+        request: _job_service_pb2.GetScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.GetScheduleResponse, _abc.Awaitable[_job_service_pb2.GetScheduleResponse]]:
+        """GetSchedule returns one of the caller's schedules.
+
+        Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND (metadata
+        `scheduleId`), also for another caller's schedule.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSchedules(
+        self,
+        request: _job_service_pb2.ListSchedulesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.ListSchedulesResponse, _abc.Awaitable[_job_service_pb2.ListSchedulesResponse]]:
+        """ListSchedules returns the caller's schedules (an operator's: everyone's),
+        by schedule_id, one page at a time.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteSchedule(
+        self,
+        request: _job_service_pb2.DeleteScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.DeleteScheduleResponse, _abc.Awaitable[_job_service_pb2.DeleteScheduleResponse]]:
+        """DeleteSchedule removes a schedule; jobs it already enqueued are kept.
+
+        Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def PauseSchedule(
+        self,
+        request: _job_service_pb2.PauseScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.PauseScheduleResponse, _abc.Awaitable[_job_service_pb2.PauseScheduleResponse]]:
+        """PauseSchedule stops a schedule from firing until ResumeSchedule; the
+        periods that pass meanwhile are skipped (counted in skipped_count).
+        Pausing a paused schedule is a no-op.
+
+        Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def ResumeSchedule(
+        self,
+        request: _job_service_pb2.ResumeScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_service_pb2.ResumeScheduleResponse, _abc.Awaitable[_job_service_pb2.ResumeScheduleResponse]]:
+        """ResumeSchedule lets a paused schedule fire again from its next period.
+        Resuming a running schedule is a no-op.
+
+        Errors: NOT_FOUND with ErrorInfo SCHEDULE_NOT_FOUND.
         """
 
 def add_JobServiceServicer_to_server(servicer: JobServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
