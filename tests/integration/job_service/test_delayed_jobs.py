@@ -105,6 +105,30 @@ async def test_a_batch_of_delayed_jobs_runs_each_on_time(start_service: StartSer
         assert due <= start < due + timedelta(seconds=ON_TIME), (due, start)
 
 
+async def test_a_hundred_jobs_due_together_start_none_early_and_all_within_a_second(
+    start_service: StartService,
+) -> None:
+    """The issue's goal: 100 jobs scheduled 2 s ahead (one BatchEnqueue), none
+    PROCESSING before their time, every one PROCESSING within 1 s after it."""
+    service = await start_service(poll_interval=NO_POLL, workers=20)
+    await asyncio.sleep(0.3)
+    when = at(2.0)
+    requests = [card_request(f"hundred-{i}", "Later.", schedule_time=when) for i in range(100)]
+    response = await service.stub.BatchEnqueue(pb.BatchEnqueueRequest(requests=requests))
+    ids = [result.response.job.id for result in response.results]
+    assert len(ids) == 100 and all(ids)
+    jobs = await wait_terminal(service.stub, ids, timeout=20)
+    due = when.ToDatetime(tzinfo=UTC)
+    starts = sorted(job.attempts[0].start_time.ToDatetime(tzinfo=UTC) for job in jobs.values())
+    assert all(job.status == pb.JOB_STATUS_COMPLETED for job in jobs.values())
+    late = [(start - due).total_seconds() for start in (starts[0], starts[-1])]
+    print(f"100 delayed jobs started {late[0]:.3f} s to {late[1]:.3f} s after their time")
+    assert starts[0] >= due, f"started {(due - starts[0]).total_seconds():.3f} s early"
+    assert starts[-1] < due + timedelta(seconds=ON_TIME), (
+        f"the last started {(starts[-1] - due).total_seconds():.3f} s after its time"
+    )
+
+
 async def test_schedule_time_bounds(service: Service) -> None:
     async def refused(when: Timestamp) -> dict[str, str]:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
