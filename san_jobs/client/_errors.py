@@ -8,6 +8,8 @@ where they apply, ``BadRequest`` or ``RetryInfo``. :func:`error_from_rpc` turns 
     JobsError                      any JobService failure (code, message, reason, metadata)
     ├── DuplicateJobError          ALREADY_EXISTS / DUPLICATE_JOB: .existing_job_id
     ├── JobNotFoundError           NOT_FOUND: .job_id
+    │   └── ScheduleNotFoundError  NOT_FOUND / SCHEDULE_NOT_FOUND: .schedule_id
+    ├── ScheduleExistsError        ALREADY_EXISTS / SCHEDULE_EXISTS: .schedule_id
     ├── InvalidRequestError        INVALID_ARGUMENT: .field_violations
     ├── InvalidJobStateError       FAILED_PRECONDITION / INVALID_JOB_STATE: .job_id, .status
     ├── CursorExpiredError         FAILED_PRECONDITION / CURSOR_EXPIRED: .oldest_cursor
@@ -80,6 +82,23 @@ class JobNotFoundError(JobsError):
     @property
     def job_id(self) -> str:
         return self.metadata.get("jobId", "")
+
+
+class ScheduleNotFoundError(JobNotFoundError):
+    """The caller has no schedule of the given id. A JobNotFoundError too, as every
+    NOT_FOUND was before schedules existed (code catching that still catches this)."""
+
+    @property
+    def schedule_id(self) -> str:
+        return self.metadata.get("scheduleId", "")
+
+
+class ScheduleExistsError(JobsError):
+    """CreateSchedule with an id the caller already uses for another definition."""
+
+    @property
+    def schedule_id(self) -> str:
+        return self.metadata.get("scheduleId", "")
 
 
 class InvalidRequestError(JobsError):
@@ -200,6 +219,10 @@ def _error_from_details(
             retry_delay = retry.retry_delay.ToTimedelta().total_seconds()
 
     common: dict[str, Any] = {"code": code, "reason": reason, "metadata": metadata}
+    if reason == "SCHEDULE_NOT_FOUND":
+        return ScheduleNotFoundError(message, **common)
+    if reason == "SCHEDULE_EXISTS":
+        return ScheduleExistsError(message, **common)
     if code is grpc.StatusCode.ALREADY_EXISTS or reason == "DUPLICATE_JOB":
         return DuplicateJobError(message, **common)
     if code is grpc.StatusCode.INVALID_ARGUMENT:

@@ -31,21 +31,34 @@ FAILED -> PENDING, after a cursor (``fake.N``), then live. ``fail_next`` makes t
 RPC fail (JobService down, rate limited, ...), ``break_streams`` ends the open
 streams as a server going away does, and ``calls`` lists what was called.
 
-Not modelled: tokens (sent, never checked: one tenant), retention (PruneJobs deletes
-nothing, no change expires, no progress mark is sent), the server's limits on
-streams and message sizes, and the contents of inputs (a blank text is stored). It
-needs nothing but the SDK's own dependencies.
+Schedules (CreateSchedule, ... ResumeSchedule) are stored per caller (the token a
+call carries) and checked as JobService checks them: the id, exactly one of cron or
+interval (at least 1 s), a time zone only with cron, a template Enqueue would take
+with no request_id; the same id with another definition is
+:class:`~san_jobs.client.ScheduleExistsError`, with the same one the stored schedule.
+The fake never fires a schedule by itself: ``fire_schedule`` fires one period when
+the test says so, as JobService would (its request_id, last_fire_time, last_job_id).
+It reads no crontab (a cron expression needs five fields, no more is checked, and
+its next_fire_time stays unset); an interval schedule's next_fire_time is computed.
+
+Not modelled: tokens (sent, never checked: one tenant of jobs; they only scope
+schedules), retention (PruneJobs deletes nothing, no change expires, no progress
+mark is sent), the server's limits on streams and message sizes, and the contents
+of inputs (a blank text is stored). It needs nothing but the SDK's own dependencies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 import uuid
+import zoneinfo
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -62,12 +75,14 @@ from san_jobs.client._errors import (
     InvalidRequestError,
     JobNotFoundError,
     JobsError,
+    ScheduleExistsError,
+    ScheduleNotFoundError,
     ServiceUnavailableError,
     rpc_error_from,
     status_from_error,
 )
 from san_jobs.client._job_types import JOB_TYPES, job_type_info
-from san_jobs.client._requests import TERMINAL_STATUSES
+from san_jobs.client._requests import TERMINAL_STATUSES, timestamp
 from san_jobs.client._transport import SERVICE
 from san_jobs.client._views import as_message, result
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
@@ -83,6 +98,12 @@ MAX_TEXT_FIELD_CHARS = 256
 MAX_ATTEMPTS_LIMIT = 100
 FAILURE_PREFIX_CHARS = 80
 DAY_NS = 24 * 3600 * 10**9
+DEFAULT_SCHEDULE_PAGE_SIZE = 100
+MAX_CRON_CHARS = 256
+CRON_FIELDS = 5
+MIN_INTERVAL_SECONDS = 1
+MAX_SPAN_SECONDS = 366 * 24 * 3600
+_SCHEDULE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _ACTIVE = frozenset({pb.JOB_STATUS_PENDING, pb.JOB_STATUS_PROCESSING})
 _END = object()
 
@@ -159,6 +180,8 @@ class FakeJobService:
         self._faults: dict[str, list[JobsError]] = {}
         self._calls: list[Call] = []
         self._last_ns = 0
+        # (caller, schedule_id) -> the stored schedule (see create_schedule).
+        self._schedules: dict[tuple[str, str], pb.Schedule] = {}
         self._stub = _FakeStub(self)
 
     # -- clients -------------------------------------------------------------
@@ -579,6 +602,152 @@ class FakeJobService:
     def prune_jobs(self, request: pb.PruneJobsRequest) -> pb.PruneJobsResponse:
         return pb.PruneJobsResponse(dry_run=request.dry_run)  # no retention: nothing is due
 
+    # -- schedules ------------------------------------------------------------
+
+    @property
+    def schedules(self) -> list[pb.Schedule]:
+        """Every caller's schedules (copies), by caller then schedule_id."""
+        with self._lock:
+            return [self._shown(self._schedules[key]) for key in sorted(self._schedules)]
+
+    def fire_schedule(
+        self, schedule_id: str, *, period_start: datetime | None = None, caller: str = ""
+    ) -> pb.Job:
+        """Fire one period of a schedule as JobService would: enqueue its template with
+        request_id ``schedule:<id>:<period start, RFC 3339 UTC>`` (a period fired twice
+        gives the same job) and record it as the last fire. ``period_start`` defaults,
+        for an interval schedule, to the latest period started by now; a cron schedule
+        needs it (the fake reads no crontab). ``caller`` is the token the schedule was
+        created with ("" without one). The fake never fires a schedule by itself."""
+        with self._lock:
+            stored = self._schedule(caller, schedule_id)
+            if period_start is None:
+                if stored.WhichOneof("period") != "interval":
+                    raise ValueError(f"schedule {schedule_id} is a cron one: give period_start")
+                start_ns = self._period_start(stored, time.time_ns(), after=False)
+            else:
+                start_ns = _ns(timestamp(period_start))
+            start = Timestamp()
+            start.FromNanoseconds(start_ns)
+            request = pb.EnqueueRequest()
+            request.CopyFrom(stored.template)
+            request.request_id = (
+                f"schedule:{schedule_id}:{start.ToDatetime(UTC).isoformat().replace('+00:00', 'Z')}"
+            )
+            job = self.enqueue(request).job
+            stored.last_fire_time.CopyFrom(start)
+            stored.last_job_id = job.id
+            return self._copy(self._jobs[job.id])
+
+    def _schedule(self, caller: str, schedule_id: str) -> pb.Schedule:
+        if not schedule_id:
+            raise _invalid(("schedule_id", "is required"))
+        stored = self._schedules.get((caller, schedule_id))
+        if stored is None:
+            raise ScheduleNotFoundError(
+                f"schedule {schedule_id} not found",
+                code=grpc.StatusCode.NOT_FOUND,
+                reason="SCHEDULE_NOT_FOUND",
+                metadata={"scheduleId": schedule_id},
+            )
+        return stored
+
+    @staticmethod
+    def _period_start(schedule: pb.Schedule, now_ns: int, *, after: bool) -> int:
+        """An interval schedule's period start: the first after ``now_ns`` (``after``),
+        or the latest at or before it; periods start at create_time + k * interval."""
+        created, step = _ns(schedule.create_time), schedule.interval.ToNanoseconds()
+        periods = max(0, now_ns - created) // step
+        if after:
+            periods += 1
+        return created + periods * step
+
+    def _shown(self, schedule: pb.Schedule) -> pb.Schedule:
+        """A copy as the service shows it: next_fire_time filled in for an interval
+        schedule that is not paused (the fake reads no crontab: unset for cron)."""
+        shown = pb.Schedule()
+        shown.CopyFrom(schedule)
+        if shown.WhichOneof("period") == "interval" and not shown.paused:
+            shown.next_fire_time.FromNanoseconds(
+                self._period_start(shown, time.time_ns(), after=True)
+            )
+        return shown
+
+    def create_schedule(
+        self, request: pb.CreateScheduleRequest, caller: str = ""
+    ) -> pb.CreateScheduleResponse:
+        """CreateSchedule as JobService answers it; ``caller`` scopes the id (the token
+        the call carried, "" without one)."""
+        definition = _schedule_definition(request.schedule)
+        with self._lock:
+            stored = self._schedules.get((caller, definition.schedule_id))
+            if stored is not None:
+                if _schedule_definition(stored) != definition:
+                    raise ScheduleExistsError(
+                        f"schedule {definition.schedule_id} exists with another definition",
+                        code=grpc.StatusCode.ALREADY_EXISTS,
+                        reason="SCHEDULE_EXISTS",
+                        metadata={"scheduleId": definition.schedule_id},
+                    )
+                return pb.CreateScheduleResponse(schedule=self._shown(stored))
+            stored = pb.Schedule()
+            stored.CopyFrom(definition)
+            stored.paused = request.schedule.paused
+            stored.create_time.CopyFrom(self._now())
+            stored.requested_by = definition.template.requested_by
+            self._schedules[(caller, definition.schedule_id)] = stored
+            return pb.CreateScheduleResponse(schedule=self._shown(stored))
+
+    def get_schedule(
+        self, request: pb.GetScheduleRequest, caller: str = ""
+    ) -> pb.GetScheduleResponse:
+        with self._lock:
+            stored = self._schedule(caller, request.schedule_id)
+            return pb.GetScheduleResponse(schedule=self._shown(stored))
+
+    def list_schedules(
+        self, request: pb.ListSchedulesRequest, caller: str = ""
+    ) -> pb.ListSchedulesResponse:
+        """A page of the caller's schedules by schedule_id; the token is the last id
+        of the page before."""
+        size = request.page_size or DEFAULT_SCHEDULE_PAGE_SIZE
+        if not 0 < size <= MAX_PAGE_SIZE:
+            raise _invalid(("page_size", f"must be between 0 and {MAX_PAGE_SIZE}"))
+        after = request.page_token
+        if after and not after.startswith(_CURSOR_PREFIX):
+            raise _invalid(("page_token", "was not made by this service"))
+        after = after.removeprefix(_CURSOR_PREFIX)
+        with self._lock:
+            ids = sorted(sid for who, sid in self._schedules if who == caller and sid > after)
+            page = [self._shown(self._schedules[(caller, sid)]) for sid in ids[:size]]
+        more = len(ids) > size
+        token = f"{_CURSOR_PREFIX}{page[-1].schedule_id}" if more else ""
+        return pb.ListSchedulesResponse(schedules=page, next_page_token=token)
+
+    def delete_schedule(
+        self, request: pb.DeleteScheduleRequest, caller: str = ""
+    ) -> pb.DeleteScheduleResponse:
+        with self._lock:
+            self._schedule(caller, request.schedule_id)
+            del self._schedules[(caller, request.schedule_id)]
+        return pb.DeleteScheduleResponse()
+
+    def pause_schedule(
+        self, request: pb.PauseScheduleRequest, caller: str = ""
+    ) -> pb.PauseScheduleResponse:
+        with self._lock:
+            stored = self._schedule(caller, request.schedule_id)
+            stored.paused = True
+            return pb.PauseScheduleResponse(schedule=self._shown(stored))
+
+    def resume_schedule(
+        self, request: pb.ResumeScheduleRequest, caller: str = ""
+    ) -> pb.ResumeScheduleResponse:
+        with self._lock:
+            stored = self._schedule(caller, request.schedule_id)
+            stored.paused = False
+            return pb.ResumeScheduleResponse(schedule=self._shown(stored))
+
     def _watch(self, request: pb.StreamJobUpdatesRequest, watcher: _Watcher) -> None:
         """Register ``watcher`` and give it the named jobs' current states."""
         for index, job_id in enumerate(request.job_ids):
@@ -657,6 +826,97 @@ def _check_enqueue(request: pb.EnqueueRequest) -> None:
         )
     if violations:
         raise _invalid(*violations)
+
+
+def _schedule_definition(schedule: pb.Schedule) -> pb.Schedule:
+    """The schedule's definition (its output-only fields and ``paused`` cleared),
+    checked as JobService checks it; InvalidRequestError naming each bad field."""
+    violations: list[tuple[str, str]] = []
+    if not _SCHEDULE_ID.fullmatch(schedule.schedule_id):
+        violations.append(
+            ("schedule.schedule_id", "must be 1 to 128 letters, digits, '.', '_', '-' or ':'")
+        )
+    violations.extend(_period_violations(schedule))
+    seconds = schedule.catchup_window.ToNanoseconds() / 1e9
+    if not 0 <= seconds <= MAX_SPAN_SECONDS:
+        violations.append(("schedule.catchup_window", "must be between 0 and 366 days"))
+    if schedule.HasField("template"):
+        violations.extend(_template_violations(schedule.template))
+    else:
+        violations.append(("schedule.template", "is required"))
+    if violations:
+        raise _invalid(*violations)
+    definition = pb.Schedule()
+    definition.CopyFrom(schedule)
+    # The output-only fields (a create call's are ignored).
+    definition.ClearField("next_fire_time")
+    definition.ClearField("last_fire_time")
+    definition.ClearField("last_job_id")
+    definition.ClearField("skipped_count")
+    definition.ClearField("create_time")
+    definition.ClearField("requested_by")
+    definition.paused = False
+    return definition
+
+
+def _period_violations(schedule: pb.Schedule) -> list[tuple[str, str]]:
+    """Exactly one of cron (five fields; the fake reads no further) or interval, and a
+    time zone only with cron."""
+    violations: list[tuple[str, str]] = []
+    period = schedule.WhichOneof("period")
+    if period is None:
+        violations.append(("schedule.cron", "one of cron or interval is required"))
+    elif period == "cron":
+        if len(schedule.cron) > MAX_CRON_CHARS or len(schedule.cron.split()) != CRON_FIELDS:
+            violations.append(
+                (
+                    "schedule.cron",
+                    "must be a five-field crontab expression (at most 256 characters)",
+                )
+            )
+    elif not MIN_INTERVAL_SECONDS <= schedule.interval.ToNanoseconds() / 1e9 <= MAX_SPAN_SECONDS:
+        violations.append(("schedule.interval", "must be at least 1s and at most 366 days"))
+    if schedule.time_zone:
+        if period != "cron":
+            violations.append(("schedule.time_zone", "is only for a cron schedule"))
+        elif not _is_time_zone(schedule.time_zone):
+            violations.append(("schedule.time_zone", "is not an IANA time zone name"))
+    return violations
+
+
+def _template_violations(template: pb.EnqueueRequest) -> list[tuple[str, str]]:
+    """The template checked as Enqueue checks a request, named schedule.template.*."""
+    violations: list[tuple[str, str]] = []
+    if template.request_id:
+        violations.append(("schedule.template.request_id", "must be empty: the schedule sets it"))
+    if template.HasField("schedule_time"):
+        violations.append(("schedule.template.schedule_time", "must be unset"))
+    try:
+        _check_enqueue(template)
+    except InvalidRequestError as error:
+        violations.extend(
+            (f"schedule.template.{v.field}", v.description)
+            for v in error.field_violations
+            if v.field != "request_id"  # named above
+        )
+    return violations
+
+
+def _is_time_zone(name: str) -> bool:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+def _caller(metadata: Iterable[tuple[str, str]]) -> str:
+    """The token a call carried ("" without one): it scopes schedule ids, as the
+    server's caller does."""
+    for key, value in metadata or ():
+        if key == "authorization":
+            return str(value).removeprefix("Bearer ")
+    return ""
 
 
 def _response(job: pb.Job, *, deduplicated: bool) -> pb.EnqueueResponse:
@@ -881,9 +1141,23 @@ class _FakeStub:
             "ListFailureGroups": service.list_failure_groups,
             "PruneJobs": service.prune_jobs,
         }
+        # Schedules are the caller's own: these handlers hear whose call it is.
+        scoped: dict[str, Callable[[Any, str], Message]] = {
+            "CreateSchedule": service.create_schedule,
+            "GetSchedule": service.get_schedule,
+            "ListSchedules": service.list_schedules,
+            "DeleteSchedule": service.delete_schedule,
+            "PauseSchedule": service.pause_schedule,
+            "ResumeSchedule": service.resume_schedule,
+        }
         for method in SERVICE.methods:
-            if not method.server_streaming:
-                setattr(self, method.name, _unary(service, method.name, handlers[method.name]))
+            if method.server_streaming:
+                continue
+            if method.name in scoped:
+                handler = _scoped(service, method.name, scoped[method.name])
+            else:
+                handler = _unary(service, method.name, handlers[method.name])
+            setattr(self, method.name, handler)
 
     def StreamJobUpdates(
         self,
@@ -934,6 +1208,22 @@ def _unary(
         try:
             service._answer(rpc, request, options.get("metadata") or ())
             return handler(request)
+        except JobsError as error:
+            raise rpc_error_from(error) from None
+
+    return call
+
+
+def _scoped(
+    service: FakeJobService, rpc: str, handler: Callable[[Any, str], Message]
+) -> Callable[..., Any]:
+    """A unary call whose handler also takes the caller (see :func:`_caller`)."""
+
+    async def call(request: Message, **options: Any) -> Message:
+        metadata = options.get("metadata") or ()
+        try:
+            service._answer(rpc, request, metadata)
+            return handler(request, _caller(metadata))
         except JobsError as error:
             raise rpc_error_from(error) from None
 

@@ -1,0 +1,178 @@
+"""FakeJobService's schedules: stored per caller, checked and refused as JobService
+does (field names, reasons, metadata), paused and resumed, listed by id a page at a
+time, and fired when the test says so."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from san_jobs.client import CardAnalysisInput, InvalidRequestError
+from san_jobs.client._errors import ScheduleExistsError, ScheduleNotFoundError
+from san_jobs.client.testing import FakeJobService
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+
+
+def _schedule(schedule_id: str = "nightly", **fields: object) -> pb.Schedule:
+    template = pb.EnqueueRequest(
+        job_type=pb.JOB_TYPE_CARD_ANALYSIS,
+        target_id="digest",
+        card_analysis_input=CardAnalysisInput(text="today"),
+    )
+    schedule = pb.Schedule(schedule_id=schedule_id, template=template)
+    if not fields:
+        schedule.interval.FromSeconds(60)
+    for name, value in fields.items():
+        if isinstance(value, Duration):
+            getattr(schedule, name).CopyFrom(value)
+        else:
+            setattr(schedule, name, value)
+    return schedule
+
+
+def _create(service: FakeJobService, schedule: pb.Schedule, caller: str = "") -> pb.Schedule:
+    request = pb.CreateScheduleRequest(schedule=schedule)
+    return service.create_schedule(request, caller).schedule
+
+
+def _fields(error: InvalidRequestError) -> list[str]:
+    return [violation.field for violation in error.field_violations]
+
+
+def test_a_schedule_round_trips() -> None:
+    service = FakeJobService()
+    before = datetime.now(UTC)
+    created = _create(service, _schedule())
+    assert created.schedule_id == "nightly"
+    assert created.interval.ToSeconds() == 60
+    assert created.template.card_analysis_input.text == "today"
+    assert created.create_time.ToDatetime(UTC) >= before - timedelta(seconds=1)
+    # The next period starts one interval after creation (periods: create + k * interval).
+    assert (
+        created.next_fire_time.ToNanoseconds() == created.create_time.ToNanoseconds() + 60 * 10**9
+    )
+    got = service.get_schedule(pb.GetScheduleRequest(schedule_id="nightly")).schedule
+    assert got == created
+
+    paused = service.pause_schedule(pb.PauseScheduleRequest(schedule_id="nightly")).schedule
+    assert paused.paused and not paused.HasField("next_fire_time")
+    again = service.pause_schedule(pb.PauseScheduleRequest(schedule_id="nightly")).schedule
+    assert again.paused  # pausing a paused schedule is a no-op
+    resumed = service.resume_schedule(pb.ResumeScheduleRequest(schedule_id="nightly")).schedule
+    assert not resumed.paused and resumed.HasField("next_fire_time")
+
+    service.delete_schedule(pb.DeleteScheduleRequest(schedule_id="nightly"))
+    with pytest.raises(ScheduleNotFoundError):
+        service.get_schedule(pb.GetScheduleRequest(schedule_id="nightly"))
+
+
+def test_the_same_definition_returns_the_stored_one_another_is_refused() -> None:
+    service = FakeJobService()
+    first = _create(service, _schedule())
+    service.pause_schedule(pb.PauseScheduleRequest(schedule_id="nightly"))
+    retried = _create(service, _schedule())  # a retry of the create
+    assert retried.create_time == first.create_time and retried.paused
+    other = _schedule()
+    other.interval.FromSeconds(120)
+    with pytest.raises(ScheduleExistsError) as refused:
+        _create(service, other)
+    assert refused.value.code == grpc.StatusCode.ALREADY_EXISTS
+    assert refused.value.reason == "SCHEDULE_EXISTS"
+    assert refused.value.schedule_id == "nightly"
+
+
+def test_unknown_ids_are_not_found_with_their_id() -> None:
+    service = FakeJobService()
+    calls: list[Callable[[], object]] = [
+        lambda: service.get_schedule(pb.GetScheduleRequest(schedule_id="gone")),
+        lambda: service.delete_schedule(pb.DeleteScheduleRequest(schedule_id="gone")),
+        lambda: service.pause_schedule(pb.PauseScheduleRequest(schedule_id="gone")),
+        lambda: service.resume_schedule(pb.ResumeScheduleRequest(schedule_id="gone")),
+    ]
+    for call in calls:
+        with pytest.raises(ScheduleNotFoundError) as missing:
+            call()
+        assert missing.value.code == grpc.StatusCode.NOT_FOUND
+        assert missing.value.reason == "SCHEDULE_NOT_FOUND"
+        assert missing.value.metadata == {"scheduleId": "gone"}
+
+
+def test_schedules_are_the_callers_own() -> None:
+    service = FakeJobService()
+    _create(service, _schedule(), caller="alice")
+    with pytest.raises(ScheduleNotFoundError):
+        service.get_schedule(pb.GetScheduleRequest(schedule_id="nightly"), "bob")
+    other = _schedule()
+    other.interval.FromSeconds(5)
+    assert _create(service, other, caller="bob").interval.ToSeconds() == 5  # no clash
+    listed = service.list_schedules(pb.ListSchedulesRequest(), "alice").schedules
+    assert [s.interval.ToSeconds() for s in listed] == [60]
+
+
+def _refused(schedule: pb.Schedule) -> list[str]:
+    with pytest.raises(InvalidRequestError) as refused:
+        _create(FakeJobService(), schedule)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    return _fields(refused.value)
+
+
+def test_bad_schedules_name_their_fields() -> None:
+    half = Duration()
+    half.FromMilliseconds(500)
+    assert _refused(_schedule("bad id!", cron="0 3 * * *")) == ["schedule.schedule_id"]
+    assert _refused(_schedule("x" * 129, cron="0 3 * * *")) == ["schedule.schedule_id"]
+    assert _refused(_schedule("a.b_c-d:e", interval=half)) == ["schedule.interval"]
+    assert _refused(_schedule("p", cron="0 3 * *")) == ["schedule.cron"]
+    assert _refused(_schedule("p", cron="0 3 * * *", time_zone="Mars/Base")) == [
+        "schedule.time_zone"
+    ]
+    no_period = _schedule("p", time_zone="")
+    no_period.ClearField("period")
+    assert _refused(no_period) == ["schedule.cron"]
+    keyed = _schedule()
+    keyed.template.request_id = "mine"
+    assert _refused(keyed) == ["schedule.template.request_id"]
+    untyped = _schedule()
+    untyped.template.job_type = pb.JOB_TYPE_UNSPECIFIED
+    assert _refused(untyped) == ["schedule.template.job_type"]
+    bare = _schedule()
+    bare.ClearField("template")
+    assert _refused(bare) == ["schedule.template"]
+
+
+def test_list_pages_by_schedule_id() -> None:
+    service = FakeJobService()
+    for name in ("c", "a", "e", "b", "d"):
+        _create(service, _schedule(name))
+    seen: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        page = service.list_schedules(pb.ListSchedulesRequest(page_size=2, page_token=token))
+        seen.extend(s.schedule_id for s in page.schedules)
+        pages += 1
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == ["a", "b", "c", "d", "e"] and pages == 3
+    with pytest.raises(InvalidRequestError) as refused:
+        service.list_schedules(pb.ListSchedulesRequest(page_size=1001))
+    assert _fields(refused.value) == ["page_size"]
+
+
+def test_fire_schedule_enqueues_the_period_once() -> None:
+    service = FakeJobService()
+    _create(service, _schedule("daily", cron="0 3 * * *", time_zone="Europe/Paris"))
+    period = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    job = service.fire_schedule("daily", period_start=period)
+    assert job.request_id == "schedule:daily:2026-03-29T01:00:00Z"
+    assert job.target_id == "digest" and job.status == pb.JOB_STATUS_PENDING
+    assert service.fire_schedule("daily", period_start=period).id == job.id  # idempotent
+    stored = service.get_schedule(pb.GetScheduleRequest(schedule_id="daily")).schedule
+    assert stored.last_job_id == job.id
+    assert stored.last_fire_time.ToDatetime(UTC) == period
+    assert not stored.HasField("next_fire_time")  # the fake reads no crontab
