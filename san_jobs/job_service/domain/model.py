@@ -184,6 +184,8 @@ class Job:
     # The schedule_time given at Enqueue (a delayed job), as given; None without one.
     # While it is ahead, next_attempt_at holds it too (NewJob.not_before).
     scheduled_at: datetime | None = None
+    # EnqueueRequest.priority, effective: 1 (most urgent) to 5 (domain/priorities.py).
+    priority: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +212,8 @@ class NewJob:
     # order and the worker's next_due_at see it with no rule of their own.
     scheduled_at: datetime | None = None
     not_before: datetime | None = None
+    # 1 (most urgent) to 5; the request's 0 is already the default 3 here.
+    priority: int = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -304,6 +304,7 @@ ENQUEUE = Transition(
             # time its first attempt may start, from which due_at() derives.
             "scheduled_at": Arg("scheduled_at"),
             "next_attempt_at": Arg("not_before"),
+            "priority": Arg("priority"),
         }
     ),
     args=(
@@ -318,6 +319,7 @@ ENQUEUE = Transition(
         "tenant",
         "scheduled_at",
         "not_before",
+        "priority",
     ),
 )
 

@@ -96,6 +96,7 @@ def _change(row: Any) -> JobChange:
         traceparent=row.traceparent,
         tenant=row.tenant or "",
         scheduled_at=row.scheduled_at,
+        priority=row.priority,
     )
     return JobChange(int(row.pos), job)
 

@@ -95,10 +95,13 @@ class LimitedClaims(StoreParts):
             return []
         types = Params.bind(**claim_type_args((), params.job_type))
         bound = time_params(now, params.lease_seconds) | {P_LIMIT: jobs} | types
-        statement = self._sql.claim
+        # By age or by priority: the anti-starvation share (domain/priorities.py).
+        by_age = self._age_share.next_by_age()
+        statement = self._sql.claim if by_age else self._sql.claim_urgent
         if params.max_per_caller is not None:  # fair share (Statements._fair_claim)
-            statement = self._sql.claim_fair
+            statement = self._sql.claim_fair if by_age else self._sql.claim_fair_urgent
             bound |= {P_MAX_PER_CALLER: params.max_per_caller}
         claimed = await self._db.jobs(conn, statement, bound)
+        self._age_share.took(len(claimed), by_age)
         claimed.sort(key=lambda j: (j.created_at, j.id))
         return [Claim(job=j, token=j.claim_token or "") for j in claimed]

@@ -19,6 +19,7 @@ from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from san_jobs.job_service.domain.model import Job
+from san_jobs.job_service.domain.priorities import AgeShare
 from san_jobs.job_service.storage.direct import DirectStatement, HeldConnection
 from san_jobs.job_service.storage.engine import SQLITE_BEGIN_OPTION, create_engine
 from san_jobs.job_service.storage.errors import storage_errors
@@ -124,6 +125,7 @@ class HotStatements:
 
     enqueue_many: HotStatement
     claim: HotStatement
+    claim_urgent: HotStatement
     complete_many: HotStatement
     fail_many: HotStatement
     renew_leases: HotStatement
@@ -136,6 +138,7 @@ class HotStatements:
         return cls(
             enqueue_many=hot(sql.enqueue_many),
             claim=hot(sql.claim),
+            claim_urgent=hot(sql.claim_urgent),
             complete_many=hot(sql.complete_many),
             fail_many=hot(sql.fail_many),
             renew_leases=hot(sql.renew_leases),
@@ -157,6 +160,9 @@ class StoreParts:
     _db: Connections
     _sql: Statements
     _hot: HotStatements
+    # Which order the next claim takes (domain/priorities.py), over every claim this
+    # store makes.
+    _age_share: AgeShare
 
     def _now(self) -> datetime:
         """The injected clock's time (timestamps never come from the database)."""

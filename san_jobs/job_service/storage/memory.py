@@ -83,6 +83,7 @@ from san_jobs.job_service.domain.ports import (
     TakeProbeParams,
     UsageTotalsParams,
 )
+from san_jobs.job_service.domain.priorities import AgeShare
 from san_jobs.job_service.domain.transitions import (
     CANCEL,
     CLAIM,
@@ -196,6 +197,8 @@ class MemoryJobStore:
     ) -> None:
         self._clock = clock
         self.table = table if table is not None else MemoryTable()
+        # Which order the next claim takes, as SqlJobStore's (domain/priorities.py).
+        self._age_share = AgeShare()
 
     async def close(self) -> None:
         await asyncio.sleep(0)
@@ -279,6 +282,7 @@ class MemoryJobStore:
             "tenant": new.tenant,
             "scheduled_at": new.scheduled_at,
             "not_before": new.not_before,
+            "priority": new.priority,
         }
         return self._write(ENQUEUE, None, self._call(args)), False
 
@@ -337,14 +341,22 @@ class MemoryJobStore:
         if limit <= 0:
             return []
         call = self._call(claim_type_args(skip_types, only_type), lease_seconds=lease_seconds)
-        # Oldest due first (ties: oldest job first); returned oldest job first.
+        # By age: oldest due first; by priority: the most urgent first, then oldest
+        # due (domain/priorities.py). Ties: oldest job first. Returned oldest job first.
+        by_age = self._age_share.next_by_age()
         due = sorted(
             (row for row in self._rows.values() if applies(CLAIM, row, call)),
-            key=lambda row: (row["due_at"], row["created_at"], row["id"]),
+            key=lambda row: (
+                0 if by_age else row["priority"],
+                row["due_at"],
+                row["created_at"],
+                row["id"],
+            ),
         )
         if max_per_caller is not None:
             due = self._fair(due, max_per_caller)
         due = due[:limit]
+        self._age_share.took(len(due), by_age)
         jobs = sorted(
             (self._write(CLAIM, row, call) for row in due), key=lambda j: (j.created_at, j.id)
         )

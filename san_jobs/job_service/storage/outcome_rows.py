@@ -78,4 +78,5 @@ def outcome_job(row: Mapping[str, Any], kept: Job) -> Job:
         traceparent=kept.traceparent,
         tenant=kept.tenant,
         scheduled_at=kept.scheduled_at,
+        priority=kept.priority,
     )

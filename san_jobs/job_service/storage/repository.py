@@ -25,6 +25,7 @@ from datetime import datetime
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from san_jobs.job_service.domain.priorities import AgeShare
 from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EXPIRED_MESSAGE
 from san_jobs.job_service.storage.changes import ChangeQueries
 from san_jobs.job_service.storage.claim_limits import LimitedClaims
@@ -81,6 +82,7 @@ class SqlJobStore(
         self._db = Connections(database, pool_size=pool_size, max_overflow=max_overflow)
         self._sql = Statements(self._db.pg, instance_id)
         self._hot = HotStatements.of(self._sql, self._db)
+        self._age_share = AgeShare()
         self._read_many = self.get_many
         self._start_group_commits(enqueue_interval)
         self._database_ping = DatabasePing(self._db.engine)

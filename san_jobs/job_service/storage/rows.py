@@ -70,6 +70,7 @@ def row_to_job(row: RowMapping) -> Job:
         # Never NULL once written: migration 0011's trigger fills in older code's rows.
         tenant=row.get("tenant") or "",
         scheduled_at=row.get("scheduled_at"),
+        priority=row.get("priority") or 3,
     )
 
 
@@ -116,6 +117,7 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
         set_traceparent,
         set_tenant,
         set_scheduled_at,
+        set_priority,
     ) = _JOB_SLOT_SETTERS
     job = _new_job(Job)
     set_id(job, job_id)
@@ -145,4 +147,5 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
     set_traceparent(job, new.traceparent)
     set_tenant(job, new.tenant)
     set_scheduled_at(job, new.scheduled_at)
+    set_priority(job, new.priority)
     return job

@@ -129,24 +129,18 @@ class Statements:
         )
 
         # -- the worker's writes -----------------------------------------------------
-        # Due (CLAIM's sources): one ordered range scan over the partial index
-        # ix_async_jobs_due, which stops after p_limit rows (on PostgreSQL the
-        # claim's connection forbids the bitmap scan a stale estimate would pick,
-        # see HOT_SESSION).
+        # Due (CLAIM's sources): one ordered range scan over a partial index, which
+        # stops after p_limit rows (on PostgreSQL the claim's connection forbids the
+        # bitmap scan a stale estimate would pick, see HOT_SESSION). Two orders
+        # (domain/priorities.py, AgeShare says which a claim takes): `claim`, the
+        # oldest due first whatever the priority (ix_async_jobs_due), and
+        # `claim_urgent`, the most urgent first, oldest due first within a priority
+        # (ix_async_jobs_due_priority).
         claim_params = sql.params(CLAIM)
-        due = (
-            select(t.c.id)
-            .where(*sql.condition(CLAIM, claim_params))
-            .order_by(t.c.due_at)
-            .limit(bindparam(P_LIMIT, type_=Integer))
-        )
-        if postgres:
-            due = due.with_for_update(skip_locked=True)
-        # PostgreSQL: `id = ANY(ARRAY(SELECT ...))` makes primary-key lookups for the
-        # few ids taken; `id IN (SELECT ...)` may become a hash join over the table.
-        due_ids = t.c.id == any_(array_of(due.scalar_subquery())) if postgres else t.c.id.in_(due)
-        self.claim = sql.update([CLAIM], claim_params, where=[due_ids])
-        self.claim_fair = self._fair_claim(claim_params)
+        self.claim = self._claim(claim_params, (t.c.due_at,))
+        self.claim_urgent = self._claim(claim_params, (t.c.priority, t.c.due_at))
+        self.claim_fair = self._fair_claim(claim_params, urgent=False)
+        self.claim_fair_urgent = self._fair_claim(claim_params, urgent=True)
 
         self.lease_exhausted_params: Params = sql.params(LEASE_EXHAUSTED)
         self.fail_exhausted_leases = sql.update([LEASE_EXHAUSTED], self.lease_exhausted_params)
@@ -247,7 +241,22 @@ class Statements:
             .returning(pauses.c.job_type)
         )
 
-    def _fair_claim(self, claim_params: Params) -> Any:
+    def _claim(self, claim_params: Params, order: tuple[Any, ...]) -> Any:
+        sql = self.transitions
+        due = (
+            select(t.c.id)
+            .where(*sql.condition(CLAIM, claim_params))
+            .order_by(*order)
+            .limit(bindparam(P_LIMIT, type_=Integer))
+        )
+        if self.pg:
+            due = due.with_for_update(skip_locked=True)
+        # PostgreSQL: `id = ANY(ARRAY(SELECT ...))` makes primary-key lookups for the
+        # few ids taken; `id IN (SELECT ...)` may become a hash join over the table.
+        due_ids = t.c.id == any_(array_of(due.scalar_subquery())) if self.pg else t.c.id.in_(due)
+        return sql.update([CLAIM], claim_params, where=[due_ids])
+
+    def _fair_claim(self, claim_params: Params, *, urgent: bool) -> Any:
         """The claim under fair share (--max-running-per-caller; used only when set): of
         the due rows, each caller's oldest, no more than it may still start (the
         limit minus its running jobs), oldest due first across callers:
@@ -263,12 +272,18 @@ class Statements:
 
         It reads every due row (a window cannot take SKIP LOCKED), so the UPDATE checks
         CLAIM's condition again: a row another instance claimed meanwhile is skipped
-        once its lock is released, never claimed twice."""
+        once its lock is released, never claimed twice.
+
+        `urgent`: the most urgent first (priority, then due_at), in each caller's rank
+        and across callers, instead of the oldest due first."""
         sql = self.transitions
         due_terms = sql.condition(CLAIM, claim_params)
-        rank = func.row_number().over(partition_by=t.c.requested_by, order_by=(t.c.due_at, t.c.id))
+        first = (t.c.priority,) if urgent else ()
+        rank = func.row_number().over(
+            partition_by=t.c.requested_by, order_by=(*first, t.c.due_at, t.c.id)
+        )
         ranked = (
-            select(t.c.id, t.c.due_at, t.c.requested_by, rank.label("rank"))
+            select(t.c.id, t.c.due_at, t.c.priority, t.c.requested_by, rank.label("rank"))
             .where(*due_terms)
             .subquery("ranked")
         )
@@ -285,7 +300,7 @@ class Statements:
                 ranked.c.rank + func.coalesce(running.c.n, 0)
                 <= bindparam(P_MAX_PER_CALLER, type_=Integer)
             )
-            .order_by(ranked.c.due_at)
+            .order_by(*((ranked.c.priority,) if urgent else ()), ranked.c.due_at)
             .limit(bindparam(P_LIMIT, type_=Integer))
         )
         ids = t.c.id == any_(array_of(fair.scalar_subquery())) if self.pg else t.c.id.in_(fair)

@@ -179,6 +179,15 @@ async_jobs = Table(
         sqlite_where=text(ACTIVE_SQL),
         postgresql_where=text(ACTIVE_SQL),
     ),
+    # The claim by priority (migration 0015): ORDER BY priority, due_at over active
+    # rows (domain/priorities.py; the claims by age keep ix_async_jobs_due).
+    Index(
+        "ix_async_jobs_due_priority",
+        "priority",
+        "due_at",
+        sqlite_where=text(ACTIVE_SQL),
+        postgresql_where=text(ACTIVE_SQL),
+    ),
     # Operators: failures by time (RetryFailed, "what failed since ...", only FAILED
     # rows), listing newest first, everything about one target.
     Index(

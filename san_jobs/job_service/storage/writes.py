@@ -319,11 +319,16 @@ class JobWrites(StoreParts):
             return []
         types = Params.bind(**claim_type_args(params.skip_types, params.only_type))
         bound = time_params(self._now(), params.lease_seconds) | {P_LIMIT: params.limit} | types
+        # By age or by priority: the anti-starvation share (domain/priorities.py).
+        by_age = self._age_share.next_by_age()
         if params.max_per_caller is None:
-            jobs = await self._hot.claim.jobs(bound)
+            hot = self._hot.claim if by_age else self._hot.claim_urgent
+            jobs = await hot.jobs(bound)
         else:  # fair share: another statement, run only when it is set
             fair = bound | {P_MAX_PER_CALLER: params.max_per_caller}
-            jobs = await self._db.write(self._sql.claim_fair, fair)
+            statement = self._sql.claim_fair if by_age else self._sql.claim_fair_urgent
+            jobs = await self._db.write(statement, fair)
+        self._age_share.took(len(jobs), by_age)
         jobs.sort(key=lambda j: (j.created_at, j.id))
         return [Claim(job=j, token=j.claim_token or "") for j in jobs]
 
@@ -482,4 +487,5 @@ def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
         "tenant": new.tenant,
         "scheduled_at": new.scheduled_at,
         "not_before": new.not_before,
+        "priority": new.priority,
     }

@@ -132,6 +132,7 @@ def job_to_pb(
         "requested_by": job.requested_by,
         "attempt_count": job.attempt_count,
         "max_attempts": job.max_attempts,
+        "priority": job.priority,
         "create_time": created,
         # A new job was last updated when it was made: the same Timestamp twice.
         "update_time": created
@@ -206,6 +207,7 @@ def fill_fresh_job(message: pb.Job, job: Job, created: Timestamp) -> bool:
     if job.request_id:
         message.request_id = job.request_id
     message.max_attempts = job.max_attempts
+    message.priority = job.priority
     message.create_time.CopyFrom(created)
     message.update_time.CopyFrom(created)
     return True

@@ -43,6 +43,11 @@ from san_jobs.job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
+from san_jobs.job_service.domain.priorities import (
+    LEAST_URGENT,
+    MOST_URGENT,
+    effective_priority,
+)
 from san_jobs.job_service.domain.usage import UsageQuery
 from san_jobs.job_service.domain.validation import (
     EnqueueLimits,
@@ -215,6 +220,15 @@ def enqueue(
         not_before = check_schedule(
             SCHEDULE_TIME_FIELD, scheduled_at, now or datetime.now(UTC), out
         )
+    priority = request.priority
+    if not 0 <= priority <= LEAST_URGENT:
+        out.append(
+            FieldViolation(
+                PRIORITY_FIELD,
+                f"must be {MOST_URGENT} (most urgent) to {LEAST_URGENT}, or 0 for the"
+                f" default; got {priority}",
+            )
+        )
     _raise_if(out)
     assert job_type is not None and on_duplicate is not None
     new = new_job(
@@ -226,11 +240,13 @@ def enqueue(
         request.max_attempts or default_max_attempts,
         scheduled_at,
         not_before,
+        effective_priority(priority),
     )
     return new, on_duplicate
 
 
 SCHEDULE_TIME_FIELD = "schedule_time"
+PRIORITY_FIELD = "priority"
 
 
 # NewJob's slot setters, in field order: unpacked by name in new_job, so a field added
@@ -248,6 +264,7 @@ def new_job(
     max_attempts: int,
     scheduled_at: datetime | None = None,
     not_before: datetime | None = None,
+    priority: int = 3,
 ) -> NewJob:
     """`NewJob(...)` with no traceparent, built by setting its slots: the frozen
     dataclass's __init__ (an `object.__setattr__` per field) was a third of decoding
@@ -264,6 +281,7 @@ def new_job(
         set_tenant,
         set_scheduled_at,
         set_not_before,
+        set_priority,
     ) = _NEW_JOB_SLOT_SETTERS
     new = _allocate_new_job(NewJob)
     set_job_type(new, job_type)
@@ -276,6 +294,7 @@ def new_job(
     set_tenant(new, "")  # --auth off's; the servicer sets the caller's under --auth token
     set_scheduled_at(new, scheduled_at)
     set_not_before(new, not_before)
+    set_priority(new, priority)
     return new
 
 

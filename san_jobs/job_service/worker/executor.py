@@ -6,8 +6,8 @@ the completer does."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import itertools
 import time
 import uuid
 
@@ -19,6 +19,7 @@ from san_jobs.job_service.domain.failures import (
 )
 from san_jobs.job_service.domain.model import Claim, Failure, Job
 from san_jobs.job_service.domain.ports import AiGateway
+from san_jobs.job_service.domain.priorities import AgeShare
 from san_jobs.job_service.worker.config import DEFAULT_DEADLINES, WorkerConfig, log
 from san_jobs.job_service.worker.outcome import (
     Completed,
@@ -30,12 +31,20 @@ from san_jobs.job_service.worker.outcome import (
 
 
 class CallSlots:
-    """`size` slots for gateway calls. Waiters get them in turn, urgent ones first;
-    a slot given back goes straight to the next waiter."""
+    """`size` slots for gateway calls; a slot given back goes straight to the next
+    waiter. The next waiter: by priority (an `urgent` one first, then the job's
+    priority, then the longest waiting), except that one slot in AGE_SHARE goes to the
+    longest waiting whatever its priority (domain/priorities.py, the claim's rule).
+    Without the priority order, a priority-1 job claimed while the jobs claimed ahead
+    wait would wait behind all of them; without the share, a job claimed ahead could
+    wait forever behind a stream of more urgent ones."""
 
     def __init__(self, size: int) -> None:
         self._free = size
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # (rank, arrival, future): few (the jobs claimed ahead), so a scan picks.
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+        self._share = AgeShare()
 
     def take_now(self) -> bool:
         """Take a slot if one is free and nobody waits for it."""
@@ -44,14 +53,12 @@ class CallSlots:
             return True
         return False
 
-    async def take(self, urgent: bool = False) -> None:
+    async def take(self, urgent: bool = False, priority: int = 3) -> None:
         if self.take_now():
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if urgent:
-            self._waiters.appendleft(waiter)
-        else:
-            self._waiters.append(waiter)
+        entry = (0 if urgent else priority, next(self._arrivals), waiter)
+        self._waiters.append(entry)
         try:
             await waiter
         except asyncio.CancelledError:
@@ -59,13 +66,18 @@ class CallSlots:
                 self.release()  # handed a slot just as it was cancelled: pass it on
             else:
                 with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
+                    self._waiters.remove(entry)
             raise
 
     def release(self) -> None:
         while self._waiters:
-            waiter = self._waiters.popleft()
+            by_age = self._share.next_by_age()
+            # Arrival numbers are unique: min() never compares the futures.
+            entry = min(self._waiters, key=lambda w: w[1] if by_age else (w[0], w[1]))
+            self._waiters.remove(entry)
+            waiter = entry[2]
             if not waiter.done():
+                self._share.took(1, by_age)
                 waiter.set_result(None)
                 return
         self._free += 1
@@ -121,7 +133,9 @@ class Executor:
             return False
         self.waiting.add(job.id)
         try:
-            await self._call_slots.take(urgent=probe or job.job_type in self.config.limits)
+            await self._call_slots.take(
+                urgent=probe or job.job_type in self.config.limits, priority=job.priority
+            )
         finally:
             self.waiting.discard(job.id)
         return True

@@ -5,10 +5,10 @@
 
 -- name: enqueue
 WITH changed AS
-(INSERT INTO async_jobs (id, job_type, status, target_id, request_params, requested_by, request_id, attempt_count, max_attempts, attempts, created_at, updated_at, next_attempt_at, due_at, traceparent, tenant, scheduled_at)
-VALUES (:p_job_id::VARCHAR, :p_job_type::VARCHAR, 'PENDING'::VARCHAR, :p_target_id::VARCHAR, :p_request_params::JSONB, :p_requested_by::VARCHAR, :p_request_id::VARCHAR, 0::INTEGER, :p_max_attempts::INTEGER, CAST('[]' AS JSONB), :p_now::TIMESTAMP WITH TIME ZONE, :p_now::TIMESTAMP WITH TIME ZONE, :p_not_before::TIMESTAMP WITH TIME ZONE, coalesce(:p_not_before::TIMESTAMP WITH TIME ZONE, :p_now::TIMESTAMP WITH TIME ZONE), :p_traceparent::VARCHAR, :p_tenant::VARCHAR, :p_scheduled_at::TIMESTAMP WITH TIME ZONE)
+(INSERT INTO async_jobs (id, job_type, status, target_id, request_params, requested_by, request_id, attempt_count, max_attempts, attempts, created_at, updated_at, next_attempt_at, due_at, traceparent, tenant, scheduled_at, priority)
+VALUES (:p_job_id::VARCHAR, :p_job_type::VARCHAR, 'PENDING'::VARCHAR, :p_target_id::VARCHAR, :p_request_params::JSONB, :p_requested_by::VARCHAR, :p_request_id::VARCHAR, 0::INTEGER, :p_max_attempts::INTEGER, CAST('[]' AS JSONB), :p_now::TIMESTAMP WITH TIME ZONE, :p_now::TIMESTAMP WITH TIME ZONE, :p_not_before::TIMESTAMP WITH TIME ZONE, coalesce(:p_not_before::TIMESTAMP WITH TIME ZONE, :p_now::TIMESTAMP WITH TIME ZONE), :p_traceparent::VARCHAR, :p_tenant::VARCHAR, :p_scheduled_at::TIMESTAMP WITH TIME ZONE, :p_priority::SMALLINT)
 ON CONFLICT DO NOTHING
-RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -18,16 +18,16 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
 
 -- name: enqueue_many
 WITH changed AS
-(INSERT INTO async_jobs (id, job_type, status, target_id, request_params, requested_by, request_id, attempt_count, max_attempts, attempts, created_at, updated_at, next_attempt_at, due_at, traceparent, tenant, scheduled_at)
-SELECT r.job_id AS job_id, r.job_type AS job_type, 'PENDING'::VARCHAR AS anon_1, r.target_id AS target_id, CAST(r.request_params AS JSONB) AS request_params, r.requested_by AS requested_by, r.request_id AS request_id, 0::INTEGER AS anon_2, r.max_attempts AS max_attempts, CAST('[]' AS JSONB) AS "'[]'", :p_now::TIMESTAMP WITH TIME ZONE AS anon_3, :p_now::TIMESTAMP WITH TIME ZONE AS anon__1, r.not_before AS not_before, coalesce(r.not_before, :p_now::TIMESTAMP WITH TIME ZONE) AS coalesce_1, r.traceparent AS traceparent, r.tenant AS tenant, r.scheduled_at AS scheduled_at
-FROM jsonb_to_recordset(CAST(:p_rows::VARCHAR AS JSONB)) AS r(job_id VARCHAR, job_type VARCHAR, target_id VARCHAR, request_params TEXT, requested_by VARCHAR, request_id VARCHAR, max_attempts INTEGER, traceparent VARCHAR, tenant VARCHAR, scheduled_at TIMESTAMP WITH TIME ZONE, not_before TIMESTAMP WITH TIME ZONE)
+(INSERT INTO async_jobs (id, job_type, status, target_id, request_params, requested_by, request_id, attempt_count, max_attempts, attempts, created_at, updated_at, next_attempt_at, due_at, traceparent, tenant, scheduled_at, priority)
+SELECT r.job_id AS job_id, r.job_type AS job_type, 'PENDING'::VARCHAR AS anon_1, r.target_id AS target_id, CAST(r.request_params AS JSONB) AS request_params, r.requested_by AS requested_by, r.request_id AS request_id, 0::INTEGER AS anon_2, r.max_attempts AS max_attempts, CAST('[]' AS JSONB) AS "'[]'", :p_now::TIMESTAMP WITH TIME ZONE AS anon_3, :p_now::TIMESTAMP WITH TIME ZONE AS anon__1, r.not_before AS not_before, coalesce(r.not_before, :p_now::TIMESTAMP WITH TIME ZONE) AS coalesce_1, r.traceparent AS traceparent, r.tenant AS tenant, r.scheduled_at AS scheduled_at, r.priority AS priority
+FROM jsonb_to_recordset(CAST(:p_rows::VARCHAR AS JSONB)) AS r(job_id VARCHAR, job_type VARCHAR, target_id VARCHAR, request_params TEXT, requested_by VARCHAR, request_id VARCHAR, max_attempts INTEGER, traceparent VARCHAR, tenant VARCHAR, scheduled_at TIMESTAMP WITH TIME ZONE, not_before TIMESTAMP WITH TIME ZONE, priority SMALLINT)
 ON CONFLICT DO NOTHING
 RETURNING async_jobs.id, async_jobs.status),
 numbered AS
@@ -45,32 +45,32 @@ WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
 
 -- name: by_id
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
 FROM async_jobs
 WHERE async_jobs.id = :p_id::VARCHAR;
 
 -- name: by_request_id
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
 FROM async_jobs
 WHERE async_jobs.request_id = :p_request_id::VARCHAR AND async_jobs.tenant = :p_tenant::VARCHAR;
 
 -- name: active_for_target
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
 FROM async_jobs
 WHERE async_jobs.job_type = :p_job_type::VARCHAR AND async_jobs.target_id = :p_target_id::VARCHAR AND async_jobs.tenant = :p_tenant::VARCHAR AND status IN ('PENDING', 'PROCESSING');
 
 -- name: by_ids
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
 FROM async_jobs
 WHERE async_jobs.id IN (:p_ids);
 
 -- name: by_request_ids
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
 FROM async_jobs
 WHERE async_jobs.request_id IN (:p_request_ids) AND async_jobs.tenant = :p_tenant::VARCHAR;
 
 -- name: active_for_targets
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
 FROM async_jobs
 WHERE async_jobs.job_type = :p_job_type::VARCHAR AND async_jobs.target_id IN (:p_target_ids) AND async_jobs.tenant = :p_tenant::VARCHAR AND status IN ('PENDING', 'PROCESSING');
 
@@ -85,7 +85,7 @@ ORDER BY async_jobs.due_at
 
 LIMIT :p_limit::INTEGER FOR
 UPDATE SKIP LOCKED))
-RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -95,7 +95,33 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
+FROM changed
+WHERE (SELECT count(*) AS count_1
+FROM sent) >= 0::INTEGER;
+
+-- name: claim_urgent
+WITH changed AS
+(UPDATE async_jobs
+SET status='PROCESSING'::VARCHAR, error_message=CASE WHEN (async_jobs.status = 'PROCESSING') THEN 'Lease expired: the worker was lost'::VARCHAR ELSE async_jobs.error_message END, error_code=CASE WHEN (async_jobs.status = 'PROCESSING') THEN 'LEASE_EXPIRED'::VARCHAR ELSE async_jobs.error_code END, error_reason=CASE WHEN (async_jobs.status = 'PROCESSING') THEN ''::VARCHAR ELSE async_jobs.error_reason END, attempt_count=(async_jobs.attempt_count + 1::INTEGER), attempts=CASE WHEN (async_jobs.status = 'PROCESSING') THEN jsonb_set(async_jobs.attempts, '{-1}'::text[], coalesce(async_jobs.attempts -> -1::INTEGER, '{}'::jsonb) || jsonb_build_object('end_time'::VARCHAR, :p_now_iso::VARCHAR, 'error_code'::VARCHAR, 'LEASE_EXPIRED'::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, 'Lease expired: the worker was lost'::VARCHAR)) || jsonb_build_array(jsonb_build_object('attempt'::VARCHAR, async_jobs.attempt_count + 1::INTEGER, 'start_time'::VARCHAR, :p_now_iso::VARCHAR, 'end_time'::VARCHAR, CAST(NULL AS VARCHAR), 'error_code'::VARCHAR, ''::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, ''::VARCHAR, 'usage'::VARCHAR, CAST(NULL AS VARCHAR))) ELSE async_jobs.attempts || jsonb_build_array(jsonb_build_object('attempt'::VARCHAR, async_jobs.attempt_count + 1::INTEGER, 'start_time'::VARCHAR, :p_now_iso::VARCHAR, 'end_time'::VARCHAR, CAST(NULL AS VARCHAR), 'error_code'::VARCHAR, ''::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, ''::VARCHAR, 'usage'::VARCHAR, CAST(NULL AS VARCHAR))) END, updated_at=:p_now::TIMESTAMP WITH TIME ZONE, started_at=:p_now::TIMESTAMP WITH TIME ZONE, next_attempt_at=NULL, lease_expires_at=:p_until::TIMESTAMP WITH TIME ZONE, claim_token=CAST(gen_random_uuid() AS VARCHAR), due_at=:p_until::TIMESTAMP WITH TIME ZONE
+WHERE async_jobs.id = ANY (ARRAY(SELECT async_jobs.id
+FROM async_jobs
+WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now::TIMESTAMP WITH TIME ZONE AND strpos(:p_skip_types::VARCHAR, ','::VARCHAR || async_jobs.job_type || ','::VARCHAR) = 0::INTEGER AND (:p_only_type::VARCHAR = ''::VARCHAR OR async_jobs.job_type = :p_only_type::VARCHAR) AND (async_jobs.status = 'PENDING' OR async_jobs.status = 'PROCESSING' AND async_jobs.attempt_count < async_jobs.max_attempts)
+ORDER BY async_jobs.priority, async_jobs.due_at
+
+LIMIT :p_limit::INTEGER FOR
+UPDATE SKIP LOCKED))
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
+numbered AS
+(SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
+ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
+FROM changed),
+sent AS
+(SELECT pg_notify('san_jobs'::VARCHAR, 'INSTANCE|'::VARCHAR || numbered.status || '|'::VARCHAR || string_agg(numbered.id, ','::VARCHAR)) AS sent
+FROM numbered
+GROUP BY numbered.status, numbered.grp)
+
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -105,7 +131,7 @@ WITH changed AS
 (UPDATE async_jobs
 SET status='PROCESSING'::VARCHAR, error_message=CASE WHEN (async_jobs.status = 'PROCESSING') THEN 'Lease expired: the worker was lost'::VARCHAR ELSE async_jobs.error_message END, error_code=CASE WHEN (async_jobs.status = 'PROCESSING') THEN 'LEASE_EXPIRED'::VARCHAR ELSE async_jobs.error_code END, error_reason=CASE WHEN (async_jobs.status = 'PROCESSING') THEN ''::VARCHAR ELSE async_jobs.error_reason END, attempt_count=(async_jobs.attempt_count + 1::INTEGER), attempts=CASE WHEN (async_jobs.status = 'PROCESSING') THEN jsonb_set(async_jobs.attempts, '{-1}'::text[], coalesce(async_jobs.attempts -> -1::INTEGER, '{}'::jsonb) || jsonb_build_object('end_time'::VARCHAR, :p_now_iso::VARCHAR, 'error_code'::VARCHAR, 'LEASE_EXPIRED'::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, 'Lease expired: the worker was lost'::VARCHAR)) || jsonb_build_array(jsonb_build_object('attempt'::VARCHAR, async_jobs.attempt_count + 1::INTEGER, 'start_time'::VARCHAR, :p_now_iso::VARCHAR, 'end_time'::VARCHAR, CAST(NULL AS VARCHAR), 'error_code'::VARCHAR, ''::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, ''::VARCHAR, 'usage'::VARCHAR, CAST(NULL AS VARCHAR))) ELSE async_jobs.attempts || jsonb_build_array(jsonb_build_object('attempt'::VARCHAR, async_jobs.attempt_count + 1::INTEGER, 'start_time'::VARCHAR, :p_now_iso::VARCHAR, 'end_time'::VARCHAR, CAST(NULL AS VARCHAR), 'error_code'::VARCHAR, ''::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, ''::VARCHAR, 'usage'::VARCHAR, CAST(NULL AS VARCHAR))) END, updated_at=:p_now::TIMESTAMP WITH TIME ZONE, started_at=:p_now::TIMESTAMP WITH TIME ZONE, next_attempt_at=NULL, lease_expires_at=:p_until::TIMESTAMP WITH TIME ZONE, claim_token=CAST(gen_random_uuid() AS VARCHAR), due_at=:p_until::TIMESTAMP WITH TIME ZONE
 WHERE async_jobs.id = ANY (ARRAY(SELECT ranked.id
-FROM (SELECT async_jobs.id AS id, async_jobs.due_at AS due_at, async_jobs.requested_by AS requested_by, row_number() OVER (PARTITION BY async_jobs.requested_by
+FROM (SELECT async_jobs.id AS id, async_jobs.due_at AS due_at, async_jobs.priority AS priority, async_jobs.requested_by AS requested_by, row_number() OVER (PARTITION BY async_jobs.requested_by
 ORDER BY async_jobs.due_at, async_jobs.id) AS rank
 FROM async_jobs
 WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now::TIMESTAMP WITH TIME ZONE AND strpos(:p_skip_types::VARCHAR, ','::VARCHAR || async_jobs.job_type || ','::VARCHAR) = 0::INTEGER AND (:p_only_type::VARCHAR = ''::VARCHAR OR async_jobs.job_type = :p_only_type::VARCHAR) AND (async_jobs.status = 'PENDING' OR async_jobs.status = 'PROCESSING' AND async_jobs.attempt_count < async_jobs.max_attempts)) AS ranked LEFT OUTER JOIN (SELECT async_jobs.requested_by AS requested_by, count(*) AS n
@@ -116,7 +142,7 @@ WHERE ranked.rank + coalesce(running.n, 0::INTEGER) <= :p_max_per_caller::INTEGE
 ORDER BY ranked.due_at
 
 LIMIT :p_limit::INTEGER)) AND status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now::TIMESTAMP WITH TIME ZONE AND strpos(:p_skip_types::VARCHAR, ','::VARCHAR || async_jobs.job_type || ','::VARCHAR) = 0::INTEGER AND (:p_only_type::VARCHAR = ''::VARCHAR OR async_jobs.job_type = :p_only_type::VARCHAR) AND (async_jobs.status = 'PENDING' OR async_jobs.status = 'PROCESSING' AND async_jobs.attempt_count < async_jobs.max_attempts)
-RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -126,7 +152,38 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
+FROM changed
+WHERE (SELECT count(*) AS count_1
+FROM sent) >= 0::INTEGER;
+
+-- name: claim_fair_urgent
+WITH changed AS
+(UPDATE async_jobs
+SET status='PROCESSING'::VARCHAR, error_message=CASE WHEN (async_jobs.status = 'PROCESSING') THEN 'Lease expired: the worker was lost'::VARCHAR ELSE async_jobs.error_message END, error_code=CASE WHEN (async_jobs.status = 'PROCESSING') THEN 'LEASE_EXPIRED'::VARCHAR ELSE async_jobs.error_code END, error_reason=CASE WHEN (async_jobs.status = 'PROCESSING') THEN ''::VARCHAR ELSE async_jobs.error_reason END, attempt_count=(async_jobs.attempt_count + 1::INTEGER), attempts=CASE WHEN (async_jobs.status = 'PROCESSING') THEN jsonb_set(async_jobs.attempts, '{-1}'::text[], coalesce(async_jobs.attempts -> -1::INTEGER, '{}'::jsonb) || jsonb_build_object('end_time'::VARCHAR, :p_now_iso::VARCHAR, 'error_code'::VARCHAR, 'LEASE_EXPIRED'::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, 'Lease expired: the worker was lost'::VARCHAR)) || jsonb_build_array(jsonb_build_object('attempt'::VARCHAR, async_jobs.attempt_count + 1::INTEGER, 'start_time'::VARCHAR, :p_now_iso::VARCHAR, 'end_time'::VARCHAR, CAST(NULL AS VARCHAR), 'error_code'::VARCHAR, ''::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, ''::VARCHAR, 'usage'::VARCHAR, CAST(NULL AS VARCHAR))) ELSE async_jobs.attempts || jsonb_build_array(jsonb_build_object('attempt'::VARCHAR, async_jobs.attempt_count + 1::INTEGER, 'start_time'::VARCHAR, :p_now_iso::VARCHAR, 'end_time'::VARCHAR, CAST(NULL AS VARCHAR), 'error_code'::VARCHAR, ''::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, ''::VARCHAR, 'usage'::VARCHAR, CAST(NULL AS VARCHAR))) END, updated_at=:p_now::TIMESTAMP WITH TIME ZONE, started_at=:p_now::TIMESTAMP WITH TIME ZONE, next_attempt_at=NULL, lease_expires_at=:p_until::TIMESTAMP WITH TIME ZONE, claim_token=CAST(gen_random_uuid() AS VARCHAR), due_at=:p_until::TIMESTAMP WITH TIME ZONE
+WHERE async_jobs.id = ANY (ARRAY(SELECT ranked.id
+FROM (SELECT async_jobs.id AS id, async_jobs.due_at AS due_at, async_jobs.priority AS priority, async_jobs.requested_by AS requested_by, row_number() OVER (PARTITION BY async_jobs.requested_by
+ORDER BY async_jobs.priority, async_jobs.due_at, async_jobs.id) AS rank
+FROM async_jobs
+WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now::TIMESTAMP WITH TIME ZONE AND strpos(:p_skip_types::VARCHAR, ','::VARCHAR || async_jobs.job_type || ','::VARCHAR) = 0::INTEGER AND (:p_only_type::VARCHAR = ''::VARCHAR OR async_jobs.job_type = :p_only_type::VARCHAR) AND (async_jobs.status = 'PENDING' OR async_jobs.status = 'PROCESSING' AND async_jobs.attempt_count < async_jobs.max_attempts)) AS ranked LEFT OUTER JOIN (SELECT async_jobs.requested_by AS requested_by, count(*) AS n
+FROM async_jobs
+WHERE async_jobs.status = 'PROCESSING'::VARCHAR AND status IN ('PENDING', 'PROCESSING')
+GROUP BY async_jobs.requested_by) AS running ON running.requested_by = ranked.requested_by
+WHERE ranked.rank + coalesce(running.n, 0::INTEGER) <= :p_max_per_caller::INTEGER
+ORDER BY ranked.priority, ranked.due_at
+
+LIMIT :p_limit::INTEGER)) AND status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now::TIMESTAMP WITH TIME ZONE AND strpos(:p_skip_types::VARCHAR, ','::VARCHAR || async_jobs.job_type || ','::VARCHAR) = 0::INTEGER AND (:p_only_type::VARCHAR = ''::VARCHAR OR async_jobs.job_type = :p_only_type::VARCHAR) AND (async_jobs.status = 'PENDING' OR async_jobs.status = 'PROCESSING' AND async_jobs.attempt_count < async_jobs.max_attempts)
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
+numbered AS
+(SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
+ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
+FROM changed),
+sent AS
+(SELECT pg_notify('san_jobs'::VARCHAR, 'INSTANCE|'::VARCHAR || numbered.status || '|'::VARCHAR || string_agg(numbered.id, ','::VARCHAR)) AS sent
+FROM numbered
+GROUP BY numbered.status, numbered.grp)
+
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -136,7 +193,7 @@ WITH changed AS
 (UPDATE async_jobs
 SET status='FAILED'::VARCHAR, error_message='Lease expired: the worker was lost'::VARCHAR, error_code='LEASE_EXPIRED'::VARCHAR, error_reason=''::VARCHAR, attempts=jsonb_set(async_jobs.attempts, '{-1}'::text[], coalesce(async_jobs.attempts -> -1::INTEGER, '{}'::jsonb) || jsonb_build_object('end_time'::VARCHAR, :p_now_iso::VARCHAR, 'error_code'::VARCHAR, 'LEASE_EXPIRED'::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, 'Lease expired: the worker was lost'::VARCHAR)), updated_at=:p_now::TIMESTAMP WITH TIME ZONE, failed_at=:p_now::TIMESTAMP WITH TIME ZONE, lease_expires_at=NULL, claim_token=NULL, due_at=NULL
 WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.status = 'PROCESSING' AND async_jobs.due_at <= :p_now::TIMESTAMP WITH TIME ZONE AND async_jobs.attempt_count >= async_jobs.max_attempts
-RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -146,7 +203,7 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -166,7 +223,7 @@ SET status='COMPLETED'::VARCHAR, result=CAST(r.result AS JSONB), attempts=jsonb_
 FROM jsonb_to_recordset(CAST(:p_rows::VARCHAR AS JSONB)) AS r(job_id VARCHAR, token VARCHAR, result TEXT, usage TEXT, at TIMESTAMP WITH TIME ZONE, at_iso VARCHAR)
 WHERE async_jobs.id = ANY (ARRAY(SELECT ids.job_id
 FROM jsonb_to_recordset(CAST(:p_rows::VARCHAR AS JSONB)) AS ids(job_id VARCHAR))) AND async_jobs.id = r.job_id AND async_jobs.claim_token = r.token
-RETURNING async_jobs.id, async_jobs.status, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.status, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -176,7 +233,7 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.status, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.scheduled_at
+SELECT changed.id, changed.status, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -188,7 +245,7 @@ SET status=CASE WHEN (r.retry_at IS NULL) THEN 'FAILED'::VARCHAR ELSE 'PENDING':
 FROM jsonb_to_recordset(CAST(:p_rows::VARCHAR AS JSONB)) AS r(job_id VARCHAR, token VARCHAR, code VARCHAR, reason VARCHAR, message TEXT, retry_at TIMESTAMP WITH TIME ZONE, usage TEXT, at TIMESTAMP WITH TIME ZONE, at_iso VARCHAR)
 WHERE async_jobs.id = ANY (ARRAY(SELECT ids.job_id
 FROM jsonb_to_recordset(CAST(:p_rows::VARCHAR AS JSONB)) AS ids(job_id VARCHAR))) AND async_jobs.id = r.job_id AND async_jobs.claim_token = r.token
-RETURNING async_jobs.id, async_jobs.status, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.status, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -198,7 +255,7 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.status, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.scheduled_at
+SELECT changed.id, changed.status, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -208,7 +265,7 @@ WITH changed AS
 (UPDATE async_jobs
 SET status='PENDING'::VARCHAR, attempt_count=(async_jobs.attempt_count - 1::INTEGER), attempts=(async_jobs.attempts - -1::INTEGER), updated_at=:p_now::TIMESTAMP WITH TIME ZONE, started_at=CASE WHEN (async_jobs.attempt_count <= 1::INTEGER) THEN NULL ELSE async_jobs.started_at END, next_attempt_at=NULL, lease_expires_at=NULL, claim_token=NULL, due_at=:p_now::TIMESTAMP WITH TIME ZONE
 WHERE async_jobs.id = :p_job_id::VARCHAR AND async_jobs.claim_token = :p_token::VARCHAR
-RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -218,7 +275,7 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -228,7 +285,7 @@ WITH changed AS
 (UPDATE async_jobs
 SET status='CANCELLED'::VARCHAR, attempts=CASE WHEN (async_jobs.status = 'PROCESSING') THEN jsonb_set(async_jobs.attempts, '{-1}'::text[], coalesce(async_jobs.attempts -> -1::INTEGER, '{}'::jsonb) || jsonb_build_object('end_time'::VARCHAR, :p_now_iso::VARCHAR, 'error_code'::VARCHAR, 'CANCELLED'::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, :p_cancel_message::VARCHAR)) ELSE async_jobs.attempts END, updated_at=:p_now::TIMESTAMP WITH TIME ZONE, cancelled_at=:p_now::TIMESTAMP WITH TIME ZONE, cancel_reason=:p_cancel_reason::VARCHAR, next_attempt_at=NULL, lease_expires_at=NULL, claim_token=NULL, due_at=NULL
 WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.id = :p_job_id::VARCHAR
-RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -238,7 +295,7 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -248,7 +305,7 @@ WITH changed AS
 (UPDATE async_jobs
 SET status='CANCELLED'::VARCHAR, attempts=CASE WHEN (async_jobs.status = 'PROCESSING') THEN jsonb_set(async_jobs.attempts, '{-1}'::text[], coalesce(async_jobs.attempts -> -1::INTEGER, '{}'::jsonb) || jsonb_build_object('end_time'::VARCHAR, :p_now_iso::VARCHAR, 'error_code'::VARCHAR, 'CANCELLED'::VARCHAR, 'error_reason'::VARCHAR, ''::VARCHAR, 'error_message'::VARCHAR, :p_cancel_message::VARCHAR)) ELSE async_jobs.attempts END, updated_at=:p_now::TIMESTAMP WITH TIME ZONE, cancelled_at=:p_now::TIMESTAMP WITH TIME ZONE, cancel_reason=:p_cancel_reason::VARCHAR, next_attempt_at=NULL, lease_expires_at=NULL, claim_token=NULL, due_at=NULL
 WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.id = :p_job_id::VARCHAR AND async_jobs.requested_by = :p_owner::VARCHAR
-RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -258,7 +315,7 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -268,7 +325,7 @@ WITH changed AS
 (UPDATE async_jobs
 SET status='PENDING'::VARCHAR, max_attempts=(async_jobs.attempt_count + :p_extra_attempts::INTEGER), updated_at=:p_now::TIMESTAMP WITH TIME ZONE, failed_at=NULL, next_attempt_at=NULL, lease_expires_at=NULL, claim_token=NULL, due_at=:p_now::TIMESTAMP WITH TIME ZONE
 WHERE async_jobs.status = 'FAILED' AND async_jobs.id IN (:p_job_ids)
-RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at),
+RETURNING async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority),
 numbered AS
 (SELECT changed.id AS id, changed.status AS status, FLOOR((row_number() OVER (PARTITION BY changed.status
 ORDER BY changed.id) - 1::INTEGER) / 150::INTEGER) AS grp
@@ -278,7 +335,7 @@ sent AS
 FROM numbered
 GROUP BY numbered.status, numbered.grp)
 
-SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at
+SELECT changed.id, changed.job_type, changed.status, changed.target_id, changed.request_params, changed.requested_by, changed.request_id, changed.result, changed.error_message, changed.error_code, changed.error_reason, changed.attempt_count, changed.max_attempts, changed.attempts, changed.created_at, changed.updated_at, changed.started_at, changed.completed_at, changed.failed_at, changed.cancelled_at, changed.cancel_reason, changed.next_attempt_at, changed.lease_expires_at, changed.claim_token, changed.due_at, changed.traceparent, changed.tenant, changed.scheduled_at, changed.priority
 FROM changed
 WHERE (SELECT count(*) AS count_1
 FROM sent) >= 0::INTEGER;
@@ -329,7 +386,7 @@ WHERE dispatch_pauses.job_type = :p_job_type::VARCHAR AND dispatch_pauses.until 
 RETURNING dispatch_pauses.job_type;
 
 -- name: list_jobs_page (built per call)
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
 FROM async_jobs
 WHERE async_jobs.requested_by = 'caller'::VARCHAR AND async_jobs.id IN (:id_1) AND async_jobs.status IN (:status_1) AND async_jobs.job_type IN (:job_type_1) AND async_jobs.target_id IN (:target_id_1) AND (async_jobs.error_message LIKE '%' || 'Timeout'::VARCHAR || '%' ESCAPE '/') AND async_jobs.created_at >= '2026-01-01 00:00:00+00:00'::TIMESTAMP WITH TIME ZONE AND async_jobs.created_at < '2026-01-02 00:00:00+00:00'::TIMESTAMP WITH TIME ZONE AND async_jobs.failed_at >= '2026-01-01 00:00:00+00:00'::TIMESTAMP WITH TIME ZONE AND async_jobs.failed_at < '2026-01-02 00:00:00+00:00'::TIMESTAMP WITH TIME ZONE AND (async_jobs.created_at < '2026-01-01 00:00:00+00:00'::TIMESTAMP WITH TIME ZONE OR async_jobs.created_at = '2026-01-01 00:00:00+00:00'::TIMESTAMP WITH TIME ZONE AND async_jobs.id < '00000000-0000-0000-0000-000000000009'::VARCHAR)
 ORDER BY async_jobs.created_at DESC, async_jobs.id DESC
@@ -365,7 +422,7 @@ ORDER BY async_jobs.job_type, coalesce((a.value -> 'usage'::VARCHAR) ->> 'model'
 LIMIT 1001::INTEGER;
 
 -- name: change_feed_read (built per call)
-SELECT job_changes.id, job_changes.pos, job_changes.changed_at, job_changes.job_id, job_changes.job_type, job_changes.status, job_changes.target_id, job_changes.requested_by, job_changes.request_id, job_changes.result, job_changes.error_message, job_changes.error_code, job_changes.error_reason, job_changes.attempt_count, job_changes.max_attempts, job_changes.attempts, job_changes.created_at, job_changes.updated_at, job_changes.started_at, job_changes.completed_at, job_changes.failed_at, job_changes.cancelled_at, job_changes.cancel_reason, job_changes.next_attempt_at, job_changes.traceparent, job_changes.tenant, job_changes.scheduled_at
+SELECT job_changes.id, job_changes.pos, job_changes.changed_at, job_changes.job_id, job_changes.job_type, job_changes.status, job_changes.target_id, job_changes.requested_by, job_changes.request_id, job_changes.result, job_changes.error_message, job_changes.error_code, job_changes.error_reason, job_changes.attempt_count, job_changes.max_attempts, job_changes.attempts, job_changes.created_at, job_changes.updated_at, job_changes.started_at, job_changes.completed_at, job_changes.failed_at, job_changes.cancelled_at, job_changes.cancel_reason, job_changes.next_attempt_at, job_changes.traceparent, job_changes.tenant, job_changes.scheduled_at, job_changes.priority
 FROM job_changes
 WHERE job_changes.pos > 10::BIGINT AND job_changes.pos <= 5010::BIGINT AND job_changes.job_type IN (:job_type_1) AND job_changes.status IN (:status_1) AND job_changes.requested_by = 'caller'::VARCHAR
 ORDER BY job_changes.pos

@@ -7,6 +7,11 @@ the catalog only, no table rewrite; old instances, which never name the column, 
 3 for their rows. No CHECK: on SQLite a new CHECK means rebuilding async_jobs (see
 0014); the service checks the range before it writes.
 
+The claim by priority reads the partial index ix_async_jobs_due_priority (priority,
+due_at) over active rows: one ordered range scan, as the claim by age reads
+ix_async_jobs_due. Built CONCURRENTLY on PostgreSQL (an autocommit block, as 0009's),
+so instances keep claiming while it builds; it holds only the queue, so it is small.
+
 The trigger's SQL is written out here, not imported: a migration must not change
 when the code does.
 
@@ -103,6 +108,10 @@ def _record(columns: Sequence[str]) -> None:
     op.execute(_sqlite_trigger(columns))
 
 
+_DUE_PRIORITY = "ix_async_jobs_due_priority"
+_ACTIVE = "status IN ('PENDING', 'PROCESSING')"
+
+
 def upgrade() -> None:
     for table in ("async_jobs", "job_changes"):
         op.add_column(
@@ -110,9 +119,29 @@ def upgrade() -> None:
             sa.Column("priority", sa.SmallInteger(), nullable=False, server_default=sa.text("3")),
         )
     _record(SNAPSHOT_COLUMNS)
+    if op.get_bind().dialect.name == "postgresql":
+        with op.get_context().autocommit_block():
+            # A CONCURRENTLY build that failed leaves an INVALID index of this name.
+            op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {_DUE_PRIORITY}")
+            op.create_index(
+                _DUE_PRIORITY,
+                "async_jobs",
+                ["priority", "due_at"],
+                postgresql_where=sa.text(_ACTIVE),
+                postgresql_concurrently=True,
+            )
+    else:
+        op.create_index(
+            _DUE_PRIORITY, "async_jobs", ["priority", "due_at"], sqlite_where=sa.text(_ACTIVE)
+        )
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        with op.get_context().autocommit_block():
+            op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {_DUE_PRIORITY}")
+    else:
+        op.drop_index(_DUE_PRIORITY, table_name="async_jobs")
     _record(_OLD_COLUMNS)
     for table in ("job_changes", "async_jobs"):
         op.drop_column(table, "priority")
