@@ -11,7 +11,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Self, TypeVar, cast
 
@@ -388,6 +388,92 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
         counted by error code, reason and message prefix, largest group first."""
         request = _requests.failure_groups_request(failed_after, failed_before, job_types)
         return result(await self._call(self._stub.ListFailureGroups, request, timeout))
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        target_id: str,
+        job_input: _requests.JobInput,
+        *,
+        cron: str | None = None,
+        time_zone: str = "",
+        interval: timedelta | None = None,
+        catchup_window: timedelta | None = None,
+        paused: bool = False,
+        job_type: pb.JobType.ValueType | None = None,
+        requested_by: str = "",
+        max_attempts: int = 0,
+        priority: int = 0,
+        timeout: float | None = None,
+    ) -> pb.Schedule:
+        """Store a schedule: once per period JobService enqueues the job that
+        ``enqueue(target_id, job_input, ...)`` would, with the request_id
+        ``schedule:<schedule_id>:<period start>``. Give exactly one of ``cron`` (five
+        fields, read in ``time_zone``, an IANA name, default UTC) and ``interval``
+        (at least 1 s). Periods missed while no instance ran are fired if they began
+        within ``catchup_window``. The same call again returns the stored schedule; the
+        same id with another definition raises :class:`ScheduleExistsError`."""
+        schedule = _requests.schedule_message(
+            schedule_id,
+            target_id,
+            job_input,
+            cron=cron,
+            time_zone=time_zone,
+            interval=interval,
+            catchup_window=catchup_window,
+            paused=paused,
+            job_type=job_type,
+            requested_by=requested_by,
+            max_attempts=max_attempts,
+            priority=priority,
+        )
+        request = pb.CreateScheduleRequest(schedule=schedule)
+        response = await self._call(self._stub.CreateSchedule, request, timeout)
+        return result(response.schedule)
+
+    async def get_schedule(self, schedule_id: str, *, timeout: float | None = None) -> pb.Schedule:
+        """One of the caller's schedules; :class:`ScheduleNotFoundError` when unknown."""
+        request = pb.GetScheduleRequest(schedule_id=schedule_id)
+        return result((await self._call(self._stub.GetSchedule, request, timeout)).schedule)
+
+    async def list_schedules(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> pb.ListSchedulesResponse:
+        """One page of the caller's schedules (an operator's: everyone's), by id."""
+        request = pb.ListSchedulesRequest(page_size=page_size, page_token=page_token)
+        return result(await self._call(self._stub.ListSchedules, request, timeout))
+
+    async def iter_schedules(
+        self, *, page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[pb.Schedule]:
+        """Every schedule :meth:`list_schedules` shows, following the pages."""
+        token = ""
+        while True:
+            page = await self.list_schedules(page_size=page_size, page_token=token, timeout=timeout)
+            for schedule in page.schedules:
+                yield schedule
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def delete_schedule(self, schedule_id: str, *, timeout: float | None = None) -> None:
+        """Remove a schedule (the jobs it enqueued stay); :class:`ScheduleNotFoundError`."""
+        request = pb.DeleteScheduleRequest(schedule_id=schedule_id)
+        await self._call(self._stub.DeleteSchedule, request, timeout)
+
+    async def pause_schedule(
+        self, schedule_id: str, *, timeout: float | None = None
+    ) -> pb.Schedule:
+        """Stop a schedule firing (its periods meanwhile are skipped); a no-op if paused."""
+        request = pb.PauseScheduleRequest(schedule_id=schedule_id)
+        return result((await self._call(self._stub.PauseSchedule, request, timeout)).schedule)
+
+    async def resume_schedule(
+        self, schedule_id: str, *, timeout: float | None = None
+    ) -> pb.Schedule:
+        """Let a paused schedule fire again from its next period; a no-op if running."""
+        request = pb.ResumeScheduleRequest(schedule_id=schedule_id)
+        return result((await self._call(self._stub.ResumeSchedule, request, timeout)).schedule)
 
     async def watch(
         self,

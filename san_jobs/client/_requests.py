@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -220,3 +221,54 @@ class Deadline:
         """``seconds``, or less if the deadline comes sooner."""
         left = self.remaining()
         return seconds if left is None else min(seconds, left)
+
+
+def duration(value: timedelta) -> Duration:
+    """A protobuf Duration from a timedelta."""
+    stamp = Duration()
+    stamp.FromTimedelta(value)
+    return stamp
+
+
+def schedule_message(
+    schedule_id: str,
+    target_id: str,
+    job_input: JobInput,
+    *,
+    cron: str | None,
+    time_zone: str,
+    interval: timedelta | None,
+    catchup_window: timedelta | None,
+    paused: bool,
+    job_type: pb.JobType.ValueType | None,
+    requested_by: str,
+    max_attempts: int,
+    priority: int,
+) -> pb.Schedule:
+    """A Schedule for CreateSchedule: its template is the EnqueueRequest enqueue()
+    would send, without request_id (each period's job gets the schedule's). Exactly
+    one of ``cron`` and ``interval`` (ValueError otherwise: a caller's mistake, caught
+    before the call)."""
+    if (cron is None) == (interval is None):
+        raise ValueError("a schedule takes exactly one of cron and interval")
+    template = enqueue_request(
+        target_id,
+        job_input,
+        job_type=job_type,
+        requested_by=requested_by,
+        request_id=None,
+        max_attempts=max_attempts,
+        return_existing=False,
+    )
+    template.request_id = ""  # the schedule sets it, per period
+    template.priority = priority
+    schedule = pb.Schedule(
+        schedule_id=schedule_id, template=template, time_zone=time_zone, paused=paused
+    )
+    if cron is not None:
+        schedule.cron = cron
+    if interval is not None:
+        schedule.interval.CopyFrom(duration(interval))
+    if catchup_window is not None:
+        schedule.catchup_window.CopyFrom(duration(catchup_window))
+    return schedule

@@ -149,9 +149,18 @@ def _closure(descriptor: Any, into: set[str]) -> None:
 
 
 # Responses the SDK does not hand out as such: it gives their job (GetJob, CancelJob,
-# StreamJobUpdates) or an EnqueueOutcome per item (BatchEnqueue).
-UNWRAPPED = {"GetJobResponse", "CancelJobResponse", "StreamJobUpdatesResponse"}
-UNWRAPPED_BATCH = "BatchEnqueueResponse"
+# StreamJobUpdates) or schedule (the schedule calls), nothing (DeleteSchedule), or an
+# EnqueueOutcome per item (BatchEnqueue).
+UNWRAPPED = {
+    "GetJobResponse": "job",
+    "CancelJobResponse": "job",
+    "StreamJobUpdatesResponse": "job",
+    "CreateScheduleResponse": "schedule",
+    "GetScheduleResponse": "schedule",
+    "PauseScheduleResponse": "schedule",
+    "ResumeScheduleResponse": "schedule",
+}
+UNWRAPPED_NOTHING = {"BatchEnqueueResponse", "DeleteScheduleResponse"}
 
 
 def test_every_input_and_result_of_the_contract_is_exported() -> None:
@@ -161,10 +170,10 @@ def test_every_input_and_result_of_the_contract_is_exported() -> None:
     _closure(pb.EnqueueRequest.DESCRIPTOR, wanted)
     for method in pb.DESCRIPTOR.services_by_name["JobService"].methods:
         output = method.output_type
-        if output.name == UNWRAPPED_BATCH:
+        if output.name in UNWRAPPED_NOTHING:
             continue
         if output.name in UNWRAPPED:
-            output = output.fields_by_name["job"].message_type
+            output = output.fields_by_name[UNWRAPPED[output.name]].message_type
         _closure(output, wanted)
     assert "JobAttempt" in wanted and "UsageTotal" in wanted  # the closure reaches down
     for name in sorted(wanted):
@@ -220,6 +229,7 @@ def test_public_names_are_pinned() -> None:
             "JobsError",
             "ListFailureGroupsResponse",
             "ListJobsResponse",
+            "ListSchedulesResponse",
             "OnDuplicate",
             "PauseReason",
             "PemSource",
@@ -232,6 +242,9 @@ def test_public_names_are_pinned() -> None:
             "RecallQuestion",
             "RecallSource",
             "RetryFailedResponse",
+            "Schedule",
+            "ScheduleExistsError",
+            "ScheduleNotFoundError",
             "ServiceUnavailableError",
             "SkippedJob",
             "StreamJobChangesResponse",
