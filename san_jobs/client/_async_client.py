@@ -125,6 +125,7 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
         max_attempts: int = 0,
         return_existing: bool = False,
         schedule_time: datetime | None = None,
+        priority: int = 0,
         timeout: float | None = None,
     ) -> pb.EnqueueResponse:
         """Store a job as PENDING; its type follows from ``job_input`` unless given.
@@ -134,6 +135,8 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
         with ``deduplicated = True`` instead of raising :class:`DuplicateJobError`.
         With ``schedule_time`` (aware; naive is taken as UTC) the job is not started
         before then: a delayed job, at most a year ahead (a past time means now).
+        ``priority``: 1 (most urgent) to 5 (least), 0 for the default 3; among due jobs
+        the more urgent is started first (README, "Priorities").
         """
         request = _requests.enqueue_request(
             target_id,
@@ -144,6 +147,7 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
             max_attempts=max_attempts,
             return_existing=return_existing,
             schedule_time=schedule_time,
+            priority=priority,
         )
         return result(await self._call(self._stub.Enqueue, request, timeout))
 

@@ -51,9 +51,11 @@ def enqueue_request(
     max_attempts: int,
     return_existing: bool,
     schedule_time: datetime | None = None,
+    priority: int = 0,
 ) -> pb.EnqueueRequest:
     """An EnqueueRequest; `schedule_time` (aware, or naive taken as UTC) delays the
-    job until then (at most a year ahead; a past time means now)."""
+    job until then (at most a year ahead; a past time means now); `priority` 1 (most
+    urgent) to 5, 0 for the default 3."""
     request = pb.EnqueueRequest(
         target_id=target_id,
         requested_by=requested_by,
@@ -61,6 +63,7 @@ def enqueue_request(
         # UNAVAILABLE Enqueue can never store the job twice.
         request_id=request_id or str(uuid.uuid4()),
         max_attempts=max_attempts,
+        priority=priority,
         on_duplicate=(
             pb.ON_DUPLICATE_RETURN_EXISTING if return_existing else pb.ON_DUPLICATE_REJECT
         ),

@@ -531,6 +531,7 @@ class Outbox:
                 if request.HasField("schedule_time")
                 else None
             ),
+            priority=request.priority,
             timeout=min(self._client.settings.timeout, self.lease / 2),
         )
 

@@ -427,6 +427,9 @@ class FakeJobService:
         if request.HasField("schedule_time"):
             # Stored and shown as JobService does; the fake does not delay the job.
             job.schedule_time.CopyFrom(request.schedule_time)
+        # Kept and shown as JobService does (0: the default 3); the fake runs jobs as
+        # they come, so it does not order by it.
+        job.priority = request.priority or 3
         self._jobs[job.id] = job
         if request.request_id:
             self._by_request_id[request.request_id] = job.id
@@ -813,6 +816,8 @@ def _check_enqueue(request: pb.EnqueueRequest) -> None:
         violations.append(
             ("max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT} (0 means the default)")
         )
+    if not 0 <= request.priority <= 5:
+        violations.append(("priority", "must be 1 (most urgent) to 5, or 0 for the default"))
     info = job_type_info(request.job_type)
     case = request.WhichOneof("input")
     if info is None:

@@ -36,7 +36,7 @@ from google.protobuf import json_format
 from san_jobs.client import EnqueueOutcome, JobsClient, JobsError
 from san_jobs.jobsctl import _enqueue_tally as tally_
 from san_jobs.jobsctl import _render
-from san_jobs.jobsctl._values import positive_int
+from san_jobs.jobsctl._values import parse_priority, positive_int
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 HELP = "store one job per line of a JSON Lines file (EnqueueRequest in proto JSON), in batches"
@@ -44,6 +44,8 @@ IN_FLIGHT = 3
 """Batches sent and not yet answered at most: enough to keep JobService busy while
 the next batch is read, few enough that memory stays bounded."""
 DEFAULT_BATCH_SIZE = 500
+# The priority of the lines that give none (--priority): the least urgent.
+FILE_PRIORITY = 5
 MAX_BATCH_SIZE = 1_000
 
 EXIT_OK = 0
@@ -69,6 +71,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--batch-size", type=_batch_size, default=DEFAULT_BATCH_SIZE, metavar="N",
         help=f"lines per BatchEnqueue call, 1 to {MAX_BATCH_SIZE} (default {DEFAULT_BATCH_SIZE})",
+    )  # fmt: skip
+    # A file is bulk work (a nightly fan-out): by default it waits behind what a
+    # person asked for (priority 1-3).
+    parser.add_argument(
+        "--priority", type=parse_priority, default=FILE_PRIORITY, metavar="N",
+        help=f"the priority of the lines that give none, 1 (most urgent) to 5"
+        f" (default {FILE_PRIORITY})",
     )  # fmt: skip
     parser.add_argument(
         "--start-line", type=positive_int, default=1, metavar="N",
@@ -117,9 +126,12 @@ def parse_line(raw: bytes) -> pb.EnqueueRequest | str | None:
         return str(error)
 
 
-def read_batches(stream: IO[bytes], start_line: int, batch_size: int) -> Iterator[Batch]:
+def read_batches(
+    stream: IO[bytes], start_line: int, batch_size: int, priority: int = 0
+) -> Iterator[Batch]:
     """The file's lines from ``start_line`` on, ``batch_size`` lines at most per batch
-    (skipped lines count nowhere; invalid ones count, so a batch stays small)."""
+    (skipped lines count nowhere; invalid ones count, so a batch stays small). A line
+    that gives no priority gets ``priority`` (0: JobService's default)."""
     batch = Batch()
     offset = 0
     for number, raw in enumerate(stream, 1):
@@ -132,6 +144,8 @@ def read_batches(stream: IO[bytes], start_line: int, batch_size: int) -> Iterato
         if isinstance(parsed, str):
             batch.lines.append((number, parsed))
         else:
+            if not parsed.priority:
+                parsed.priority = priority
             batch.lines.append((number, None))
             batch.requests.append(parsed)
         batch.end_offset = offset
@@ -215,7 +229,9 @@ def cmd_enqueue_file(client: JobsClient, args: argparse.Namespace, explain: Expl
         tally = tally_.Tally(results=results)
         display = stack.enter_context(_Display(size, tally))
         sender = _Sender(client, tally, display, explain)
-        stop, code = sender.run(read_batches(stream, args.start_line, args.batch_size))
+        stop, code = sender.run(
+            read_batches(stream, args.start_line, args.batch_size, args.priority)
+        )
         seconds = display.seconds
     if stop is not None:
         sys.stderr.write(f"jobsctl: error: {_render.plain(stop.message)}\n")

@@ -152,6 +152,7 @@ def job_detail(console: Console, job: pb.Job) -> None:
         ("status", _status(job)),
         ("target", markup_text(job.target_id)),
         ("attempts", f"{job.attempt_count}/{job.max_attempts}"),
+        ("priority", str(job.priority)),
         ("created", format_time(job.create_time)),
         ("updated", format_time(job.update_time)),
     ]
@@ -202,11 +203,11 @@ def job_detail(console: Console, job: pb.Job) -> None:
 
 
 def jobs_table(console: Console, jobs: Sequence[pb.Job]) -> None:
-    table = Table("id", "type", "status", "target", "attempts", "created", "error")
+    table = Table("id", "type", "status", "target", "attempts", "pri", "created", "error")
     table.columns[0].no_wrap = True
-    table.columns[6].overflow = "ellipsis"
-    table.columns[6].max_width = 60
-    table.columns[6].no_wrap = True
+    table.columns[7].overflow = "ellipsis"
+    table.columns[7].max_width = 60
+    table.columns[7].no_wrap = True
     for job in jobs:
         table.add_row(
             markup_text(job.id),
@@ -214,6 +215,7 @@ def jobs_table(console: Console, jobs: Sequence[pb.Job]) -> None:
             _status(job),
             markup_text(job.target_id),
             f"{job.attempt_count}/{job.max_attempts}",
+            str(job.priority),
             format_time(job.create_time),
             _error_cell(job),
         )

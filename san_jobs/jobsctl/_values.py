@@ -106,6 +106,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def parse_priority(text: str) -> int:
+    """A job's priority: 1 (most urgent) to 5 (least)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 1 <= value <= 5:
+        raise argparse.ArgumentTypeError(f"must be 1 (most urgent) to 5 (least): {text!r}")
+    return value
+
+
 def format_age(seconds: float) -> str:
     """``3d 4h``, ``2h 5m``, ``4m 10s``, ``12s``."""
     seconds = max(0, int(seconds))

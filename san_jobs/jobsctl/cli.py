@@ -48,6 +48,7 @@ from san_jobs.jobsctl._values import (
     parse_at,
     parse_delay,
     parse_job_type,
+    parse_priority,
     parse_since,
     parse_status,
     positive_int,
@@ -155,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--request-id", default=None, help="idempotency key")
     common.add_argument("--requested-by", default="jobsctl", help="who asks (default jobsctl)")
     common.add_argument("--max-attempts", type=positive_int, default=0, metavar="N")
+    common.add_argument(
+        "--priority", type=parse_priority, default=0, metavar="N",
+        help="1 (most urgent) to 5 (least); default 3",
+    )  # fmt: skip
     later = common.add_mutually_exclusive_group()
     later.add_argument(
         "--at", type=parse_at, default=None, metavar="TIME",
@@ -232,6 +237,7 @@ def cmd_enqueue(client: JobsClient, args: argparse.Namespace) -> int:
         max_attempts=args.max_attempts,
         return_existing=args.return_existing,
         schedule_time=args.at if args.delay is None else datetime.now(UTC) + args.delay,
+        priority=args.priority,
     )
     if args.json:
         _render.print_json(_render.to_dict(response))
