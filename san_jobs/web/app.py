@@ -71,6 +71,9 @@ from san_jobs.web._store import Scrap, ScrapCursor, ScrapStore
 STATIC = Path(__file__).parent / "static"
 _VECTOR_TYPES = (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE)
 REQUESTED_BY = "san-web"
+# The page's own analyses (a scrap saved, a re-analysis asked for): someone is looking
+# at the page and waiting, so they go before bulk work (a nightly fan-out at 5).
+PAGE_PRIORITY = 1
 # The inbox consumer that brings the cards home (a row of san_jobs_inbox).
 CARDS_CONSUMER = "san-web-cards"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -316,6 +319,7 @@ async def _enqueue_analysis(
         CardAnalysisInput(text=text, url=url, title=title),
         requested_by=REQUESTED_BY,
         request_id=request_id,
+        priority=PAGE_PRIORITY,
     )
     await _store(request).set_job(scrap_id, response.job.id, owner=current_user(request))
     return response.job.id
@@ -334,6 +338,7 @@ def _analysis_request(scrap: Scrap) -> EnqueueRequest:
         target_id=scrap.id,
         requested_by=REQUESTED_BY,
         card_analysis_input=CardAnalysisInput(text=scrap.text, url=scrap.url, title=scrap.title),
+        priority=PAGE_PRIORITY,
     )
 
 
