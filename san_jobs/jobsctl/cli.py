@@ -6,8 +6,9 @@ Exit codes (also in ``jobsctl --help``)::
     1  watch: the job ended FAILED or CANCELLED; retry-failed, prune: declined at the prompt;
        enqueue-file: some line invalid or rejected
     2  usage error (unknown flag, bad value, missing confirmation)
-    3  job not found
-    4  invalid input or conflict (bad request, duplicate job, job already finished)
+    3  job or schedule not found
+    4  invalid input or conflict (bad request, duplicate job, job already finished,
+       a schedule id used for another definition)
     5  JobService unreachable or did not answer in time (a failed TLS handshake too)
     6  any other JobService error
     7  not authenticated: no token, or one JobService refuses (UNAUTHENTICATED)
@@ -32,10 +33,11 @@ from san_jobs.client import (
     JobsClient,
     JobsError,
     PermissionDeniedError,
+    ScheduleExistsError,
     ServiceUnavailableError,
     UnauthenticatedError,
 )
-from san_jobs.jobsctl import _connection, _enqueue_file, _failures, _prune, _render
+from san_jobs.jobsctl import _connection, _enqueue_file, _failures, _prune, _render, _schedules
 from san_jobs.jobsctl._job_inputs import (
     InputError,
     add_enqueue_commands,
@@ -78,7 +80,7 @@ environment:
 exit codes:
   0 ok; 1 watched job ended FAILED/CANCELLED (or retry/prune declined, or an
   enqueue-file line invalid or rejected); 2 usage error;
-  3 job not found; 4 invalid input or conflict; 5 JobService unreachable (or TLS
+  3 job or schedule not found; 4 invalid input or conflict; 5 JobService unreachable (or TLS
   handshake failed); 6 other JobService error; 7 not authenticated;
   8 permission denied; 130 interrupted
 """
@@ -221,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     _failures.add_parser(commands)
     _prune.add_parser(commands)
     _enqueue_file.add_parser(commands)
+    _schedules.add_parser(commands)
     return parser
 
 
@@ -452,6 +455,7 @@ COMMANDS: dict[str, Callable[[JobsClient, argparse.Namespace], int]] = {
     "failures": _failures.cmd_failures,
     "prune": _prune.cmd_prune,
     "enqueue-file": cmd_enqueue_file,
+    "schedules": _schedules.cmd_schedules,
 }
 
 
@@ -474,7 +478,7 @@ def _explain(error: JobsError, settings: ChannelSettings) -> tuple[str, int]:
     if isinstance(error, DuplicateJobError):
         existing = error.existing_job_id
         return f"{error} (existing job: {existing}; --return-existing returns it)", EXIT_INVALID
-    if isinstance(error, InvalidRequestError | InvalidJobStateError):
+    if isinstance(error, InvalidRequestError | InvalidJobStateError | ScheduleExistsError):
         return str(error), EXIT_INVALID
     if isinstance(error, UnauthenticatedError):
         hint = "give a valid token with --token-file, --token or SAN_JOBSCTL_TOKEN"
@@ -502,7 +506,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     client = connection.client()
     try:
         return COMMANDS[args.command](client, args)
-    except UsageError as error:
+    except (UsageError, _schedules.ScheduleUsageError) as error:
         return _fail(f"{error} (see 'jobsctl {args.command} --help')", EXIT_USAGE, None, False)
     except JobsError as error:
         message, code = _explain(error, connection.settings)
