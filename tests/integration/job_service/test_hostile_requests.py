@@ -302,6 +302,8 @@ def enqueue_requests(draw: st.DrawFn, pool: Pool) -> pb.EnqueueRequest:
         "on_duplicate": enums(tuple(pb.OnDuplicate.values())),
         # Edges of the Timestamp range, and times around the one-year bound.
         "schedule_time": st.one_of(timestamps(), _around_a_year_ahead()),
+        # Mostly the edges of 0..5 (the valid range and just past it), and any int32.
+        "priority": st.one_of(st.integers(-1, 6), st.integers(-1, 6), int32s()),
     }
     chosen = {name: draw(fields[name]) for name in hostile if name in fields}
     return pb.EnqueueRequest(
@@ -332,6 +334,7 @@ _ENQUEUE_FIELDS = (
     "max_attempts",
     "on_duplicate",
     "schedule_time",
+    "priority",
 )
 
 
