@@ -21,7 +21,7 @@ from san_jobs.jobsctl import _render
 from san_jobs.jobsctl._job_inputs import InputError, add_enqueue_commands, enqueue_input
 from san_jobs.jobsctl._values import parse_delay, parse_priority, positive_int
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
-from san_jobs.shared.display import format_time, job_type_name
+from san_jobs.shared.display import format_duration, format_time, job_type_name, period_text
 
 HELP = "periodic jobs: list, create, get, delete, pause, resume"
 
@@ -147,27 +147,6 @@ def _create(client: JobsClient, args: argparse.Namespace) -> pb.Schedule:
         max_attempts=args.max_attempts,
         priority=args.priority,
     )
-
-
-def format_duration(seconds: float) -> str:
-    """``10m``, ``1h30m``, ``1d``, ``1.5s``: as ``--every`` reads them."""
-    whole, fraction = divmod(seconds, 1)
-    rest = int(whole)
-    parts = []
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        count, rest = divmod(rest, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    if rest or fraction or not parts:
-        parts.append(f"{rest + fraction:g}s")
-    return "".join(parts)
-
-
-def period_text(schedule: pb.Schedule) -> str:
-    """``every 10m``, or ``cron 0 21 * * * Europe/Paris`` (UTC when no zone)."""
-    if schedule.WhichOneof("period") == "interval":
-        return f"every {format_duration(schedule.interval.ToNanoseconds() / 1e9)}"
-    return f"cron {schedule.cron} {schedule.time_zone or 'UTC'}"
 
 
 def schedules_table(console: Console, schedules: list[pb.Schedule]) -> None:

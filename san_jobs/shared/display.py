@@ -63,3 +63,24 @@ def pause_dicts(stats: pb.GetJobStatsResponse) -> list[dict[str, Any]]:
         }
         for p in stats.paused
     ]
+
+
+def format_duration(seconds: float) -> str:
+    """``10m``, ``1h30m``, ``1d``, ``1.5s``: as ``--every`` reads them."""
+    whole, fraction = divmod(seconds, 1)
+    rest = int(whole)
+    parts = []
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    if rest or fraction or not parts:
+        parts.append(f"{rest + fraction:g}s")
+    return "".join(parts)
+
+
+def period_text(schedule: pb.Schedule) -> str:
+    """``every 10m``, or ``cron 0 21 * * * Europe/Paris`` (UTC when no zone)."""
+    if schedule.WhichOneof("period") == "interval":
+        return f"every {format_duration(schedule.interval.ToNanoseconds() / 1e9)}"
+    return f"cron {schedule.cron} {schedule.time_zone or 'UTC'}"

@@ -12,6 +12,8 @@
   "failedWithinHours", "dryRun"}``: RetryFailed (operator only). The page sends a dry
   run first and the real call only once the operator confirms the count.
 - ``POST /api/ops/cancel`` ``{"jobId", "reason"}``: CancelJob (operator only).
+- ``GET /api/ops/schedules``, ``POST /api/ops/schedules/pause`` and ``.../resume``:
+  the schedules with their fire times, and pausing one (san_jobs.web._ops_schedules).
 
 Writes go through the same guards as every other write (:class:`SessionGuard`: the
 session's ``X-CSRF-Token`` and same-origin; :class:`BodyGuard`: JSON only, bounded).

@@ -63,6 +63,7 @@ from san_jobs.web._errors import error_document, invalid
 from san_jobs.web._failures import on_http_error, on_store_error, on_unexpected_error
 from san_jobs.web._login_throttle import LoginThrottle
 from san_jobs.web._ops_routes import ops_routes
+from san_jobs.web._ops_schedules import schedule_routes
 from san_jobs.web._passwords import PasswordChecker
 from san_jobs.web._security_headers import AllowedHosts, SecurityHeaders
 from san_jobs.web._session_routes import create_session, delete_session, login_page, read_session
@@ -697,6 +698,7 @@ def create_app(
         Route("/api/async-jobs/{job_id}", get_async_job),
         Route("/api/async-jobs/{job_id}/events", async_job_events),
         *ops_routes(),
+        *schedule_routes(),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     auth_settings = auth or AuthSettings()

@@ -1,5 +1,5 @@
 // The operator's page: counts, the oldest pending job, paused types and failure groups,
-// polled every few seconds; RetryFailed (a dry run's count first, then the real call
+// schedules (pause / resume), polled every few seconds; RetryFailed (a dry run's count first, then the real call
 // once confirmed) and cancel. Every server text is set with textContent: job error
 // messages are written by whoever made the job fail.
 "use strict";
@@ -143,13 +143,68 @@ function showFailures(view) {
   $("failures-truncated").hidden = !view.truncated;
 }
 
+let role = null; // the caller's, from the overview: only an operator gets the buttons
+let listFailed = false; // the schedule error shown is the list's own
+
+function showScheduleError(message) {
+  $("schedule-error").textContent = message;
+  $("schedule-error").hidden = !message;
+}
+
+async function changeSchedule(scheduleId, action) {
+  showScheduleError("");
+  let answer;
+  try {
+    answer = await call(`/api/ops/schedules/${action}`, { scheduleId });
+  } catch (error) {
+    return showScheduleError("Could not reach san-web.");
+  }
+  if (!answer.ok) return showScheduleError(problemText(answer.body, `HTTP ${answer.status}`));
+  clearTimeout(pollTimer);
+  refresh();
+}
+
+function showSchedules(view) {
+  $("schedule-list").tBodies[0].replaceChildren(...view.schedules.map((s) => {
+    const action = document.createElement("td");
+    if (role === "operator") {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "small";
+      button.textContent = s.paused ? "resume" : "pause";
+      button.addEventListener("click", () => changeSchedule(s.scheduleId, s.paused ? "resume" : "pause"));
+      action.appendChild(button);
+    }
+    const tr = row(
+      cell(s.scheduleId), cell(s.period), cell(`${s.jobType} ${s.targetId}`),
+      cell(s.nextFireTime), cell(s.lastFireTime), cell(s.lastJobId || "-"),
+      cell(s.skippedCount, "num"), cell(s.paused ? "paused" : "running"), action,
+    );
+    tr.dataset.scheduleId = s.scheduleId;
+    return tr;
+  }));
+  $("schedule-list").hidden = view.schedules.length === 0;
+  $("no-schedules").hidden = view.schedules.length !== 0;
+  $("schedules-truncated").hidden = !view.truncated;
+}
+
 async function refresh() {
   try {
     const overview = await call("/api/ops/overview");
     if (!overview.ok) {
       showError(problemText(overview.body, `HTTP ${overview.status}`));
     } else {
+      role = overview.body.role;
       showOverview(overview.body);
+      const schedules = await call("/api/ops/schedules");
+      if (schedules.ok) {
+        showSchedules(schedules.body);
+        if (listFailed) showScheduleError(""); // a pause's error stays until the next click
+        listFailed = false;
+      } else {
+        showScheduleError(problemText(schedules.body, `HTTP ${schedules.status}`));
+        listFailed = true;
+      }
       const hours = encodeURIComponent($("failures-hours").value);
       const groups = await call(`/api/ops/failures?hours=${hours}`);
       if (groups.ok) {

@@ -14,8 +14,8 @@ import pytest
 from san_jobs.client import ChannelSettings, JobsClient
 from san_jobs.client.testing import FakeJobService
 from san_jobs.jobsctl import _connection, cli
-from san_jobs.jobsctl._schedules import format_duration
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.shared.display import format_duration
 
 
 @pytest.fixture
