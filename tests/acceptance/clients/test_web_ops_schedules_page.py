@@ -2,7 +2,8 @@
 and last fire times and last job from /api/ops/schedules, and its pause button pauses
 the schedule (then offers resume). san-web runs in process under uvicorn on
 loopback (``--auth off``: the loopback browser is an operator), JobService is
-faked in memory; the role and CSRF rules are test_web_ops_schedules' (the routes)."""
+faked in memory; the role and CSRF rules are test_web_ops_schedules' (the routes).
+About 5 s, most of it Chromium starting."""
 
 from __future__ import annotations
 
