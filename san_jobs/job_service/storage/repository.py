@@ -8,7 +8,8 @@ SQL (connections.StoreParts says what they share):
 - operations.py: cancel, RetryFailed, stats, usage, next_due_at;
 - claim_limits.py: the claim of a type with limits;
 - pauses.py, prune.py, failure_groups.py: dispatch pauses, retention, failure groups;
-- changes.py: the change feed (positions, reads, its retention).
+- changes.py: the change feed (positions, reads, its retention);
+- schedules.py: schedules and the firing of their periods.
 
 What each write does is declared in domain/transitions.py and compiled to SQL once per
 store (statements.py, transition_sql.py; the compiled text is checked in under sql/);
@@ -37,6 +38,7 @@ from san_jobs.job_service.storage.ping import DatabasePing
 from san_jobs.job_service.storage.prune import PruneQueries
 from san_jobs.job_service.storage.reads import JobReads
 from san_jobs.job_service.storage.rows import aware, utc_now
+from san_jobs.job_service.storage.schedules import ScheduleQueries
 from san_jobs.job_service.storage.statements import Statements
 from san_jobs.job_service.storage.writes import MAX_BATCH, JobWrites
 
@@ -54,6 +56,7 @@ class SqlJobStore(
     PruneQueries,
     FailureGroupQueries,
     ChangeQueries,
+    ScheduleQueries,
 ):
     """JobStore on SQLAlchemy 2 async: SQLite (aiosqlite, WAL) or PostgreSQL (asyncpg).
 

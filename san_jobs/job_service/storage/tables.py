@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -403,4 +404,29 @@ job_change_feed = Table(
     Column("last_pos", BigInteger, nullable=False),
     Column("pruned_through", BigInteger, nullable=False),
     CheckConstraint("id = 1", name="one_row"),
+)
+
+
+# Schedules (migration 0016, storage/schedules.py, domain/schedules.py): one row per
+# (tenant, schedule_id). `next_fire_at` is the start of the next period to fire; the
+# instance whose conditional UPDATE moves it on fires that period (so one does).
+# `definition` holds the template as Enqueue validated it and the period's rule.
+job_schedules = Table(
+    "job_schedules",
+    metadata,
+    Column("tenant", String(256), primary_key=True),
+    Column("schedule_id", String(128), primary_key=True),
+    Column("requested_by", String(256), nullable=False),
+    Column("definition", JsonType, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("next_fire_at", UtcDateTime, nullable=False),
+    Column("last_fire_at", UtcDateTime, nullable=True),
+    Column("last_job_id", String(36), nullable=True),
+    Column("skipped_count", BigInteger, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    # The firing loop's question, every second on every instance: the earliest due.
+    Index("ix_job_schedules_next_fire_at", "next_fire_at"),
+    # ListSchedules for every caller (an operator's), by schedule_id.
+    Index("ix_job_schedules_schedule_id", "schedule_id"),
 )

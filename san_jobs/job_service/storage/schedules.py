@@ -1,0 +1,349 @@
+"""Schedules on the database: the rows of `job_schedules` (domain/schedules.py says
+what they mean) and the firing of due periods.
+
+Firing is exactly once per period across instances: each round of a due schedule is
+ONE transaction that first moves `next_fire_at` on with a conditional UPDATE
+(`WHERE next_fire_at = <the due value> AND next_fire_at <= <the database's now>`),
+so of the instances that try, only the first to commit wins the period (the
+others' UPDATE, after waiting for the winner's row lock, matches nothing), and then
+enqueues the period's job in the same transaction. The job's request_id names the
+period, so even a period fired twice (a schedule deleted and created again) is one
+job. On PostgreSQL "now" is the database's clock (clock_timestamp()), so instances
+whose clocks disagree still agree on what is due; SQLite has one clock, the store's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from san_jobs.job_service.domain.job_ids import new_job_id
+from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, JobStatus
+from san_jobs.job_service.domain.schedules import (
+    NewSchedule,
+    Schedule,
+    ScheduleExistsError,
+    anchor_of,
+    fires,
+    job_of_period,
+    json_definition,
+    next_period,
+    periods_passed,
+    plan_fire,
+)
+from san_jobs.job_service.storage.connections import StoreParts
+from san_jobs.job_service.storage.rows import as_utc
+from san_jobs.job_service.storage.tables import async_jobs, job_schedules
+from san_jobs.job_service.storage.transition_sql import time_params
+from san_jobs.job_service.storage.writes import enqueue_row
+
+log = logging.getLogger("job_service.storage.schedules")
+
+S = job_schedules.c
+
+
+@dataclass(frozen=True, slots=True)
+class FireOutcome:
+    """What one round of a due schedule did (only the instance that won it sees one).
+    `job`: the period's job (None: the period was skipped); `deduplicated`: that job
+    already existed (its period was fired before); `skipped`: periods skipped in this
+    round; `reason`: why the fired period has no job, if it has none."""
+
+    schedule: Schedule
+    period: datetime | None
+    job: Job | None
+    deduplicated: bool
+    skipped: int
+    reason: str = ""
+
+
+def row_to_schedule(row: Any) -> Schedule:
+    next_fire_at, created_at, updated_at = (
+        as_utc(row["next_fire_at"]),
+        as_utc(row["created_at"]),
+        as_utc(row["updated_at"]),
+    )
+    assert next_fire_at is not None and created_at is not None and updated_at is not None
+    return Schedule(
+        schedule_id=row["schedule_id"],
+        definition=json_definition(row["definition"]),
+        paused=bool(row["paused"]),
+        requested_by=row["requested_by"],
+        tenant=row["tenant"],
+        next_fire_at=next_fire_at,
+        last_fire_at=as_utc(row["last_fire_at"]),
+        last_job_id=row["last_job_id"],
+        skipped_count=int(row["skipped_count"]),
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+def _key(tenant: str, schedule_id: str) -> Any:
+    return and_(S.tenant == tenant, S.schedule_id == schedule_id)
+
+
+class ScheduleQueries(StoreParts):
+    async def _schedule_now(self, conn: AsyncConnection) -> datetime:
+        """The time schedules are judged by: the database's on PostgreSQL (every
+        instance the same), the store's clock on SQLite."""
+        if not self._db.pg:
+            return self._now()
+        moment = (await conn.execute(select(func.clock_timestamp()))).scalar_one()
+        value = as_utc(moment)
+        assert value is not None
+        return value
+
+    def _db_now(self, now: datetime) -> Any:
+        """`now` in a WHERE: on PostgreSQL the database's clock at that statement."""
+        return func.clock_timestamp() if self._db.pg else now
+
+    async def create_schedule(self, new: NewSchedule) -> tuple[Schedule, bool]:
+        """Store `new`; (the stored schedule, True when this call created it). The
+        same (tenant, schedule_id) with an equal definition is that schedule (a
+        retry); with another, ScheduleExistsError."""
+        insert = postgresql.insert if self._db.pg else sqlite.insert
+        async with self._db.tx() as conn:
+            now = await self._schedule_now(conn)
+            first = next_period(new.definition, anchor_of(now), now)
+            statement = (
+                insert(job_schedules)
+                .values(
+                    tenant=new.tenant,
+                    schedule_id=new.schedule_id,
+                    requested_by=new.requested_by,
+                    definition=new.definition.to_json(),
+                    paused=new.paused,
+                    next_fire_at=first,
+                    last_fire_at=None,
+                    last_job_id=None,
+                    skipped_count=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing()
+                .returning(*job_schedules.c)
+            )
+            created = (await conn.execute(statement)).mappings().first()
+            if created is not None:
+                return row_to_schedule(created), True
+            found = (
+                (await conn.execute(select(job_schedules).where(_key(new.tenant, new.schedule_id))))
+                .mappings()
+                .first()
+            )
+        assert found is not None  # a row conflicted, and schedules are deleted by key only
+        stored = row_to_schedule(found)
+        if stored.definition != new.definition:
+            raise ScheduleExistsError(new.schedule_id)
+        return stored, False
+
+    async def find_schedules(self, schedule_id: str, tenant: str | None) -> list[Schedule]:
+        """The schedules of this id: the tenant's (at most one), or with None every
+        tenant's."""
+        query = select(job_schedules).where(S.schedule_id == schedule_id)
+        if tenant is not None:
+            query = query.where(S.tenant == tenant)
+        async with self._db.single() as conn:
+            rows = (await conn.execute(query.order_by(S.tenant))).mappings().all()
+        return [row_to_schedule(row) for row in rows]
+
+    async def list_schedules(
+        self, tenant: str | None, page_size: int, after: tuple[str, str] | None
+    ) -> tuple[list[Schedule], tuple[str, str] | None]:
+        """A page by (schedule_id, tenant) after `after`; and the last one's key
+        when more may follow."""
+        query = select(job_schedules)
+        if tenant is not None:
+            query = query.where(S.tenant == tenant)
+        if after is not None:
+            after_id, after_tenant = after
+            query = query.where(
+                or_(
+                    S.schedule_id > after_id,
+                    and_(S.schedule_id == after_id, S.tenant > after_tenant),
+                )
+            )
+        query = query.order_by(S.schedule_id, S.tenant).limit(page_size + 1)
+        async with self._db.single() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        page = [row_to_schedule(row) for row in rows[:page_size]]
+        more = len(rows) > page_size
+        return page, (page[-1].schedule_id, page[-1].tenant) if more and page else None
+
+    async def delete_schedule(self, tenant: str, schedule_id: str) -> bool:
+        async with self._db.single() as conn:
+            result = await conn.execute(
+                delete(job_schedules).where(_key(tenant, schedule_id)).returning(S.schedule_id)
+            )
+            return result.first() is not None
+
+    async def pause_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+        """Paused (a paused one as it is); None: no such schedule. The periods that
+        pass while paused are counted as skipped at resume."""
+        async with self._db.tx() as conn:
+            now = await self._schedule_now(conn)
+            await conn.execute(
+                update(job_schedules)
+                .where(_key(tenant, schedule_id), S.paused.is_(False))
+                .values(paused=True, updated_at=now)
+            )
+            return await self._one(conn, tenant, schedule_id)
+
+    async def resume_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+        """Running again from its next period: the periods that started while it
+        was paused are skipped and counted. None: no such schedule."""
+        async with self._db.tx() as conn:
+            stored = await self._one(conn, tenant, schedule_id, for_update=True)
+            if stored is None or not stored.paused:
+                return stored
+            now = await self._schedule_now(conn)
+            passed, upcoming = periods_passed(
+                stored.definition, anchor_of(stored.created_at), stored.next_fire_at, now
+            )
+            await conn.execute(
+                update(job_schedules)
+                .where(_key(tenant, schedule_id))
+                .values(
+                    paused=False,
+                    next_fire_at=upcoming,
+                    skipped_count=S.skipped_count + passed,
+                    updated_at=now,
+                )
+            )
+            return await self._one(conn, tenant, schedule_id)
+
+    async def _one(
+        self, conn: AsyncConnection, tenant: str, schedule_id: str, *, for_update: bool = False
+    ) -> Schedule | None:
+        query = select(job_schedules).where(_key(tenant, schedule_id))
+        if for_update and self._db.pg:
+            query = query.with_for_update()
+        row = (await conn.execute(query)).mappings().first()
+        return None if row is None else row_to_schedule(row)
+
+    async def next_schedule_fire_at(self) -> datetime | None:
+        """The earliest next_fire_at of a running schedule (None: there is none)."""
+        async with self._db.single() as conn:
+            value = (
+                await conn.execute(select(func.min(S.next_fire_at)).where(S.paused.is_(False)))
+            ).scalar()
+        return as_utc(value)
+
+    async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
+        """One round of each running schedule that is due (at most `limit`), each in
+        its own transaction; the rounds another instance won are left out."""
+        async with self._db.single() as conn:
+            now = await self._schedule_now(conn)
+            rows = (
+                (
+                    await conn.execute(
+                        select(job_schedules)
+                        .where(S.paused.is_(False), S.next_fire_at <= now)
+                        .order_by(S.next_fire_at)
+                        .limit(limit)
+                    )
+                )
+                .mappings()
+                .all()
+            )
+        outcomes: list[FireOutcome] = []
+        for row in rows:
+            outcome = await self._fire_round(row_to_schedule(row))
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes
+
+    async def _fire_round(self, due: Schedule) -> FireOutcome | None:
+        async with self._db.tx() as conn:
+            now = await self._schedule_now(conn)
+            plan = plan_fire(due.definition, anchor_of(due.created_at), due.next_fire_at, now)
+            # The claim of the round: only one instance's UPDATE matches the due value.
+            claimed = (
+                await conn.execute(
+                    update(job_schedules)
+                    .where(
+                        _key(due.tenant, due.schedule_id),
+                        S.next_fire_at == due.next_fire_at,
+                        S.next_fire_at <= self._db_now(now),
+                        S.paused.is_(False),
+                    )
+                    .values(
+                        next_fire_at=plan.next_fire_at,
+                        skipped_count=S.skipped_count + plan.skipped,
+                        updated_at=now,
+                    )
+                    .returning(S.last_job_id)
+                )
+            ).first()
+            if claimed is None:
+                return None  # another instance won it, or it was paused or deleted
+            if not fires(plan):
+                return FireOutcome(due, None, None, False, plan.skipped, "older than catch-up")
+            reason = await self._overlap(conn, claimed[0])
+            job: Job | None = None
+            deduplicated = False
+            if not reason:
+                job, deduplicated, reason = await self._enqueue_period(
+                    conn, job_of_period(due, plan.fire)
+                )
+            if job is None:
+                await conn.execute(
+                    update(job_schedules)
+                    .where(_key(due.tenant, due.schedule_id))
+                    .values(skipped_count=S.skipped_count + 1)
+                )
+                return FireOutcome(due, plan.fire, None, False, plan.skipped + 1, reason)
+            await conn.execute(
+                update(job_schedules)
+                .where(_key(due.tenant, due.schedule_id))
+                .values(last_fire_at=plan.fire, last_job_id=job.id)
+            )
+        return FireOutcome(due, plan.fire, job, deduplicated, plan.skipped)
+
+    async def _overlap(self, conn: AsyncConnection, last_job_id: str | None) -> str:
+        """Why the period must be skipped: its previous job is still active ("" if not)."""
+        if last_job_id is None:
+            return ""
+        status = (
+            await conn.execute(select(async_jobs.c.status).where(async_jobs.c.id == last_job_id))
+        ).scalar()
+        if status is not None and JobStatus(status) in ACTIVE_STATUSES:
+            return f"the previous period's job {last_job_id} is still {status}"
+        return ""
+
+    async def _enqueue_period(
+        self, conn: AsyncConnection, new: Any
+    ) -> tuple[Job | None, bool, str]:
+        """The period's job, inserted in the round's transaction: (job, deduplicated,
+        "") or, when the target already has an active job of another origin, (None,
+        False, why)."""
+        sql = self._sql
+        params = time_params(self._now()) | sql.enqueue_params.bind(
+            **enqueue_row(new_job_id(), new)
+        )
+        inserted = await self._db.jobs(conn, sql.enqueue, params)
+        if inserted:
+            return inserted[0], False, ""
+        same = await self._db.jobs(
+            conn, sql.by_request_id, {"p_request_id": new.request_id, "p_tenant": new.tenant}
+        )
+        if same:
+            return same[0], True, ""
+        active = await self._db.jobs(
+            conn,
+            sql.active_for_target,
+            {
+                "p_job_type": new.job_type.value,
+                "p_target_id": new.target_id,
+                "p_tenant": new.tenant,
+            },
+        )
+        holder = active[0].id if active else "?"
+        return None, False, f"the target has an active job {holder} (not this schedule's)"
