@@ -11,7 +11,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["bench_gateway.py", "bench_jobs.py", "bench_fanout.py", "bench_change_feed.py"]
+SCRIPTS = [
+    "bench_gateway.py",
+    "bench_jobs.py",
+    "bench_fanout.py",
+    "bench_change_feed.py",
+    "bench_priorities.py",
+]
 
 
 def main() -> None:
