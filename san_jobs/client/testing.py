@@ -615,10 +615,12 @@ class FakeJobService:
 
     def fire_schedule(
         self, schedule_id: str, *, period_start: datetime | None = None, caller: str = ""
-    ) -> pb.Job:
+    ) -> pb.Job | None:
         """Fire one period of a schedule as JobService would: enqueue its template with
         request_id ``schedule:<id>:<period start, RFC 3339 UTC>`` (a period fired twice
-        gives the same job) and record it as the last fire. ``period_start`` defaults,
+        gives the same job) and record it as the last fire; while an earlier period's job
+        is still active the period is skipped (counted in skipped_count; None is
+        returned), as JobService skips an overlap. ``period_start`` defaults,
         for an interval schedule, to the latest period started by now; a cron schedule
         needs it (the fake reads no crontab). ``caller`` is the token the schedule was
         created with ("" without one). The fake never fires a schedule by itself."""
@@ -635,8 +637,12 @@ class FakeJobService:
             request = pb.EnqueueRequest()
             request.CopyFrom(stored.template)
             request.request_id = (
-                f"schedule:{schedule_id}:{start.ToDatetime(UTC).isoformat().replace('+00:00', 'Z')}"
+                f"schedule:{schedule_id}:{start.ToDatetime(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
             )
+            known = self._by_request_id.get(request.request_id)
+            if known is None and self._active(request.job_type, request.target_id) is not None:
+                stored.skipped_count += 1
+                return None
             job = self.enqueue(request).job
             stored.last_fire_time.CopyFrom(start)
             stored.last_job_id = job.id
@@ -658,12 +664,17 @@ class FakeJobService:
     @staticmethod
     def _period_start(schedule: pb.Schedule, now_ns: int, *, after: bool) -> int:
         """An interval schedule's period start: the first after ``now_ns`` (``after``),
-        or the latest at or before it; periods start at create_time + k * interval."""
-        created, step = _ns(schedule.create_time), schedule.interval.ToNanoseconds()
-        periods = max(0, now_ns - created) // step
+        or the latest at or before it. As JobService's, periods start at anchor + k *
+        interval, k >= 1, the anchor being create_time cut to the second (request ids
+        are written to the second)."""
+        anchor = schedule.create_time.seconds * 10**9
+        step = schedule.interval.ToNanoseconds()
+        periods = max(0, now_ns - anchor) // step
         if after:
             periods += 1
-        return created + periods * step
+        elif periods < 1:
+            raise ValueError(f"no period of schedule {schedule.schedule_id} has started yet")
+        return anchor + periods * step
 
     def _shown(self, schedule: pb.Schedule) -> pb.Schedule:
         """A copy as the service shows it: next_fire_time filled in for an interval
@@ -881,6 +892,9 @@ def _period_violations(schedule: pb.Schedule) -> list[tuple[str, str]]:
             )
     elif not MIN_INTERVAL_SECONDS <= schedule.interval.ToNanoseconds() / 1e9 <= MAX_SPAN_SECONDS:
         violations.append(("schedule.interval", "must be at least 1s and at most 366 days"))
+    elif schedule.interval.nanos:
+        # A period's start is its job's request_id, written to the second.
+        violations.append(("schedule.interval", "must be a whole number of seconds"))
     if schedule.time_zone:
         if period != "cron":
             violations.append(("schedule.time_zone", "is only for a cron schedule"))

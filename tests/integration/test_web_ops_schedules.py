@@ -69,6 +69,7 @@ async def test_the_list_shows_fire_times_and_pause_pauses(tmp_path: Path) -> Non
     made = _add(service, "every-10m", interval=every)
     _add(service, "nightly", cron="0 21 * * *", time_zone="Europe/Paris")
     job = service.fire_schedule("nightly", period_start=FIRED)
+    assert job is not None
     async with _web(tmp_path, service) as http:
         answer = await http.get("/api/ops/schedules")
         assert answer.status_code == 200, answer.text

@@ -74,6 +74,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, FakeJobService]]:
 def test_the_table_shows_fire_times_and_pause_pauses(
     browser: Any, served: tuple[str, FakeJobService]
 ) -> None:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -83,27 +84,40 @@ def test_the_table_shows_fire_times_and_pause_pauses(
     _add(service, "every-10m", every)
     _add(service, "nightly", pb.Schedule(cron="0 21 * * *", time_zone="Europe/Paris"))
     job = service.fire_schedule("nightly", period_start=FIRED)
+    assert job is not None
     next_fire = service.schedules[0].next_fire_time.ToDatetime(tzinfo=UTC)
 
     browser.get(base + "/ops")
     wait_visible(browser, "schedule-list")
 
-    def row_text(schedule_id: str) -> str:
-        return str(
-            browser.find_element(By.CSS_SELECTOR, f'tr[data-schedule-id="{schedule_id}"]').text
-        )
+    def row_when(schedule_id: str, *wanted: str) -> str:
+        """The schedule's row text once it holds every ``wanted`` text (the page
+        redraws the table every 3 s: a row found may be replaced before it is read)."""
 
-    nightly = row_text("nightly")
-    assert "2026-12-03T20:00:00Z" in nightly and job.id in nightly
-    assert "cron 0 21 * * * Europe/Paris" in nightly
-    interval = row_text("every-10m")
-    assert next_fire.strftime("%Y-%m-%dT%H:%M:%SZ") in interval and "running" in interval
+        def read(_: Any) -> str | bool:
+            try:
+                text = str(
+                    browser.find_element(
+                        By.CSS_SELECTOR, f'tr[data-schedule-id="{schedule_id}"]'
+                    ).text
+                )
+            except (NoSuchElementException, StaleElementReferenceException):
+                return False
+            return text if all(w in text for w in wanted) else False
 
-    button = browser.find_element(By.CSS_SELECTOR, 'tr[data-schedule-id="every-10m"] button')
-    assert button.text == "pause"
-    button.click()
+        return str(WebDriverWait(browser, 10).until(read))
+
+    row_when("nightly", "2026-12-03T20:00:00Z", job.id, "cron 0 21 * * * Europe/Paris")
+    row_when("every-10m", next_fire.strftime("%Y-%m-%dT%H:%M:%SZ"), "running", "pause")
+
+    def click(_: Any) -> bool:
+        try:
+            browser.find_element(By.CSS_SELECTOR, 'tr[data-schedule-id="every-10m"] button').click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    WebDriverWait(browser, 10).until(click)
     WebDriverWait(browser, 10).until(lambda _: service.schedules[0].paused)
-    WebDriverWait(browser, 10).until(lambda _: "paused" in row_text("every-10m"))
-    resume = browser.find_element(By.CSS_SELECTOR, 'tr[data-schedule-id="every-10m"] button')
-    assert resume.text == "resume"
+    row_when("every-10m", "paused", "resume")
     assert not service.schedules[1].paused  # only the one clicked

@@ -4,6 +4,7 @@ time, and fired when the test says so."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +12,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from san_jobs.client import CardAnalysisInput, InvalidRequestError
+from san_jobs.client import CardAnalysisInput, CardAnalysisResult, InvalidRequestError
 from san_jobs.client._errors import ScheduleExistsError, ScheduleNotFoundError
 from san_jobs.client.testing import FakeJobService
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
@@ -51,10 +52,9 @@ def test_a_schedule_round_trips() -> None:
     assert created.interval.ToSeconds() == 60
     assert created.template.card_analysis_input.text == "today"
     assert created.create_time.ToDatetime(UTC) >= before - timedelta(seconds=1)
-    # The next period starts one interval after creation (periods: create + k * interval).
-    assert (
-        created.next_fire_time.ToNanoseconds() == created.create_time.ToNanoseconds() + 60 * 10**9
-    )
+    # The next period starts one interval after the created second (anchor + k * interval).
+    assert created.next_fire_time.ToSeconds() == created.create_time.seconds + 60
+    assert created.next_fire_time.nanos == 0
     got = service.get_schedule(pb.GetScheduleRequest(schedule_id="nightly")).schedule
     assert got == created
 
@@ -169,10 +169,37 @@ def test_fire_schedule_enqueues_the_period_once() -> None:
     _create(service, _schedule("daily", cron="0 3 * * *", time_zone="Europe/Paris"))
     period = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
     job = service.fire_schedule("daily", period_start=period)
+    assert job is not None
     assert job.request_id == "schedule:daily:2026-03-29T01:00:00Z"
     assert job.target_id == "digest" and job.status == pb.JOB_STATUS_PENDING
-    assert service.fire_schedule("daily", period_start=period).id == job.id  # idempotent
+    again = service.fire_schedule("daily", period_start=period)
+    assert again is not None and again.id == job.id  # a period fired twice: one job
     stored = service.get_schedule(pb.GetScheduleRequest(schedule_id="daily")).schedule
     assert stored.last_job_id == job.id
     assert stored.last_fire_time.ToDatetime(UTC) == period
     assert not stored.HasField("next_fire_time")  # the fake reads no crontab
+
+    # The period's job is still active: the next period is skipped, as an overlap.
+    assert service.fire_schedule("daily", period_start=period + timedelta(days=1)) is None
+    stored = service.get_schedule(pb.GetScheduleRequest(schedule_id="daily")).schedule
+    assert stored.skipped_count == 1 and stored.last_job_id == job.id
+    service.complete(job.id, CardAnalysisResult(summary="s"))
+    later = service.fire_schedule("daily", period_start=period + timedelta(days=2))
+    assert later is not None and later.request_id == "schedule:daily:2026-03-31T01:00:00Z"
+
+
+def test_interval_periods_start_a_whole_interval_after_the_created_second() -> None:
+    service = FakeJobService()
+    every = Duration()
+    every.FromSeconds(1)
+    made = _create(service, _schedule("tick", interval=every))
+    anchor = made.create_time.seconds  # cut to the second, as JobService's anchor
+    assert made.next_fire_time.ToNanoseconds() == (anchor + 1) * 10**9
+    time.sleep(max(0.0, anchor + 1.05 - time.time()))
+    job = service.fire_schedule("tick")  # the latest period started: anchor + 1 s at least
+    assert job is not None
+    started = datetime.fromisoformat(job.request_id.removeprefix("schedule:tick:"))
+    assert started.timestamp() >= anchor + 1 and started.microsecond == 0
+    fraction = Duration()
+    fraction.FromMilliseconds(1500)
+    assert _refused(_schedule("p", interval=fraction)) == ["schedule.interval"]

@@ -58,6 +58,7 @@ def test_create_with_cron_and_list_it(
     assert stored.template.job_type == pb.JOB_TYPE_CARD_ANALYSIS
 
     job = service.fire_schedule("nightly", period_start=datetime(2026, 12, 4, 20, tzinfo=UTC))
+    assert job is not None
     code, out, err = _run(capsys, *CREATE, "--id", "often", "--every", "10m", "--paused")
     assert code == 0, err
     assert "every 10m" in out and "paused: yes" in out
