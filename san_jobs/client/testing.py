@@ -877,29 +877,29 @@ def _schedule_definition(schedule: pb.Schedule) -> pb.Schedule:
 
 def _period_violations(schedule: pb.Schedule) -> list[tuple[str, str]]:
     """Exactly one of cron (five fields; the fake reads no further) or interval, and a
-    time zone only with cron."""
+    time zone only with cron; JobService's words."""
     violations: list[tuple[str, str]] = []
     period = schedule.WhichOneof("period")
     if period is None:
-        violations.append(("schedule.cron", "one of cron or interval is required"))
-    elif period == "cron":
-        if len(schedule.cron) > MAX_CRON_CHARS or len(schedule.cron.split()) != CRON_FIELDS:
-            violations.append(
-                (
-                    "schedule.cron",
-                    "must be a five-field crontab expression (at most 256 characters)",
-                )
-            )
-    elif not MIN_INTERVAL_SECONDS <= schedule.interval.ToNanoseconds() / 1e9 <= MAX_SPAN_SECONDS:
-        violations.append(("schedule.interval", "must be at least 1s and at most 366 days"))
-    elif schedule.interval.nanos:
+        violations.append(("schedule.cron", "give exactly one of cron or interval"))
+    elif len(schedule.cron) > MAX_CRON_CHARS:
+        violations.append(("schedule.cron", f"at most {MAX_CRON_CHARS} characters"))
+    elif period == "cron" and len(schedule.cron.split()) != CRON_FIELDS:
+        fields = "minute hour day-of-month month day-of-week"
+        violations.append(("schedule.cron", f"must be five fields: {fields}"))
+    elif period == "interval" and not (
+        MIN_INTERVAL_SECONDS <= schedule.interval.ToNanoseconds() / 1e9 <= MAX_SPAN_SECONDS
+    ):
+        violations.append(("schedule.interval", "must be at least 1 s and at most 366 days"))
+    elif period == "interval" and schedule.interval.nanos:
         # A period's start is its job's request_id, written to the second.
         violations.append(("schedule.interval", "must be a whole number of seconds"))
     if schedule.time_zone:
         if period != "cron":
-            violations.append(("schedule.time_zone", "is only for a cron schedule"))
+            violations.append(("schedule.time_zone", "only with cron"))
         elif not _is_time_zone(schedule.time_zone):
-            violations.append(("schedule.time_zone", "is not an IANA time zone name"))
+            unknown = f"unknown time zone {schedule.time_zone[:64]!r} (an IANA name)"
+            violations.append(("schedule.time_zone", unknown))
     return violations
 
 
