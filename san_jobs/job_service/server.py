@@ -24,12 +24,14 @@ from san_jobs.job_service.db_health import DatabaseHealth
 from san_jobs.job_service.dispatch_breaker import BreakerConfig
 from san_jobs.job_service.domain.backoff import BackoffPolicy
 from san_jobs.job_service.domain.errors import StorageError
+from san_jobs.job_service.domain.model import Job
 from san_jobs.job_service.domain.retention import parse_retention
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.gateway_stream import StreamingAiGateway
 from san_jobs.job_service.logformat import log_formatter
 from san_jobs.job_service.metrics import JobServiceMetrics
 from san_jobs.job_service.pruner import Pruner, PrunerConfig
+from san_jobs.job_service.schedule_firer import ScheduleFirer
 from san_jobs.job_service.settings import JobServiceSettings
 from san_jobs.job_service.storage.migrate import MigrationLockTimeout, migrate
 from san_jobs.job_service.storage.notify import PgChangeListener
@@ -37,6 +39,7 @@ from san_jobs.job_service.storage.repository import SqlJobStore
 from san_jobs.job_service.storage.schema_version import SchemaMismatch, prepare_schema
 from san_jobs.job_service.storage.tokens import SqlTokenStore
 from san_jobs.job_service.transport.open_streams import address_admission
+from san_jobs.job_service.transport.schedules import ScheduleRpcs
 from san_jobs.job_service.transport.servicer import JobServiceServicer, add_job_service_to_server
 from san_jobs.job_service.transport.stream_limits import StreamGate, StreamLimits
 from san_jobs.job_service.updates import UpdateHub
@@ -287,6 +290,8 @@ class JobServiceRuntime:
             prune_interval=settings.prune_interval,
         )
         self.hub.add_listener(self.change_feed.on_published)
+        # Schedules: every instance fires the due ones; the database picks one per period.
+        self.schedule_firer = ScheduleFirer(self.store, self._schedule_enqueued)
         self.server = grpc.aio.server(
             # Tracing first: a call the authentication refuses has its span too.
             interceptors=[
@@ -311,6 +316,12 @@ class JobServiceRuntime:
                 max_message_bytes=settings.max_message_bytes,
                 pruner=self.pruner,
                 change_feed=self.change_feed,
+                schedules=ScheduleRpcs(
+                    self.store,
+                    EnqueueLimits(settings.max_text_chars),
+                    settings.max_attempts,
+                    self.schedule_firer.replan,
+                ),
             ),
             self.server,
         )
@@ -366,9 +377,16 @@ class JobServiceRuntime:
         self.worker.start()
         self.count_folder.start()
         self.pruner.start()
+        self.schedule_firer.start()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.db_health.start()
+
+    async def _schedule_enqueued(self, job: Job) -> None:
+        """A schedule's period enqueued `job` (committed): streams hear of it, and
+        the worker runs it."""
+        self.hub.publish([job])
+        self.worker.wake()
 
     async def _on_remote_change(self, origin: str, status: str, job_ids: list[str]) -> None:
         """Another instance committed changes (PostgreSQL NOTIFY)."""
@@ -405,6 +423,7 @@ class JobServiceRuntime:
         await self.db_health.stop()
         await self.health.enter_graceful_shutdown()
         await self.pruner.stop()
+        await self.schedule_firer.stop()
         await self.worker.stop(self.settings.grace)
         await self.count_folder.stop()
         await self.change_feed.stop()

@@ -15,6 +15,15 @@ service descriptor, so a new RPC cannot be served without a rule.
     GetUsage          own jobs           yes          yes
     PruneJobs         no                 no           yes
     ListFailureGroups no                 yes          yes
+    CreateSchedule    yes (its own)      no           yes
+    GetSchedule       own schedules      yes          yes
+    ListSchedules     own schedules      yes          yes
+    DeleteSchedule    own schedules      no           yes
+    PauseSchedule     own schedules      no           yes
+    ResumeSchedule    own schedules      no           yes
+
+A schedule is "own" when the caller created it (its tenant is the caller's name); a
+viewer reads every schedule, as it reads every job, and changes none.
 
 "Own" jobs are those whose requested_by is the caller's name (its token's, or under
 --auth off its listed client certificate's); another's job is NOT_FOUND to a
@@ -61,6 +70,12 @@ RPC_RULES: dict[str, dict[Role, Access]] = {
     "GetUsage": {_S: _OWN, _V: _ALL, _O: _ALL},
     "PruneJobs": {_S: _N, _V: _N, _O: _ALL},
     "ListFailureGroups": {_S: _N, _V: _ALL, _O: _ALL},
+    "CreateSchedule": {_S: _OWN, _V: _N, _O: _ALL},
+    "GetSchedule": {_S: _OWN, _V: _ALL, _O: _ALL},
+    "ListSchedules": {_S: _OWN, _V: _ALL, _O: _ALL},
+    "DeleteSchedule": {_S: _OWN, _V: _N, _O: _ALL},
+    "PauseSchedule": {_S: _OWN, _V: _N, _O: _ALL},
+    "ResumeSchedule": {_S: _OWN, _V: _N, _O: _ALL},
 }
 
 # Services besides JobService that need a token of any role (server reflection: the

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from san_jobs.job_service.domain.errors import FieldViolation
+from san_jobs.job_service.domain.errors import FieldViolation, JobServiceError
 from san_jobs.job_service.domain.model import JobType, JsonDict, NewJob, OnDuplicate
 
 MAX_SCHEDULE_ID_CHARS = 128
@@ -40,7 +40,7 @@ MAX_COUNTED_PERIODS = 100_000
 _SCHEDULE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-class ScheduleNotFoundError(Exception):
+class ScheduleNotFoundError(JobServiceError):
     """The caller has no schedule of this id (another caller's is not found either)."""
 
     def __init__(self, schedule_id: str) -> None:
@@ -48,7 +48,7 @@ class ScheduleNotFoundError(Exception):
         super().__init__(f"schedule {schedule_id} not found")
 
 
-class ScheduleExistsError(Exception):
+class ScheduleExistsError(JobServiceError):
     """CreateSchedule with an id the caller uses for a schedule of another definition."""
 
     def __init__(self, schedule_id: str) -> None:

@@ -37,6 +37,7 @@ from san_jobs.job_service.domain.errors import (
     StorageUnavailableError,
     UnauthenticatedError,
 )
+from san_jobs.job_service.domain.schedules import ScheduleExistsError, ScheduleNotFoundError
 from san_jobs.shared import rich_status
 
 log = logging.getLogger("job_service.transport.errors")
@@ -172,6 +173,21 @@ def to_rich_status(error: JobServiceError, error_id: str) -> status_pb2.Status:
                 "CURSOR_EXPIRED",
                 {"oldestCursor": error.oldest_cursor, "afterCursor": clip(error.after_cursor)},
             )
+        case ScheduleNotFoundError():
+            schedule_id = clip(error.schedule_id)
+            return _status(
+                code_pb2.NOT_FOUND,
+                f"schedule {schedule_id} not found",
+                "SCHEDULE_NOT_FOUND",
+                {"scheduleId": schedule_id},
+            )
+        case ScheduleExistsError():
+            return _status(
+                code_pb2.ALREADY_EXISTS,
+                clip(str(error)),
+                "SCHEDULE_EXISTS",
+                {"scheduleId": clip(error.schedule_id)},
+            )
         case PruneRunningError():
             # ABORTED, not FAILED_PRECONDITION: nothing is wrong with the request or the
             # system, it lost a race with another prune and may simply retry later.
@@ -212,6 +228,8 @@ def _log(rpc: str, error: BaseException, error_id: str) -> None:
         case InvalidJobStateError() | UnauthenticatedError() | PermissionDeniedError():
             return
         case PruneRunningError() | CursorExpiredError():
+            return
+        case ScheduleNotFoundError() | ScheduleExistsError():
             return
         case StorageUnavailableError() | StorageDataError():
             log.error("%s failed: error_id=%s %s", rpc, error_id, error)

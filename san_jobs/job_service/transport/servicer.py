@@ -39,6 +39,7 @@ from san_jobs.job_service.transport.errors import stream_errors, unary_errors
 from san_jobs.job_service.transport.pages import fit_page
 from san_jobs.job_service.transport.pause_cache import PauseCache
 from san_jobs.job_service.transport.prune import prune_response
+from san_jobs.job_service.transport.schedules import ScheduleRpcs
 from san_jobs.job_service.transport.stream_limits import (
     StreamGate,
     StreamRefusedError,
@@ -66,8 +67,12 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         pauses: PauseCache | None = None,
         pruner: Pruner | None = None,
         change_feed: ChangeFeed | None = None,
+        schedules: ScheduleRpcs | None = None,
     ) -> None:
         self._app = app
+        # The schedule RPCs (transport/schedules.py); None: made on first use, on the
+        # application's store (a SqlJobStore), with no firing loop to replan (tests).
+        self._schedules = schedules
         # StreamJobChanges' source (None: a servicer made without one, in tests).
         self._change_feed = change_feed
         # PruneJobs runs the server's pruner (its retention and lock); made on first use,
@@ -200,6 +205,49 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         if request.dry_run:
             return prune_response(await pruner.dry_run(actor), dry_run=True)
         return prune_response(await pruner.prune(actor), dry_run=False)
+
+    def _schedule_rpcs(self) -> ScheduleRpcs:
+        if self._schedules is None:
+            self._schedules = ScheduleRpcs(
+                cast(Any, self._app.store), self._limits, self._default_max_attempts
+            )
+        return self._schedules
+
+    @unary_errors
+    async def CreateSchedule(
+        self, request: pb.CreateScheduleRequest, context: Context
+    ) -> pb.CreateScheduleResponse:
+        return await self._schedule_rpcs().create(request)
+
+    @unary_errors
+    async def GetSchedule(
+        self, request: pb.GetScheduleRequest, context: Context
+    ) -> pb.GetScheduleResponse:
+        return await self._schedule_rpcs().get(request)
+
+    @unary_errors
+    async def ListSchedules(
+        self, request: pb.ListSchedulesRequest, context: Context
+    ) -> pb.ListSchedulesResponse:
+        return await self._schedule_rpcs().list(request)
+
+    @unary_errors
+    async def DeleteSchedule(
+        self, request: pb.DeleteScheduleRequest, context: Context
+    ) -> pb.DeleteScheduleResponse:
+        return await self._schedule_rpcs().delete(request)
+
+    @unary_errors
+    async def PauseSchedule(
+        self, request: pb.PauseScheduleRequest, context: Context
+    ) -> pb.PauseScheduleResponse:
+        return await self._schedule_rpcs().pause(request)
+
+    @unary_errors
+    async def ResumeSchedule(
+        self, request: pb.ResumeScheduleRequest, context: Context
+    ) -> pb.ResumeScheduleResponse:
+        return await self._schedule_rpcs().resume(request)
 
     @stream_errors
     async def StreamJobUpdates(

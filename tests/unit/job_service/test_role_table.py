@@ -31,6 +31,9 @@ def test_the_table_says_what_the_issue_says() -> None:
         "GetJobStats",
         "GetUsage",
         "ListFailureGroups",
+        # Schedules: a viewer reads every one, changes none.
+        "GetSchedule",
+        "ListSchedules",
     }
     assert allowed[Role.SUBMITTER] == {
         "Enqueue",
@@ -41,6 +44,12 @@ def test_the_table_says_what_the_issue_says() -> None:
         "ListJobs",
         "CancelJob",
         "GetUsage",
+        "CreateSchedule",
+        "GetSchedule",
+        "ListSchedules",
+        "DeleteSchedule",
+        "PauseSchedule",
+        "ResumeSchedule",
     }
     own = {rpc for rpc in RPC_RULES if access(rpc, Role.SUBMITTER) is Access.OWN}
     assert own == {
@@ -50,6 +59,12 @@ def test_the_table_says_what_the_issue_says() -> None:
         "ListJobs",
         "CancelJob",
         "GetUsage",
+        "CreateSchedule",
+        "GetSchedule",
+        "ListSchedules",
+        "DeleteSchedule",
+        "PauseSchedule",
+        "ResumeSchedule",
     }
     assert access("NoSuchRpc", Role.OPERATOR) is Access.NONE
 

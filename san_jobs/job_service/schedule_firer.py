@@ -1,0 +1,111 @@
+"""The firing loop of schedules: one per instance, every instance running one.
+
+It sleeps until the earliest next_fire_at of a running schedule, or at most
+POLL_SECONDS (other instances' new or resumed schedules are learnt at that poll: on
+a shared database a schedule created elsewhere may start its first period up to
+that late), or until `replan()` (this instance's CreateSchedule or ResumeSchedule).
+Then it fires every due schedule (storage/schedules.py: the instance whose
+conditional UPDATE wins a period fires it; the others' find nothing to do) and
+hands each new job to the application, which publishes it and wakes the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from san_jobs.job_service.domain.errors import StorageError
+from san_jobs.job_service.domain.model import Job
+from san_jobs.job_service.domain.schedules import rfc3339
+from san_jobs.job_service.storage.schedules import FireOutcome, ScheduleQueries
+
+log = logging.getLogger("job_service.schedules")
+
+POLL_SECONDS = 1.0
+# After a storage error: wait this long before trying again.
+ERROR_BACKOFF_SECONDS = 2.0
+
+
+class ScheduleFirer:
+    def __init__(
+        self,
+        store: ScheduleQueries,
+        on_enqueued: Callable[[Job], Awaitable[None]],
+        *,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
+        self._store = store
+        self._on_enqueued = on_enqueued
+        self._poll = poll_seconds
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="schedule-firer")
+
+    def replan(self) -> None:
+        """A schedule was created or resumed here: look at the next fire time again."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                outcomes = await self._store.fire_due_schedules()
+                for outcome in outcomes:
+                    await self._report(outcome)
+                if outcomes:
+                    continue  # a catch-up round may have left the next period due
+                upcoming = await self._store.next_schedule_fire_at()
+            except StorageError as error:
+                log.warning("schedules: firing round failed, trying again: %s", error)
+                await asyncio.sleep(ERROR_BACKOFF_SECONDS)
+                continue
+            delay = self._poll
+            if upcoming is not None:
+                delay = min(delay, max(0.0, (upcoming - datetime.now(UTC)).total_seconds()))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def _report(self, outcome: FireOutcome) -> None:
+        schedule = outcome.schedule
+        period = "-" if outcome.period is None else rfc3339(outcome.period)
+        if outcome.job is None:
+            log.info(
+                "schedule %s (of %s) skipped period %s: %s; %d period(s) skipped this round",
+                schedule.schedule_id,
+                schedule.requested_by or "-",
+                period,
+                outcome.reason,
+                outcome.skipped,
+            )
+            return
+        if outcome.skipped:
+            log.info(
+                "schedule %s (of %s) skipped %d missed period(s) before %s",
+                schedule.schedule_id,
+                schedule.requested_by or "-",
+                outcome.skipped,
+                period,
+            )
+        log.info(
+            "job_id=%s enqueued by schedule %s (of %s) for period %s%s",
+            outcome.job.id,
+            schedule.schedule_id,
+            schedule.requested_by or "-",
+            period,
+            " (already enqueued: the same job)" if outcome.deduplicated else "",
+        )
+        if not outcome.deduplicated:
+            await self._on_enqueued(outcome.job)
