@@ -34,6 +34,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -89,6 +90,12 @@ EXAMPLES = {
     "GetUsage": 60,
     "ListFailureGroups": 60,
     "PruneJobs": 20,
+    "CreateSchedule": 120,
+    "GetSchedule": 20,
+    "ListSchedules": 20,
+    "DeleteSchedule": 20,
+    "PauseSchedule": 20,
+    "ResumeSchedule": 20,
 }
 CALL_TIMEOUT = 30.0
 STREAM_RESPONSES: dict[str, type[Message]] = {
@@ -161,6 +168,42 @@ def short_text() -> st.SearchStrategy[str]:
         st.text(_any_char, max_size=30),
         st.text(_control_char, min_size=1, max_size=10),
     )
+
+
+def schedule_ids() -> st.SearchStrategy[str]:
+    """Valid ids (some of them stored) and hostile text."""
+    return st.one_of(st.sampled_from(["s-1", "s-2", "a.b:c-d_e"]), hostile_text())
+
+
+def durations() -> st.SearchStrategy[Duration]:
+    """Any Duration the wire can carry, valid or not."""
+    return st.builds(
+        Duration,
+        seconds=st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-10, 400 * 86400)),
+        nanos=st.integers(-(2**31), 2**31 - 1),
+    )
+
+
+@st.composite
+def schedule_requests(draw: st.DrawFn, pool: Pool) -> pb.CreateScheduleRequest:
+    """Random Schedules: any id, cron text or interval, zone, template, window."""
+    fields: dict[str, Any] = {
+        "schedule_id": draw(schedule_ids()),
+        "time_zone": draw(st.one_of(st.sampled_from(["", "UTC", "Europe/Paris"]), hostile_text())),
+        "paused": draw(st.booleans()),
+    }
+    period = draw(st.sampled_from(["cron", "interval", "none"]))
+    if period == "cron":
+        fields["cron"] = draw(
+            st.one_of(st.sampled_from(["*/5 * * * *", "30 2 * * *"]), hostile_text())
+        )
+    elif period == "interval":
+        fields["interval"] = draw(durations())
+    if draw(st.booleans()):
+        fields["catchup_window"] = draw(durations())
+    if draw(st.booleans()):
+        fields["template"] = draw(enqueue_requests(pool))
+    return pb.CreateScheduleRequest(schedule=pb.Schedule(**fields))
 
 
 def hostile_text() -> st.SearchStrategy[str]:
@@ -713,6 +756,12 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
     usage = unary("GetUsage", pb.GetUsageResponse)
     failure_groups = unary("ListFailureGroups", pb.ListFailureGroupsResponse)
     prune = unary("PruneJobs", pb.PruneJobsResponse)
+    create_schedule = unary("CreateSchedule", pb.CreateScheduleResponse)
+    get_schedule = unary("GetSchedule", pb.GetScheduleResponse)
+    list_schedules = unary("ListSchedules", pb.ListSchedulesResponse)
+    delete_schedule = unary("DeleteSchedule", pb.DeleteScheduleResponse)
+    pause_schedule = unary("PauseSchedule", pb.PauseScheduleResponse)
+    resume_schedule = unary("ResumeSchedule", pb.ResumeScheduleResponse)
 
     def stream(request: pb.StreamJobUpdatesRequest | bytes) -> None:
         if isinstance(request, bytes):
@@ -748,6 +797,39 @@ def run_every_rpc(address: str, pool: Pool) -> Findings:
         ("GetUsage", usage, st.one_of(usage_requests(), raw)),
         ("ListFailureGroups", failure_groups, st.one_of(failure_group_requests(), raw)),
         ("PruneJobs", prune, st.one_of(st.builds(pb.PruneJobsRequest, dry_run=st.booleans()), raw)),
+        ("CreateSchedule", create_schedule, st.one_of(schedule_requests(pool), raw)),
+        (
+            "GetSchedule",
+            get_schedule,
+            st.one_of(st.builds(pb.GetScheduleRequest, schedule_id=schedule_ids()), raw),
+        ),
+        (
+            "ListSchedules",
+            list_schedules,
+            st.one_of(
+                st.builds(
+                    pb.ListSchedulesRequest,
+                    page_size=st.integers(-(2**31), 2**31 - 1),
+                    page_token=hostile_text(),
+                ),
+                raw,
+            ),
+        ),
+        (
+            "DeleteSchedule",
+            delete_schedule,
+            st.one_of(st.builds(pb.DeleteScheduleRequest, schedule_id=schedule_ids()), raw),
+        ),
+        (
+            "PauseSchedule",
+            pause_schedule,
+            st.one_of(st.builds(pb.PauseScheduleRequest, schedule_id=schedule_ids()), raw),
+        ),
+        (
+            "ResumeSchedule",
+            resume_schedule,
+            st.one_of(st.builds(pb.ResumeScheduleRequest, schedule_id=schedule_ids()), raw),
+        ),
     ]
     try:
         for rpc, check, strategy in runs:
