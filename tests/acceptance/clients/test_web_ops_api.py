@@ -36,6 +36,7 @@ from san_jobs.job_service.domain.ports import (
     ReleaseParams,
 )
 from san_jobs.job_service.storage.repository import SqlJobStore
+from san_jobs.shared.display import format_time
 from tests.support.processes import BIN, running, start_gateway, start_job_service
 
 pytestmark = pytest.mark.acceptance
@@ -332,6 +333,60 @@ def test_bad_input_is_422_naming_the_field(
     error = answer.json()["error"]
     assert error["code"] == "INVALID_ARGUMENT"
     assert field in [v["field"] for v in error["fieldViolations"]], error
+
+
+def test_schedules_with_their_fire_times_and_pause(ops_web: OpsWeb, log_in: LogIn) -> None:
+    """A real job-service fires a 1 s schedule (its TIL_GENERATION jobs stay PENDING:
+    the type is paused, so later periods are skipped as overlaps); /ops lists it with
+    its last fire and job, a cron one with its next fire; a viewer may not pause, an
+    operator pauses and resumes through JobService."""
+    til = TilGenerationInput(day="2026-12-04", notes=["a note"])
+    with JobsClient(ops_web.stack.address) as client:
+        client.create_schedule("ops-tick", "ops-schedule-til", til, interval=timedelta(seconds=1))
+        nightly = client.create_schedule(
+            "ops-nightly", "ops-nightly-til", til, cron="0 21 * * *", time_zone="Europe/Paris"
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while not (tick := client.get_schedule("ops-tick")).last_job_id:
+                assert time.monotonic() < deadline, "job-service never fired the schedule"
+                time.sleep(0.1)
+            viewer, viewer_headers = log_in("eve")
+            answer = viewer.get("/api/ops/schedules")
+            assert answer.status_code == 200, answer.text
+            listed = {s["scheduleId"]: s for s in answer.json()["schedules"]}
+            shown_tick = listed["ops-tick"]
+            assert shown_tick["lastJobId"] == tick.last_job_id
+            assert shown_tick["lastFireTime"] == format_time(tick.last_fire_time) != "-"
+            assert shown_tick["period"] == "every 1s" and shown_tick["nextFireTime"] != "-"
+            shown_nightly = listed["ops-nightly"]
+            assert shown_nightly["nextFireTime"] == format_time(nightly.next_fire_time) != "-"
+            assert shown_nightly["lastFireTime"] == "-"
+            assert shown_nightly["period"] == "cron 0 21 * * * Europe/Paris"
+
+            body = {"scheduleId": "ops-tick"}
+            refused = viewer.post("/api/ops/schedules/pause", json=body, headers=viewer_headers)
+            assert refused.status_code == 403, refused.text
+            assert not client.get_schedule("ops-tick").paused
+            operator, headers = log_in("ops")
+            paused = operator.post("/api/ops/schedules/pause", json=body, headers=headers)
+            assert paused.status_code == 200, paused.text
+            assert paused.json()["paused"] is True
+            assert client.get_schedule("ops-tick").paused
+            resumed = operator.post("/api/ops/schedules/resume", json=body, headers=headers)
+            assert resumed.status_code == 200 and resumed.json()["paused"] is False
+            assert not client.get_schedule("ops-tick").paused
+            gone = operator.post(
+                "/api/ops/schedules/pause", json={"scheduleId": "no-such"}, headers=headers
+            )
+            assert gone.status_code == 404
+            assert gone.json()["error"]["reason"] == "SCHEDULE_NOT_FOUND"
+        finally:  # the other tests count jobs: this schedule makes no more
+            client.delete_schedule("ops-tick")
+            client.delete_schedule("ops-nightly")
+            for job in client.iter_jobs(target_id="ops-schedule-til"):
+                if job.status == JobStatus.JOB_STATUS_PENDING:
+                    client.cancel_job(job.id)
 
 
 def _token(database_url: str, name: str, role: str, folder: Path) -> Path:
