@@ -170,6 +170,53 @@ async def _changes(s: Secured, md: Metadata) -> object:
         call.cancel()
 
 
+def _schedule(schedule_id: str, **kwargs: object) -> pb.Schedule:
+    fields: dict[str, object] = {
+        "schedule_id": schedule_id,
+        "cron": "0 3 * * *",  # nightly: nothing fires while the test runs
+        "template": card_request(f"t-{schedule_id}", SAMPLE_TEXT),
+    }
+    fields.update(kwargs)
+    return pb.Schedule(**fields)  # type: ignore[arg-type]
+
+
+async def _schedule_of(s: Secured, name: str) -> str:
+    """A new schedule of token `name`; its id."""
+    schedule_id = f"s-{uuid.uuid4().hex[:12]}"
+    request = pb.CreateScheduleRequest(schedule=_schedule(schedule_id))
+    await s.stub.CreateSchedule(request, metadata=s.as_(name), timeout=10)
+    return schedule_id
+
+
+async def _create_schedule(s: Secured, md: Metadata) -> object:
+    request = pb.CreateScheduleRequest(schedule=_schedule(f"s-{uuid.uuid4().hex[:12]}"))
+    return await s.stub.CreateSchedule(request, metadata=md, timeout=10)
+
+
+async def _get_schedule(s: Secured, md: Metadata) -> object:
+    request = pb.GetScheduleRequest(schedule_id=await _schedule_of(s, "alice"))
+    return await s.stub.GetSchedule(request, metadata=md, timeout=10)
+
+
+async def _list_schedules(s: Secured, md: Metadata) -> object:
+    return await s.stub.ListSchedules(pb.ListSchedulesRequest(), metadata=md, timeout=10)
+
+
+async def _delete_schedule(s: Secured, md: Metadata) -> object:
+    request = pb.DeleteScheduleRequest(schedule_id=await _schedule_of(s, "alice"))
+    return await s.stub.DeleteSchedule(request, metadata=md, timeout=10)
+
+
+async def _pause_schedule(s: Secured, md: Metadata) -> object:
+    request = pb.PauseScheduleRequest(schedule_id=await _schedule_of(s, "alice"))
+    return await s.stub.PauseSchedule(request, metadata=md, timeout=10)
+
+
+async def _resume_schedule(s: Secured, md: Metadata) -> object:
+    request = pb.ResumeScheduleRequest(schedule_id=await _schedule_of(s, "alice"))
+    return await s.stub.ResumeSchedule(request, metadata=md, timeout=10)
+
+
 CALLS: dict[str, Call] = {
     "Enqueue": _enqueue,
     "BatchEnqueue": _batch_enqueue,
@@ -183,6 +230,12 @@ CALLS: dict[str, Call] = {
     "GetUsage": _usage,
     "ListFailureGroups": _failure_groups,
     "PruneJobs": _prune,
+    "CreateSchedule": _create_schedule,
+    "GetSchedule": _get_schedule,
+    "ListSchedules": _list_schedules,
+    "DeleteSchedule": _delete_schedule,
+    "PauseSchedule": _pause_schedule,
+    "ResumeSchedule": _resume_schedule,
 }
 
 
@@ -402,3 +455,49 @@ async def test_a_revoked_token_is_refused_by_every_instance_within_seconds(
     delays = await asyncio.gather(refused_by(first), refused_by(second))
     print(f"revocation refused after {delays[0]:.2f} s and {delays[1]:.2f} s")
     assert max(delays) < REVOCATION_BOUND_SECONDS, delays
+
+
+async def test_schedules_are_their_owner_s(secured: Secured) -> None:
+    """A submitter's schedule is its own: another submitter gets NOT_FOUND for it (as
+    for an unknown id) and does not list it; its jobs are the owner's; an operator
+    and a viewer see every schedule. About 2 s: it waits for a 1 s period to fire."""
+    stub, alice, bob = secured.stub, secured.as_("alice"), secured.as_("bob")
+    every_second = _schedule("alice-s")
+    every_second.interval.FromSeconds(1)  # instead of the cron (a oneof)
+    created = await stub.CreateSchedule(
+        pb.CreateScheduleRequest(schedule=every_second), metadata=alice, timeout=10
+    )
+    assert created.schedule.requested_by == "alice"
+    # Bob's schedule of the same id is his own, not a conflict with alice's.
+    await stub.CreateSchedule(
+        pb.CreateScheduleRequest(schedule=_schedule("alice-s")), metadata=bob, timeout=10
+    )
+    # Alice's own id, from bob: his schedule of that id, not hers; an id only alice
+    # uses: NOT_FOUND, exactly as an id nobody uses.
+    alice_only = await _schedule_of(secured, "alice")
+    for schedule_id in (alice_only, "nobody-s"):
+        for call in (
+            stub.GetSchedule(pb.GetScheduleRequest(schedule_id=schedule_id), metadata=bob),
+            stub.PauseSchedule(pb.PauseScheduleRequest(schedule_id=schedule_id), metadata=bob),
+            stub.DeleteSchedule(pb.DeleteScheduleRequest(schedule_id=schedule_id), metadata=bob),
+        ):
+            error = await _code_of(call)
+            assert error is not None and error.code() is grpc.StatusCode.NOT_FOUND
+            assert rich_error(error).reason == "SCHEDULE_NOT_FOUND"
+            assert rich_error(error).metadata == {"scheduleId": schedule_id}
+    bobs = await stub.GetSchedule(pb.GetScheduleRequest(schedule_id="alice-s"), metadata=bob)
+    assert bobs.schedule.requested_by == "bob" and bobs.schedule.cron == "0 3 * * *"
+    listed = await stub.ListSchedules(pb.ListSchedulesRequest(), metadata=bob)
+    assert [(x.schedule_id, x.requested_by) for x in listed.schedules] == [("alice-s", "bob")]
+    for name in ("operator", "viewer"):
+        every = await stub.ListSchedules(pb.ListSchedulesRequest(), metadata=secured.as_(name))
+        assert sorted(x.requested_by for x in every.schedules) == ["alice", "alice", "bob"]
+    deadline = time.monotonic() + 5
+    jobs: list[pb.Job] = []
+    while not jobs and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        page = await stub.ListJobs(pb.ListJobsRequest(), metadata=alice)
+        jobs = [j for j in page.jobs if j.request_id.startswith("schedule:alice-s:")]
+    assert jobs and all(j.requested_by == "alice" for j in jobs)
+    error = await _code_of(stub.GetJob(pb.GetJobRequest(job_id=jobs[0].id), metadata=bob))
+    assert error is not None and error.code() is grpc.StatusCode.NOT_FOUND
