@@ -93,16 +93,23 @@ class Connections:
 
 class HotStatement:
     """One statement that runs for every job: through SQLAlchemy, or on PostgreSQL
-    directly on asyncpg (`direct`), on a connection held for it (`held`)."""
+    directly on asyncpg (`direct`), on a connection held for it (`held`), or shared
+    with `shares`' (statements that never run at the same time: one connection less)."""
 
-    def __init__(self, statement: Any, connections: Connections) -> None:
+    def __init__(
+        self, statement: Any, connections: Connections, shares: HotStatement | None = None
+    ) -> None:
         self.statement = statement
         self._connections = connections
         self.direct: DirectStatement | None = None
         self.held: HeldConnection | None = None
         if connections.pg:
             self.direct = DirectStatement(statement, connections.autocommit.dialect)
-            self.held = HeldConnection(connections.autocommit, HOT_SESSION, HOT_SESSION_RESET)
+            self.held = (
+                shares.held
+                if shares is not None
+                else HeldConnection(connections.autocommit, HOT_SESSION, HOT_SESSION_RESET)
+            )
 
     async def rows(self, params: dict[str, Any]) -> list[Any]:
         """Run it (committed on return); its rows, by column name."""
@@ -135,10 +142,13 @@ class HotStatements:
         def hot(statement: Any) -> HotStatement:
             return HotStatement(statement, connections)
 
+        claim = hot(sql.claim)
         return cls(
             enqueue_many=hot(sql.enqueue_many),
-            claim=hot(sql.claim),
-            claim_urgent=hot(sql.claim_urgent),
+            claim=claim,
+            # The two claim orders (domain/priorities.py) take turns in one producer:
+            # one held connection serves both (closing it twice is harmless).
+            claim_urgent=HotStatement(sql.claim_urgent, connections, shares=claim),
             complete_many=hot(sql.complete_many),
             fail_many=hot(sql.fail_many),
             renew_leases=hot(sql.renew_leases),
