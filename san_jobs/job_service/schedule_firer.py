@@ -25,6 +25,7 @@ from san_jobs.job_service.storage.schedules import FireOutcome, ScheduleQueries
 log = logging.getLogger("job_service.schedules")
 
 POLL_SECONDS = 1.0
+WAIT_SECONDS = 0.1
 # After a storage error: wait this long before trying again.
 ERROR_BACKOFF_SECONDS = 2.0
 
@@ -64,7 +65,7 @@ class ScheduleFirer:
                 outcomes = await self._store.fire_due_schedules()
                 for outcome in outcomes:
                     await self._report(outcome)
-                if outcomes:
+                if any(not outcome.waiting for outcome in outcomes):
                     continue  # a catch-up round may have left the next period due
                 upcoming = await self._store.next_schedule_fire_at()
             except StorageError as error:
@@ -73,7 +74,10 @@ class ScheduleFirer:
                 continue
             delay = self._poll
             if upcoming is not None:
-                delay = min(delay, max(0.0, (upcoming - datetime.now(UTC)).total_seconds()))
+                # At least WAIT_SECONDS: a period that waits for its previous job is
+                # due all along (it is looked at again that often, not in a loop).
+                ahead = (upcoming - datetime.now(UTC)).total_seconds()
+                delay = min(delay, max(WAIT_SECONDS, ahead))
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
@@ -81,6 +85,15 @@ class ScheduleFirer:
     async def _report(self, outcome: FireOutcome) -> None:
         schedule = outcome.schedule
         period = "-" if outcome.period is None else rfc3339(outcome.period)
+        if outcome.waiting:
+            if outcome.skipped:
+                log.info(
+                    "schedule %s (of %s) skipped %d period(s) older than its catch-up window",
+                    schedule.schedule_id,
+                    schedule.requested_by or "-",
+                    outcome.skipped,
+                )
+            return  # said once it fires (or is skipped), not at every look
         if outcome.job is None:
             log.info(
                 "schedule %s (of %s) skipped period %s: %s; %d period(s) skipped this round",

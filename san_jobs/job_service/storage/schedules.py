@@ -51,7 +51,7 @@ S = job_schedules.c
 @dataclass(frozen=True, slots=True)
 class FireOutcome:
     """What one round of a due schedule did (only the instance that won it sees one).
-    `job`: the period's job (None: the period was skipped); `deduplicated`: that job
+    `job`: the period's job (None: the period was skipped, or waits); `deduplicated`: that job
     already existed (its period was fired before); `skipped`: periods skipped in this
     round; `reason`: why the fired period has no job, if it has none."""
 
@@ -61,6 +61,8 @@ class FireOutcome:
     deduplicated: bool
     skipped: int
     reason: str = ""
+    # The period waits for its previous job (catch-up window): no job yet, not skipped.
+    waiting: bool = False
 
 
 def row_to_schedule(row: Any) -> Schedule:
@@ -264,6 +266,13 @@ class ScheduleQueries(StoreParts):
         async with self._db.tx() as conn:
             now = await self._schedule_now(conn)
             plan = plan_fire(due.definition, anchor_of(due.created_at), due.next_fire_at, now)
+            waits = ""
+            if fires(plan) and due.definition.catchup_window:
+                # With a catch-up window, a period whose previous job is still active
+                # waits for it (while within the window) instead of being skipped:
+                # after downtime, the missed periods then fire one after another (the
+                # template's target can hold one active job only).
+                waits = await self._overlap(conn, due.last_job_id)
             # The claim of the round: only one instance's UPDATE matches the due value.
             claimed = (
                 await conn.execute(
@@ -275,7 +284,8 @@ class ScheduleQueries(StoreParts):
                         S.paused.is_(False),
                     )
                     .values(
-                        next_fire_at=plan.next_fire_at,
+                        # Waiting: only the periods already too old are passed over.
+                        next_fire_at=plan.fire if waits else plan.next_fire_at,
                         skipped_count=S.skipped_count + plan.skipped,
                         updated_at=now,
                     )
@@ -284,6 +294,8 @@ class ScheduleQueries(StoreParts):
             ).first()
             if claimed is None:
                 return None  # another instance won it, or it was paused or deleted
+            if waits:
+                return FireOutcome(due, plan.fire, None, False, plan.skipped, waits, waiting=True)
             if not fires(plan):
                 return FireOutcome(due, None, None, False, plan.skipped, "older than catch-up")
             reason = await self._overlap(conn, claimed[0])

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import text, update
 
 from san_jobs.job_service.domain.model import JobStatus, JobType, OnDuplicate
+from san_jobs.job_service.domain.ports import CancelParams
 from san_jobs.job_service.domain.schedules import (
     NewSchedule,
     ScheduleDefinition,
@@ -196,3 +197,29 @@ async def test_zero_window_fires_only_the_latest_missed_period(
     assert outcome.skipped == 4
     (stored,) = await store.find_schedules("nightly", "")
     assert stored.next_fire_at == due + timedelta(seconds=300)
+
+
+async def test_with_a_window_a_missed_period_waits_for_the_previous_job(
+    stores: list[SqlJobStore],
+) -> None:
+    store = stores[0]
+    await store.create_schedule(new_schedule(interval=60, catchup=600))
+    # The next period was about 60 s ahead: now periods due, due+60 and due+120 have
+    # started (130, 70 and 10 s ago).
+    due = await move_back(store, "nightly", 190)
+    (first,) = await store.fire_due_schedules()
+    assert first.job is not None and first.period == due and first.skipped == 0
+    # due+60 is due, and the first job is still PENDING: it waits (nothing counted).
+    (waiting,) = await store.fire_due_schedules()
+    assert waiting.waiting and waiting.job is None and "still PENDING" in waiting.reason
+    (stored,) = await store.find_schedules("nightly", "")
+    assert stored.next_fire_at == due + timedelta(seconds=60) and stored.skipped_count == 0
+    await store.cancel(CancelParams(job_id=first.job.id, reason="done with it"))
+    # The next round fires due+60; the one after, due+120 waits for that job in turn.
+    fired = [o for _ in range(2) for o in await store.fire_due_schedules()]
+    assert [(o.period, o.waiting) for o in fired] == [
+        (due + timedelta(seconds=60), False),
+        (due + timedelta(seconds=120), True),
+    ]
+    assert fired[0].job is not None
+    assert fired[0].job.request_id == period_request_id("nightly", due + timedelta(seconds=60))
