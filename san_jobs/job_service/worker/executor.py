@@ -128,7 +128,8 @@ class Executor:
         wait for it (it was claimed ahead). While it waits, stop() gives it back.
         A probe and a job of a limited type take the next slot that frees, before
         the jobs claimed ahead: they are claimed only when their pause or limit
-        allows, and a pool full of other jobs must not hold them back."""
+        allows, and a pool full of other jobs must not hold them back. The others
+        wait in priority order (CallSlots: one slot in ten to the longest waiting)."""
         if self._call_slots.take_now():
             return False
         self.waiting.add(job.id)
