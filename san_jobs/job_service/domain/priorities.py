@@ -37,8 +37,9 @@ class AgeShare:
     before it, fewer than one in AGE_SHARE of the jobs claimed so far were taken by
     age; otherwise by priority (most urgent first, oldest due first within a level).
     So after every claim, the jobs taken by age are at least a tenth of all the jobs
-    claimed, less one claim's worth: under any stream of urgent jobs the longest
-    waiting due job is claimed within about AGE_SHARE claims."""
+    claimed, less one claim's worth: under any stream of urgent jobs the oldest due
+    jobs still get a tenth of the claimed jobs (with claims of one job, every tenth
+    claim)."""
 
     __slots__ = ("by_age", "claimed")
 
