@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 
 from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.model import Job
-from san_jobs.job_service.domain.schedules import rfc3339
-from san_jobs.job_service.storage.schedules import FireOutcome, ScheduleQueries
+from san_jobs.job_service.domain.ports import ScheduleStore
+from san_jobs.job_service.domain.schedules import FireOutcome, rfc3339
 
 log = logging.getLogger("job_service.schedules")
 
@@ -33,7 +33,7 @@ ERROR_BACKOFF_SECONDS = 2.0
 class ScheduleFirer:
     def __init__(
         self,
-        store: ScheduleQueries,
+        store: ScheduleStore,
         on_enqueued: Callable[[Job], Awaitable[None]],
         *,
         poll_seconds: float = POLL_SECONDS,

@@ -29,6 +29,7 @@ from san_jobs.job_service.domain.model import (
     OnDuplicate,
     RetryOutcome,
 )
+from san_jobs.job_service.domain.schedules import FireOutcome, NewSchedule, Schedule
 from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal
 
 # One item of `JobStore.enqueue_many`: (job, deduplicated) as `enqueue` returns, or the
@@ -414,4 +415,53 @@ class AiGateway(Protocol):
         object keyed by the job type's result message field names, with the call's
         usage as the gateway reported it. Failures raise
         `san_jobs.job_service.domain.failures.GatewayCallError`."""
+        ...
+
+
+class ScheduleStore(Protocol):
+    """Schedules (domain/schedules.py): the rows, and the firing of due periods. Both
+    stores implement it (storage/schedules.py, storage/memory_schedules.py).
+
+    A schedule is keyed by (tenant, schedule_id). Every period is fired by one
+    round only, whichever store (instance) claims it: the round moves next_fire_at
+    on and enqueues the period's job (request_id `schedule:<id>:<period start>`)
+    in one transaction."""
+
+    async def create_schedule(self, new: NewSchedule) -> tuple[Schedule, bool]:
+        """Store `new`: (the schedule, True when created). The same key with an equal
+        definition returns the stored one (False); another definition raises
+        ScheduleExistsError."""
+        ...
+
+    async def find_schedules(self, schedule_id: str, tenant: str | None) -> list[Schedule]:
+        """The schedules of that id: the tenant's (at most one), or every tenant's."""
+        ...
+
+    async def list_schedules(
+        self, tenant: str | None, page_size: int, after: tuple[str, str] | None
+    ) -> tuple[list[Schedule], tuple[str, str] | None]:
+        """A page by (schedule_id, tenant) after `after` (None: the first), of one
+        tenant or all; and the key to pass as `after` for the next (None: the last)."""
+        ...
+
+    async def delete_schedule(self, tenant: str, schedule_id: str) -> bool:
+        """Remove it (its jobs stay); False when there was none."""
+        ...
+
+    async def pause_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+        """Paused (a no-op when it is); None when there is none."""
+        ...
+
+    async def resume_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+        """Running from its next period; the periods that started while paused are
+        counted in skipped_count. A no-op when running; None when there is none."""
+        ...
+
+    async def next_schedule_fire_at(self) -> datetime | None:
+        """The earliest next_fire_at of a running schedule."""
+        ...
+
+    async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
+        """One round of each due running schedule (at most `limit`): the rounds this
+        store won, each committed."""
         ...

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from san_jobs.job_service.domain.errors import FieldViolation, JobServiceError
-from san_jobs.job_service.domain.model import JobType, JsonDict, NewJob, OnDuplicate
+from san_jobs.job_service.domain.model import Job, JobType, JsonDict, NewJob, OnDuplicate
 
 MAX_SCHEDULE_ID_CHARS = 128
 MAX_CRON_CHARS = 256
@@ -151,6 +151,23 @@ class Schedule:
     skipped_count: int
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FireOutcome:
+    """What one round of a due schedule did (only the instance that won it sees one).
+    `job`: the period's job (None: the period was skipped, or waits); `deduplicated`: that job
+    already existed (its period was fired before); `skipped`: periods skipped in this
+    round; `reason`: why the fired period has no job, if it has none."""
+
+    schedule: Schedule
+    period: datetime | None
+    job: Job | None
+    deduplicated: bool
+    skipped: int
+    reason: str = ""
+    # The period waits for its previous job (catch-up window): no job yet, not skipped.
+    waiting: bool = False
 
 
 def check_schedule_id(field: str, value: str, out: list[FieldViolation]) -> None:

@@ -84,6 +84,7 @@ from san_jobs.job_service.domain.ports import (
     UsageTotalsParams,
 )
 from san_jobs.job_service.domain.priorities import AgeShare
+from san_jobs.job_service.domain.schedules import Schedule
 from san_jobs.job_service.domain.transitions import (
     CANCEL,
     CLAIM,
@@ -110,6 +111,7 @@ from san_jobs.job_service.storage.apply_transition import (
     apply,
     status_of,
 )
+from san_jobs.job_service.storage.memory_schedules import MemorySchedules
 from san_jobs.job_service.storage.outcome_rows import check_claimed
 
 
@@ -183,10 +185,12 @@ class MemoryTable:
         self.buckets: dict[JobType, tuple[float, datetime]] = {}
         # The pruners' lock (PostgreSQL's advisory lock), shared by the table's stores.
         self.prune_locked = False
+        # Schedules by (tenant, schedule_id) (memory_schedules.py).
+        self.schedules: dict[tuple[str, str], Schedule] = {}
 
 
-class MemoryJobStore:
-    """JobStore on a MemoryTable (a new one unless given). `clock` gives every
+class MemoryJobStore(MemorySchedules):
+    """JobStore (and ScheduleStore) on a MemoryTable (a new one unless given). `clock` gives every
     timestamp, as SqlJobStore's does."""
 
     def __init__(

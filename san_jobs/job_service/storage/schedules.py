@@ -14,8 +14,6 @@ whose clocks disagree still agree on what is due; SQLite has one clock, the stor
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from san_jobs.job_service.domain.job_ids import new_job_id
 from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, JobStatus
 from san_jobs.job_service.domain.schedules import (
+    FireOutcome,
     NewSchedule,
     Schedule,
     ScheduleExistsError,
@@ -43,26 +42,9 @@ from san_jobs.job_service.storage.tables import async_jobs, job_schedules
 from san_jobs.job_service.storage.transition_sql import time_params
 from san_jobs.job_service.storage.writes import enqueue_row
 
-log = logging.getLogger("job_service.storage.schedules")
+__all__ = ["FireOutcome", "ScheduleQueries", "row_to_schedule"]
 
 S = job_schedules.c
-
-
-@dataclass(frozen=True, slots=True)
-class FireOutcome:
-    """What one round of a due schedule did (only the instance that won it sees one).
-    `job`: the period's job (None: the period was skipped, or waits); `deduplicated`: that job
-    already existed (its period was fired before); `skipped`: periods skipped in this
-    round; `reason`: why the fired period has no job, if it has none."""
-
-    schedule: Schedule
-    period: datetime | None
-    job: Job | None
-    deduplicated: bool
-    skipped: int
-    reason: str = ""
-    # The period waits for its previous job (catch-up window): no job yet, not skipped.
-    waiting: bool = False
 
 
 def row_to_schedule(row: Any) -> Schedule:

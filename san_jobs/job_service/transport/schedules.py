@@ -24,6 +24,7 @@ from san_jobs.job_service.domain.errors import FieldViolation, InvalidRequestErr
 from san_jobs.job_service.domain.job_types import JOB_TYPES
 from san_jobs.job_service.domain.limits import MAX_PAGE_TOKEN_CHARS
 from san_jobs.job_service.domain.model import OnDuplicate
+from san_jobs.job_service.domain.ports import ScheduleStore
 from san_jobs.job_service.domain.schedules import (
     MAX_CATCHUP_WINDOW,
     MAX_INTERVAL,
@@ -39,7 +40,6 @@ from san_jobs.job_service.domain.schedules import (
     time_zone,
 )
 from san_jobs.job_service.domain.validation import EnqueueLimits
-from san_jobs.job_service.storage.schedules import ScheduleQueries
 from san_jobs.job_service.transport import requests
 from san_jobs.job_service.transport.convert import JOB_TYPE_TO_PB, message_from_dict, timestamp
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
@@ -232,7 +232,7 @@ class ScheduleRpcs:
 
     def __init__(
         self,
-        store: ScheduleQueries,
+        store: ScheduleStore,
         limits: EnqueueLimits,
         default_max_attempts: int,
         replan: Callable[[], None] = lambda: None,

@@ -24,7 +24,11 @@ from san_jobs.job_service.domain.limits import (
     MAX_USAGE_GROUPS,
 )
 from san_jobs.job_service.domain.model import Job, JobStatus
-from san_jobs.job_service.domain.ports import FailureGroupsParams, UsageTotalsParams
+from san_jobs.job_service.domain.ports import (
+    FailureGroupsParams,
+    ScheduleStore,
+    UsageTotalsParams,
+)
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.pruner import Pruner
 from san_jobs.job_service.transport import batch, requests
@@ -208,9 +212,10 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
 
     def _schedule_rpcs(self) -> ScheduleRpcs:
         if self._schedules is None:
-            self._schedules = ScheduleRpcs(
-                cast(Any, self._app.store), self._limits, self._default_max_attempts
-            )
+            # Both stores are ScheduleStores too (JobStore does not say so: the
+            # schedules are a port of their own).
+            store = cast(ScheduleStore, self._app.store)
+            self._schedules = ScheduleRpcs(store, self._limits, self._default_max_attempts)
         return self._schedules
 
     @unary_errors

@@ -1,4 +1,5 @@
-"""Schedules on SQLite and PostgreSQL (storage/schedules.py): create/get/list/delete,
+"""Schedules on SQLite, PostgreSQL (storage/schedules.py) and the memory store
+(storage/memory_schedules.py): create/get/list/delete,
 pause/resume, tenant scoping, and the firing round: two stores (two instances) racing
 for one due period make one job; an overlapping period is skipped and counted;
 missed periods beyond the catch-up window are skipped, those within it fired.
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text, update
 
 from san_jobs.job_service.domain.model import JobStatus, JobType, OnDuplicate
-from san_jobs.job_service.domain.ports import CancelParams
+from san_jobs.job_service.domain.ports import CancelParams, ScheduleStore
 from san_jobs.job_service.domain.schedules import (
     NewSchedule,
     ScheduleDefinition,
@@ -25,6 +27,7 @@ from san_jobs.job_service.domain.schedules import (
     ScheduleTemplate,
     period_request_id,
 )
+from san_jobs.job_service.storage.memory import MemoryJobStore, MemoryTable
 from san_jobs.job_service.storage.repository import SqlJobStore
 from san_jobs.job_service.storage.tables import job_schedules
 from tests.support.clock import FakeClock
@@ -62,21 +65,43 @@ def real_clock() -> FakeClock:
     return FakeClock(datetime.now(UTC))
 
 
+Store = SqlJobStore | MemoryJobStore
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"])
+def store_url(request: pytest.FixtureRequest) -> str | None:
+    """A fresh database's URL; None for the memory store. (A plain fixture: an async
+    one cannot ask for the async clean_postgres_url.)"""
+    if request.param == "memory":
+        return None
+    fixture = "sqlite_url" if request.param == "sqlite" else "clean_postgres_url"
+    return str(request.getfixturevalue(fixture))
+
+
 @pytest.fixture
-async def stores(database_url: str, real_clock: FakeClock) -> AsyncIterator[list[SqlJobStore]]:
-    """Two stores on one database: two instances."""
-    opened = [SqlJobStore(database_url, instance_id=name, clock=real_clock) for name in ("a", "b")]
+async def stores(store_url: str | None, real_clock: FakeClock) -> AsyncIterator[list[Store]]:
+    """Two stores on one fresh database, or on one MemoryTable: two instances."""
+    opened: list[Store]
+    if store_url is None:
+        table = MemoryTable()
+        opened = [MemoryJobStore(clock=real_clock, table=table) for _ in range(2)]
+    else:
+        opened = [SqlJobStore(store_url, instance_id=n, clock=real_clock) for n in ("a", "b")]
     yield opened
     for store in opened:
         await store.close()
 
 
-async def move_back(store: SqlJobStore, schedule_id: str, seconds: float) -> datetime:
+async def move_back(store: Store, schedule_id: str, seconds: float) -> datetime:
     """Move the schedule's creation and next period `seconds` into the past (as if no
     instance had run meanwhile); returns the new next_fire_at."""
     (stored,) = await store.find_schedules(schedule_id, None)
     created = stored.created_at - timedelta(seconds=seconds)
     due = stored.next_fire_at - timedelta(seconds=seconds)
+    if isinstance(store, MemoryJobStore):
+        key = (stored.tenant, schedule_id)
+        store.table.schedules[key] = replace(stored, created_at=created, next_fire_at=due)
+        return due
     # Through the table's types: SQLite's times are text of one fixed format.
     async with store.engine.begin() as conn:
         await conn.execute(
@@ -87,7 +112,21 @@ async def move_back(store: SqlJobStore, schedule_id: str, seconds: float) -> dat
     return due
 
 
-async def test_create_get_list_delete_with_tenants(stores: list[SqlJobStore]) -> None:
+async def job_count(store: Store) -> int:
+    if isinstance(store, MemoryJobStore):
+        return len(store.table.rows)
+    async with store.engine.connect() as conn:
+        return int((await conn.execute(text("SELECT count(*) FROM async_jobs"))).scalar_one())
+
+
+def test_both_stores_are_schedule_stores() -> None:
+    # Checked by mypy: each store is the port the servicer and the firing loop use.
+    memory: ScheduleStore = MemoryJobStore()
+    sql: ScheduleStore = SqlJobStore("sqlite+aiosqlite://")
+    assert memory is not sql
+
+
+async def test_create_get_list_delete_with_tenants(stores: list[Store]) -> None:
     store = stores[0]
     created, fresh = await store.create_schedule(new_schedule("nightly", tenant="alice"))
     assert fresh and created.next_fire_at > created.created_at
@@ -113,7 +152,7 @@ async def test_create_get_list_delete_with_tenants(stores: list[SqlJobStore]) ->
     assert await store.find_schedules("nightly", "alice") == []
 
 
-async def test_pause_resume_counts_the_periods_passed(stores: list[SqlJobStore]) -> None:
+async def test_pause_resume_counts_the_periods_passed(stores: list[Store]) -> None:
     store = stores[0]
     await store.create_schedule(new_schedule(interval=60))
     paused = await store.pause_schedule("", "nightly")
@@ -133,7 +172,7 @@ async def test_pause_resume_counts_the_periods_passed(stores: list[SqlJobStore])
 
 
 async def test_two_instances_racing_for_a_period_make_one_job(
-    stores: list[SqlJobStore],
+    stores: list[Store],
 ) -> None:
     a, b = stores
     await a.create_schedule(new_schedule(interval=60))
@@ -146,15 +185,13 @@ async def test_two_instances_racing_for_a_period_make_one_job(
     assert outcome.job is not None and outcome.period == due and outcome.skipped == 0
     assert outcome.job.request_id == period_request_id("nightly", due)
     assert outcome.job.requested_by == "tester" and outcome.job.status is JobStatus.PENDING
-    async with a.engine.connect() as conn:
-        count = (await conn.execute(text("SELECT count(*) FROM async_jobs"))).scalar()
-    assert count == 1
+    assert await job_count(a) == 1
     (stored,) = await a.find_schedules("nightly", "")
     assert stored.last_job_id == outcome.job.id and stored.last_fire_at == due
     assert stored.next_fire_at == due + timedelta(seconds=60)
 
 
-async def test_overlap_is_skipped_and_counted(stores: list[SqlJobStore]) -> None:
+async def test_overlap_is_skipped_and_counted(stores: list[Store]) -> None:
     store = stores[0]
     await store.create_schedule(new_schedule(interval=60))
     await move_back(store, "nightly", 61)
@@ -168,7 +205,7 @@ async def test_overlap_is_skipped_and_counted(stores: list[SqlJobStore]) -> None
 
 
 async def test_catchup_window_fires_recent_periods_and_skips_older(
-    stores: list[SqlJobStore],
+    stores: list[Store],
 ) -> None:
     store = stores[0]
     # Ten minutes of 60 s periods missed; the window covers the last 150 s of them.
@@ -186,7 +223,7 @@ async def test_catchup_window_fires_recent_periods_and_skips_older(
 
 
 async def test_zero_window_fires_only_the_latest_missed_period(
-    stores: list[SqlJobStore],
+    stores: list[Store],
 ) -> None:
     store = stores[0]
     await store.create_schedule(new_schedule(interval=60))
@@ -200,7 +237,7 @@ async def test_zero_window_fires_only_the_latest_missed_period(
 
 
 async def test_with_a_window_a_missed_period_waits_for_the_previous_job(
-    stores: list[SqlJobStore],
+    stores: list[Store],
 ) -> None:
     store = stores[0]
     await store.create_schedule(new_schedule(interval=60, catchup=600))

@@ -1,0 +1,188 @@
+"""Schedules on the memory store (MemoryJobStore's part, as storage/schedules.py is
+SqlJobStore's): the same operations and the same firing round, atomic because
+nothing awaits in between. The store's clock is the schedules' clock (SqlJobStore
+uses the database's on PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from san_jobs.job_service.domain.errors import DuplicateJobError
+from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, NewJob, OnDuplicate
+from san_jobs.job_service.domain.schedules import (
+    FireOutcome,
+    NewSchedule,
+    Schedule,
+    ScheduleExistsError,
+    anchor_of,
+    fires,
+    job_of_period,
+    next_period,
+    periods_passed,
+    plan_fire,
+)
+from san_jobs.job_service.storage.apply_transition import status_of
+
+if TYPE_CHECKING:
+    from san_jobs.job_service.storage.memory import MemoryTable
+
+Key = tuple[str, str]  # (tenant, schedule_id)
+
+
+class MemorySchedules:
+    """Mixed into MemoryJobStore, which provides these."""
+
+    _clock: Callable[[], datetime]
+    table: MemoryTable
+
+    def _enqueue_now(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        raise NotImplementedError
+
+    def _schedule_now(self) -> datetime:
+        return self._clock().astimezone(UTC)
+
+    @property
+    def _schedules(self) -> dict[Key, Schedule]:
+        return self.table.schedules
+
+    async def create_schedule(self, new: NewSchedule) -> tuple[Schedule, bool]:
+        await asyncio.sleep(0)
+        key = (new.tenant, new.schedule_id)
+        stored = self._schedules.get(key)
+        if stored is not None:
+            if stored.definition != new.definition:
+                raise ScheduleExistsError(new.schedule_id)
+            return stored, False
+        now = self._schedule_now()
+        created = Schedule(
+            schedule_id=new.schedule_id,
+            definition=new.definition,
+            paused=new.paused,
+            requested_by=new.requested_by,
+            tenant=new.tenant,
+            next_fire_at=next_period(new.definition, anchor_of(now), now),
+            last_fire_at=None,
+            last_job_id=None,
+            skipped_count=0,
+            created_at=now,
+            updated_at=now,
+        )
+        self._schedules[key] = created
+        return created, True
+
+    async def find_schedules(self, schedule_id: str, tenant: str | None) -> list[Schedule]:
+        await asyncio.sleep(0)
+        return sorted(
+            (
+                s
+                for (t, i), s in self._schedules.items()
+                if i == schedule_id and (tenant is None or t == tenant)
+            ),
+            key=lambda s: s.tenant,
+        )
+
+    async def list_schedules(
+        self, tenant: str | None, page_size: int, after: tuple[str, str] | None
+    ) -> tuple[list[Schedule], tuple[str, str] | None]:
+        await asyncio.sleep(0)
+        ordered = sorted(
+            (s for s in self._schedules.values() if tenant is None or s.tenant == tenant),
+            key=lambda s: (s.schedule_id, s.tenant),
+        )
+        if after is not None:
+            ordered = [s for s in ordered if (s.schedule_id, s.tenant) > after]
+        page = ordered[:page_size]
+        more = len(ordered) > page_size
+        return page, (page[-1].schedule_id, page[-1].tenant) if more and page else None
+
+    async def delete_schedule(self, tenant: str, schedule_id: str) -> bool:
+        await asyncio.sleep(0)
+        return self._schedules.pop((tenant, schedule_id), None) is not None
+
+    async def pause_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+        await asyncio.sleep(0)
+        stored = self._schedules.get((tenant, schedule_id))
+        if stored is None or stored.paused:
+            return stored
+        paused = dataclasses.replace(stored, paused=True, updated_at=self._schedule_now())
+        self._schedules[tenant, schedule_id] = paused
+        return paused
+
+    async def resume_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+        await asyncio.sleep(0)
+        stored = self._schedules.get((tenant, schedule_id))
+        if stored is None or not stored.paused:
+            return stored
+        now = self._schedule_now()
+        passed, upcoming = periods_passed(
+            stored.definition, anchor_of(stored.created_at), stored.next_fire_at, now
+        )
+        resumed = dataclasses.replace(
+            stored,
+            paused=False,
+            next_fire_at=upcoming,
+            skipped_count=stored.skipped_count + passed,
+            updated_at=now,
+        )
+        self._schedules[tenant, schedule_id] = resumed
+        return resumed
+
+    async def next_schedule_fire_at(self) -> datetime | None:
+        await asyncio.sleep(0)
+        running = [s.next_fire_at for s in self._schedules.values() if not s.paused]
+        return min(running, default=None)
+
+    async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
+        await asyncio.sleep(0)
+        now = self._schedule_now()
+        due = sorted(
+            (s for s in self._schedules.values() if not s.paused and s.next_fire_at <= now),
+            key=lambda s: s.next_fire_at,
+        )[:limit]
+        return [self._fire_round(schedule, now) for schedule in due]
+
+    def _previous_active(self, schedule: Schedule) -> str:
+        row = self.table.rows.get(schedule.last_job_id) if schedule.last_job_id else None
+        if row is None or status_of(row) not in ACTIVE_STATUSES:
+            return ""
+        return f"the previous period's job {schedule.last_job_id} is still {status_of(row)}"
+
+    def _fire_round(self, due: Schedule, now: datetime) -> FireOutcome:
+        plan = plan_fire(due.definition, anchor_of(due.created_at), due.next_fire_at, now)
+        key = (due.tenant, due.schedule_id)
+        overlap = self._previous_active(due) if fires(plan) else ""
+        skipped = due.skipped_count + plan.skipped
+        if overlap and due.definition.catchup_window:  # waits for it (storage/schedules.py)
+            self._schedules[key] = dataclasses.replace(
+                due, next_fire_at=plan.fire, skipped_count=skipped, updated_at=now
+            )
+            return FireOutcome(due, plan.fire, None, False, plan.skipped, overlap, waiting=True)
+        moved = dataclasses.replace(
+            due, next_fire_at=plan.next_fire_at, skipped_count=skipped, updated_at=now
+        )
+        if not fires(plan):
+            self._schedules[key] = moved
+            return FireOutcome(due, None, None, False, plan.skipped, "older than catch-up")
+        reason = overlap
+        job: Job | None = None
+        deduplicated = False
+        if not reason:
+            try:
+                job, deduplicated = self._enqueue_now(
+                    job_of_period(due, plan.fire), OnDuplicate.REJECT
+                )
+            except DuplicateJobError as error:
+                reason = (
+                    f"the target has an active job {error.existing_job_id} (not this schedule's)"
+                )
+        if job is None:
+            self._schedules[key] = dataclasses.replace(moved, skipped_count=skipped + 1)
+            return FireOutcome(due, plan.fire, None, False, plan.skipped + 1, reason)
+        self._schedules[key] = dataclasses.replace(
+            moved, last_fire_at=plan.fire, last_job_id=job.id
+        )
+        return FireOutcome(due, plan.fire, job, deduplicated, plan.skipped)
