@@ -34,8 +34,10 @@ MAX_INTERVAL = timedelta(days=366)
 MAX_CATCHUP_WINDOW = timedelta(days=366)
 # A firing round counts skipped periods one by one for cron (there is no closed
 # form); past this many it stops counting and jumps: the count is then a lower
-# bound (only after an outage of months for a per-minute schedule).
-MAX_COUNTED_PERIODS = 100_000
+# bound (after an outage of a week for a per-minute schedule). Bounded because the
+# count runs on the event loop, inside the round's transaction: 10,000 cronsim
+# steps take about 0.1 s.
+MAX_COUNTED_PERIODS = 10_000
 
 _SCHEDULE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -330,14 +332,24 @@ def _count_periods(
     count, last, moment = 0, None, due
     while moment < limit or (inclusive and moment == limit):
         if count >= MAX_COUNTED_PERIODS:
-            # Stop counting (the count is then a lower bound): jump past the limit.
-            # `last` stays the last period counted, which is only used by a
-            # zero-window round; it then fires that period, months old (see README).
+            # Stop counting (the count is then a lower bound): jump past the limit,
+            # and take the last period before it by cronsim's reverse iteration
+            # (only after a long outage: see MAX_COUNTED_PERIODS).
             moment = next_period(definition, anchor, limit if inclusive else _before(limit))
+            last = _latest_before(definition, moment)
             break
         count, last = count + 1, moment
         moment = next_period(definition, anchor, moment)
     return count, last, moment
+
+
+def _latest_before(definition: ScheduleDefinition, moment: datetime) -> datetime:
+    """The cron period that starts last before `moment` (UTC)."""
+    assert definition.cron is not None
+    zone = ZoneInfo(definition.time_zone or "UTC")
+    start = moment.astimezone(zone)
+    found: datetime = next(iter(CronSim(definition.cron, start, reverse=True)))
+    return found.astimezone(UTC)
 
 
 def _before(moment: datetime) -> datetime:

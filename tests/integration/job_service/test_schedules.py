@@ -113,3 +113,27 @@ async def test_bad_schedules_name_their_fields(service: Service) -> None:
         )
     assert exists.value.code() is grpc.StatusCode.ALREADY_EXISTS
     assert rich_error(exists.value).reason == "SCHEDULE_EXISTS"
+
+
+async def test_list_schedules_pages_by_schedule_id(service: Service) -> None:
+    stub = service.stub
+    for name in ("c-daily", "a-daily", "b-daily"):
+        daily = schedule(name, time_zone="Europe/Paris")
+        daily.cron = "0 3 * * *"  # instead of the helper's interval (a oneof)
+        await stub.CreateSchedule(pb.CreateScheduleRequest(schedule=daily))
+    first = await stub.ListSchedules(pb.ListSchedulesRequest(page_size=2))
+    assert [s.schedule_id for s in first.schedules] == ["a-daily", "b-daily"]
+    assert first.schedules[0].time_zone == "Europe/Paris" and first.next_page_token
+    rest = await stub.ListSchedules(
+        pb.ListSchedulesRequest(page_size=2, page_token=first.next_page_token)
+    )
+    assert [s.schedule_id for s in rest.schedules] == ["c-daily"]
+    assert rest.next_page_token == ""
+    for bad, field in (
+        (pb.ListSchedulesRequest(page_size=1001), "page_size"),
+        (pb.ListSchedulesRequest(page_token="not-a-token!"), "page_token"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.ListSchedules(bad)
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert set(rich_error(caught.value).field_violations) == {field}

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from san_jobs.job_service.domain.errors import FieldViolation
 from san_jobs.job_service.domain.model import JobType, OnDuplicate
 from san_jobs.job_service.domain.schedules import (
+    MAX_COUNTED_PERIODS,
     ScheduleDefinition,
     ScheduleTemplate,
     anchor_of,
@@ -150,3 +151,13 @@ def test_validation_names_the_field() -> None:
         "schedule.interval",
         "schedule.interval",
     ]
+
+
+def test_a_very_long_outage_stops_counting_but_fires_the_latest_period() -> None:
+    # A per-minute cron down for a year: the count stops at MAX_COUNTED_PERIODS, and
+    # the round still fires the latest started minute, not the 100,000th one.
+    every_minute = cron("* * * * *")
+    due, now = utc(2026, 1, 1), utc(2026, 12, 4, 21, 0, 30)
+    plan = plan_fire(every_minute, anchor_of(due), due, now)
+    assert plan.skipped == MAX_COUNTED_PERIODS - 1
+    assert (plan.fire, plan.next_fire_at) == (utc(2026, 12, 4, 21, 0), utc(2026, 12, 4, 21, 1))
