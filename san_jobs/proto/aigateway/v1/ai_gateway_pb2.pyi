@@ -199,19 +199,26 @@ class Source(_message.Message):
 
     TITLE_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
     title: _builtins.str
     """The source's title."""
     text: _builtins.str
     """The source's text; required, not blank."""
+    job_id: _builtins.str
+    """The JobService job this source was taken from (a dependency's result),
+    or empty. The gateway does not read it: it is here so a job's stored
+    input goes as the request field for field, and a log can name it.
+    """
     def __init__(
         self,
         *,
         title: _builtins.str = ...,
         text: _builtins.str = ...,
+        job_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -199,6 +199,11 @@ class _PauseReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PauseReas
     """The gateway answered RESOURCE_EXHAUSTED with ErrorInfo RATE_LIMITED and a
     RetryInfo: nothing of this type starts before that delay ends.
     """
+    PAUSE_REASON_DEPENDENCIES: _PauseReason.ValueType  # 3
+    """The job waits for its dependencies (EnqueueRequest.depends_on) that are
+    not COMPLETED yet; DispatchPause.job_ids names them. Only this job waits:
+    its type is not paused.
+    """
 
 class PauseReason(_PauseReason, metaclass=_PauseReasonEnumTypeWrapper):
     """PauseReason says why a job type is not being dispatched."""
@@ -213,6 +218,11 @@ job is sent, one every --breaker-probe-interval, until one succeeds.
 PAUSE_REASON_RATE_LIMITED: PauseReason.ValueType  # 2
 """The gateway answered RESOURCE_EXHAUSTED with ErrorInfo RATE_LIMITED and a
 RetryInfo: nothing of this type starts before that delay ends.
+"""
+PAUSE_REASON_DEPENDENCIES: PauseReason.ValueType  # 3
+"""The job waits for its dependencies (EnqueueRequest.depends_on) that are
+not COMPLETED yet; DispatchPause.job_ids names them. Only this job waits:
+its type is not paused.
 """
 Global___PauseReason: _TypeAlias = PauseReason  # noqa: Y015
 
@@ -252,6 +262,7 @@ class Job(_message.Message):
     SCHEDULE_TIME_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
     WAITING_FOR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned UUID; the common name of the job in logs, clients and SQL."""
@@ -368,10 +379,16 @@ class Job(_message.Message):
         """Every attempt so far, oldest first. Kept across RetryFailed."""
 
     @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The jobs this one runs after, as given to Enqueue (EnqueueRequest.depends_on)."""
+
+    @_builtins.property
     def waiting_for(self) -> Global___DispatchPause:
-        """Set only on a PENDING job whose job type is paused (its provider is
-        failing or throttling): the job waits, and is charged no attempt, until
-        the pause closes. Read from a cache at most about a second old.
+        """Set only on a PENDING job that is not being claimed for a reason other
+        than its time: its job type is paused (its provider is failing or
+        throttling; read from a cache at most about a second old), or it waits for
+        dependencies not yet COMPLETED (reason DEPENDENCIES, their ids in job_ids).
+        The job is charged no attempt while it waits.
         """
 
     def __init__(
@@ -407,11 +424,12 @@ class Job(_message.Message):
         schedule_time: _timestamp_pb2.Timestamp | None = ...,
         attempts: _abc.Iterable[Global___JobAttempt] | None = ...,
         priority: _builtins.int = ...,
+        depends_on: _abc.Iterable[_builtins.str] | None = ...,
         waiting_for: Global___DispatchPause | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "fail_time", b"fail_time", "input", b"input", "next_attempt_time", b"next_attempt_time", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "result", b"result", "schedule_time", b"schedule_time", "start_time", b"start_time", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "priority", b"priority", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "schedule_time", b"schedule_time", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "attempts", b"attempts", "cancel_reason", b"cancel_reason", "cancel_time", b"cancel_time", "card_analysis_input", b"card_analysis_input", "card_analysis_result", b"card_analysis_result", "complete_time", b"complete_time", "create_time", b"create_time", "depends_on", b"depends_on", "embedding_input", b"embedding_input", "embedding_result", b"embedding_result", "error_code", b"error_code", "error_message", b"error_message", "error_reason", b"error_reason", "fail_time", b"fail_time", "id", b"id", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "next_attempt_time", b"next_attempt_time", "priority", b"priority", "recall_generation_input", b"recall_generation_input", "recall_generation_result", b"recall_generation_result", "request_id", b"request_id", "requested_by", b"requested_by", "result", b"result", "schedule_time", b"schedule_time", "start_time", b"start_time", "status", b"status", "target_id", b"target_id", "til_generation_input", b"til_generation_input", "til_generation_result", b"til_generation_result", "update_time", b"update_time", "waiting_for", b"waiting_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
@@ -426,8 +444,9 @@ Global___Job: _TypeAlias = Job  # noqa: Y015
 
 @_typing.final
 class DispatchPause(_message.Message):
-    """DispatchPause is a job type no instance claims for now; its PENDING jobs
-    wait without being charged attempts.
+    """DispatchPause says why a PENDING job is not claimed although it is due:
+    its job type is paused (no instance claims it for now, and its PENDING jobs
+    wait without being charged attempts), or the job waits for dependencies.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -437,6 +456,7 @@ class DispatchPause(_message.Message):
     SINCE_FIELD_NUMBER: _builtins.int
     UNTIL_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
     job_type: Global___JobType.ValueType
     """The paused job type."""
     reason: Global___PauseReason.ValueType
@@ -457,6 +477,12 @@ class DispatchPause(_message.Message):
         RetryInfo delay ends and claiming resumes.
         """
 
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """DEPENDENCIES: the dependencies not yet COMPLETED, in depends_on order.
+        With this reason, since is the job's create_time and until is unset.
+        """
+
     def __init__(
         self,
         *,
@@ -465,10 +491,11 @@ class DispatchPause(_message.Message):
         since: _timestamp_pb2.Timestamp | None = ...,
         until: _timestamp_pb2.Timestamp | None = ...,
         last_error: _builtins.str = ...,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["since", b"since", "until", b"until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_type", b"job_type", "last_error", b"last_error", "reason", b"reason", "since", b"since", "until", b"until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_ids", b"job_ids", "job_type", b"job_type", "last_error", b"last_error", "reason", b"reason", "since", b"since", "until", b"until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -714,21 +741,28 @@ class RecallSource(_message.Message):
 
     TITLE_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
     title: _builtins.str
     """The source's title; at most 1,000 characters, no NUL."""
     text: _builtins.str
     """The source's text; required, no NUL. The texts of all sources hold at most
     the server's text limit (100,000 characters by default) in all.
     """
+    job_id: _builtins.str
+    """The dependency this source was taken from (EnqueueRequest.depends_on),
+    set by JobService in the input it sends and stores; must be empty on
+    Enqueue (INVALID_ARGUMENT naming sources[i].job_id).
+    """
     def __init__(
         self,
         *,
         title: _builtins.str = ...,
         text: _builtins.str = ...,
+        job_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -893,6 +927,7 @@ class EnqueueRequest(_message.Message):
     ON_DUPLICATE_FIELD_NUMBER: _builtins.int
     SCHEDULE_TIME_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
     job_type: Global___JobType.ValueType
     """What kind of work; required."""
     target_id: _builtins.str
@@ -950,6 +985,34 @@ class EnqueueRequest(_message.Message):
         job is PROCESSING within about a second of this time.
         """
 
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Optional: up to 100 ids of jobs this one runs after (no duplicates). Each
+        must exist and belong to the same caller (the same tenant, as for
+        request_id); otherwise INVALID_ARGUMENT naming depends_on[i] (an unknown
+        job and another caller's read alike). The job stays PENDING, and is not
+        claimed, until every dependency is COMPLETED (Job.waiting_for says so);
+        it becomes due in the transaction that completes the last one. If a
+        dependency ends FAILED or CANCELLED (or is already so), the job is
+        CANCELLED with error_message "Dependency <id> FAILED" (or CANCELLED); a
+        later RetryFailed of the dependency does not revive it. Dependencies
+        exist before their dependent, so no cycle can be made.
+
+        Results flow to the dependent: a TIL_GENERATION job's notes are its
+        notes followed by the summaries of its CARD_ANALYSIS dependencies, in the
+        order they completed (so with no notes, at least one such dependency is
+        required); a RECALL_GENERATION job's sources are its sources followed by
+        one per dependency in completion order (a card: its title and summary; a
+        TIL: its title and body), each with job_id set. Which types a job type
+        accepts as dependencies: TIL_GENERATION only CARD_ANALYSIS;
+        RECALL_GENERATION CARD_ANALYSIS and TIL_GENERATION; CARD_ANALYSIS and
+        EMBEDDING any (order only, nothing flows). Another type is
+        INVALID_ARGUMENT naming depends_on[i]. The input as resolved is the
+        job's input from its first attempt on (GetJob shows it), so a retry sends
+        the same and pruning the dependencies later changes nothing. Finished
+        jobs are not pruned while an active job depends on them.
+        """
+
     def __init__(
         self,
         *,
@@ -965,10 +1028,11 @@ class EnqueueRequest(_message.Message):
         on_duplicate: Global___OnDuplicate.ValueType = ...,
         schedule_time: _timestamp_pb2.Timestamp | None = ...,
         priority: _builtins.int = ...,
+        depends_on: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "recall_generation_input", b"recall_generation_input", "schedule_time", b"schedule_time", "til_generation_input", b"til_generation_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "embedding_input", b"embedding_input", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_duplicate", b"on_duplicate", "priority", b"priority", "recall_generation_input", b"recall_generation_input", "request_id", b"request_id", "requested_by", b"requested_by", "schedule_time", b"schedule_time", "target_id", b"target_id", "til_generation_input", b"til_generation_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["card_analysis_input", b"card_analysis_input", "depends_on", b"depends_on", "embedding_input", b"embedding_input", "input", b"input", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_duplicate", b"on_duplicate", "priority", b"priority", "recall_generation_input", b"recall_generation_input", "request_id", b"request_id", "requested_by", b"requested_by", "schedule_time", b"schedule_time", "target_id", b"target_id", "til_generation_input", b"til_generation_input"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["card_analysis_input", "til_generation_input", "recall_generation_input", "embedding_input"]  # noqa: Y015
     _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
