@@ -76,8 +76,8 @@ def _field_wrap(field: Any) -> Wrap | None:
     if field.type == FieldDescriptor.TYPE_ENUM:
         enum = CONTRACT_ENUMS.get(field.enum_type.full_name)
         return None if enum is None else _enum_value(enum)
-    is_map = field.is_repeated and field.message_type.GetOptions().map_entry
-    if field.type != FieldDescriptor.TYPE_MESSAGE or is_map:
+    # Checked in this order: a repeated scalar (Job.depends_on) has no message type.
+    if field.type != FieldDescriptor.TYPE_MESSAGE or field.message_type.GetOptions().map_entry:
         return None
     plan = _plan(field.message_type)
     if plan is None:

@@ -135,6 +135,20 @@ def test_a_pause_reason_prints_as_its_name() -> None:
     assert unknown.status == 99 and str(unknown.status) == "99"
 
 
+def test_a_repeated_scalar_beside_an_enum_reads_through() -> None:
+    """A Job holds a status and a list of strings (depends_on): a repeated scalar has
+    no message type, and reading one used to raise AttributeError in every client."""
+    from san_jobs.client._views import result
+
+    job = pb.Job(status=pb.JOB_STATUS_PENDING, depends_on=["a", "b"])
+    job.waiting_for.reason = pb.PAUSE_REASON_DEPENDENCIES
+    job.waiting_for.job_ids.append("a")
+    seen = result(job)
+    assert list(seen.depends_on) == ["a", "b"]
+    assert list(seen.waiting_for.job_ids) == ["a"]
+    assert str(seen.waiting_for.reason) == "PAUSE_REASON_DEPENDENCIES"
+
+
 # -- exports -------------------------------------------------------------------
 
 
