@@ -105,7 +105,9 @@ class JobApplication:
                 job.requested_by or "-",
             )
             self.hub.publish([job])
-            if job.next_attempt_at is not None:  # a delayed job: due then, not now
+            if job.waits_for_dependencies or job.status is not JobStatus.PENDING:
+                pass  # due when its last dependency completes (that wakes a worker)
+            elif job.next_attempt_at is not None:  # a delayed job: due then, not now
                 self.worker.due_later([job.next_attempt_at])
             else:
                 self.worker.wake()
@@ -132,7 +134,11 @@ class JobApplication:
             )
             self.hub.publish(created)
             # Delayed jobs are due later: the worker wakes for each at its time.
-            later = {job.next_attempt_at for job in created if job.next_attempt_at is not None}
+            later = {
+                job.next_attempt_at
+                for job in created
+                if job.next_attempt_at is not None and not job.waits_for_dependencies
+            }
             if later:
                 self.worker.due_later(later)
             else:
@@ -196,6 +202,8 @@ class JobApplication:
         job = (await self.load([job_id], owner)).get(job_id)
         if job is None:
             raise JobNotFoundError(job_id)
+        if job.waits_for_dependencies:
+            job = (await self.store.with_waiting_on([job]))[0]
         return job
 
     async def load(self, job_ids: Sequence[str], owner: str | None = None) -> dict[str, Job]:
@@ -210,9 +218,10 @@ class JobApplication:
     async def list_jobs(
         self, job_filter: JobFilter, page_size: int, page_token: str | None
     ) -> tuple[list[Job], str | None]:
-        return await self.store.list_jobs(
+        jobs, next_token = await self.store.list_jobs(
             ListJobsParams(job_filter=job_filter, page_size=page_size, page_token=page_token)
         )
+        return await self.store.with_waiting_on(jobs), next_token
 
     async def stats(self) -> JobStats:
         return await self.store.stats()
@@ -233,6 +242,21 @@ class JobApplication:
         if watched:
             jobs = await self._loader.load(watched)
             self.hub.publish(jobs.values())
+
+    async def on_dependencies_ended(self, job_ids: list[str]) -> None:
+        """Jobs with dependents ended here (SQLite: no NOTIFY): their dependents are
+        due or CANCELLED already (the trigger of 0017). Wake the worker, tell streams."""
+        self.worker.wake()
+        try:
+            ended, seen = list(job_ids), set(job_ids)
+            while ended:  # a dependent the trigger cancelled ended its own dependents
+                dependents = [i for i in await self.store.dependents_of(ended) if i not in seen]
+                seen.update(dependents)
+                jobs = await self.store.get_many(dependents)
+                self.hub.publish([j for j in jobs if j.id in set(self.hub.watched_ids(dependents))])
+                ended = [j.id for j in jobs if j.has_dependents and j.status is JobStatus.CANCELLED]
+        except Exception:  # streams poll too; the worker is awake either way
+            log.exception("job_ids=%s: the dependents' news was not published", ",".join(job_ids))
 
     async def on_notifications_reconnected(self) -> None:
         """Notifications may have been missed while disconnected: re-read every watched job."""

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import logging
 import signal
+from collections.abc import Iterable
 from typing import Any
 
 import grpc
@@ -24,7 +25,7 @@ from san_jobs.job_service.db_health import DatabaseHealth
 from san_jobs.job_service.dispatch_breaker import BreakerConfig
 from san_jobs.job_service.domain.backoff import BackoffPolicy
 from san_jobs.job_service.domain.errors import StorageError
-from san_jobs.job_service.domain.model import Job
+from san_jobs.job_service.domain.model import TERMINAL_STATUSES, Job
 from san_jobs.job_service.domain.retention import parse_retention
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.gateway_stream import StreamingAiGateway
@@ -250,7 +251,7 @@ class JobServiceRuntime:
         self.worker = Worker(
             self.store,
             self.gateway,
-            self.hub.publish,
+            self._worker_published,
             WorkerConfig(
                 concurrency=settings.workers,
                 # A group claimed ahead while the current one runs (worker/config.py says why).
@@ -338,6 +339,8 @@ class JobServiceRuntime:
             open_streams,
         )
         self.listener: PgChangeListener | None = None
+        # Tasks started from callbacks (_worker_published), held until they end.
+        self._background: set[asyncio.Task[None]] = set()
         # Readiness (the JobService name) follows the database; "" (liveness) does not.
         self.db_health = DatabaseHealth(
             self.store, self._set_ready, interval=settings.health_interval
@@ -387,6 +390,21 @@ class JobServiceRuntime:
         the worker runs it."""
         self.hub.publish([job])
         self.worker.wake()
+
+    def _worker_published(self, jobs: Iterable[Job]) -> None:
+        """The worker's writes, committed: streams hear of them. On SQLite a job that
+        ended with dependents also changed theirs in its statement (migration 0017's
+        trigger; on PostgreSQL the trigger's NOTIFY tells every instance, this one
+        too): wake the worker for the one now due, and publish them."""
+        jobs = list(jobs)
+        self.hub.publish(jobs)
+        if self.settings.database_url.startswith("postgresql"):
+            return
+        ended = [j.id for j in jobs if j.has_dependents and j.status in TERMINAL_STATUSES]
+        if ended:
+            task = asyncio.create_task(self.app.on_dependencies_ended(ended))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def _on_remote_change(self, origin: str, status: str, job_ids: list[str]) -> None:
         """Another instance committed changes (PostgreSQL NOTIFY)."""

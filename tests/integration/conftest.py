@@ -73,7 +73,9 @@ def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
 async def _truncate(url: str) -> None:
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
-        await conn.execute("TRUNCATE async_jobs, dispatch_limits, job_changes, job_schedules")
+        await conn.execute(
+            "TRUNCATE async_jobs, dispatch_limits, job_changes, job_schedules, job_dependencies"
+        )
         await conn.execute("UPDATE job_change_feed SET last_pos = 0, pruned_through = 0")
     finally:
         await conn.close()

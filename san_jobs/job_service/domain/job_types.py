@@ -97,6 +97,10 @@ class JobTypeSpec:
 
 InputCheck = Callable[[str, Mapping[str, Any], EnqueueLimits, list[FieldViolation]], None]
 
+# Not an input field: given to a check (in a copy of the input) when the request has
+# depends_on, whose results can stand in for a TIL's notes or a recall's sources.
+FROM_DEPENDENCIES = "\x00depends_on"
+
 
 def check_card_analysis(
     field: str, params: Mapping[str, Any], limits: EnqueueLimits, out: list[FieldViolation]
@@ -121,8 +125,13 @@ def check_til_generation(
         return
     for index, note in enumerate(notes):
         check_free_text(f"{field}.notes[{index}]", note, limits.max_text_chars, out)
-    if not any(n.strip() for n in notes):
-        out.append(FieldViolation(f"{field}.notes", "at least one non-blank note is required"))
+    if not any(n.strip() for n in notes) and not params.get(FROM_DEPENDENCIES):
+        out.append(
+            FieldViolation(
+                f"{field}.notes",
+                "at least one non-blank note is required (or a CARD_ANALYSIS job in depends_on)",
+            )
+        )
     total = sum(len(n) for n in notes)
     if total > limits.max_text_chars:
         out.append(
@@ -137,8 +146,12 @@ def check_recall_generation(
     field: str, params: Mapping[str, Any], limits: EnqueueLimits, out: list[FieldViolation]
 ) -> None:
     sources = params.get("sources", [])
-    if not sources:
-        out.append(FieldViolation(f"{field}.sources", "at least one source is required"))
+    if not sources and not params.get(FROM_DEPENDENCIES):
+        out.append(
+            FieldViolation(
+                f"{field}.sources", "at least one source is required (or a job in depends_on)"
+            )
+        )
     if not check_count(f"{field}.sources", len(sources), MAX_RECALL_SOURCES, out):
         return
     total = 0
@@ -148,6 +161,12 @@ def check_recall_generation(
         total += len(text)
         check_free_text(f"{path}.text", text, limits.max_text_chars, out, required=True)
         check_free_text(f"{path}.title", str(source.get("title", "")), MAX_TITLE_CHARS, out)
+        if source.get("job_id"):
+            out.append(
+                FieldViolation(
+                    f"{path}.job_id", "is set by JobService from depends_on; leave it empty"
+                )
+            )
     if total > limits.max_text_chars:
         out.append(
             FieldViolation(

@@ -186,6 +186,22 @@ class Job:
     scheduled_at: datetime | None = None
     # EnqueueRequest.priority, effective: 1 (most urgent) to 5 (domain/priorities.py).
     priority: int = 3
+    # The jobs this one runs after (EnqueueRequest.depends_on), as given; and, while it
+    # waits (PENDING, > 0), how many of them are not COMPLETED (domain/dependencies.py).
+    depends_on: tuple[str, ...] = ()
+    dependencies_left: int | None = None
+    # Some job depends on this one: its end changes theirs (the trigger of 0017).
+    has_dependents: bool = False
+    # When the dependencies' results were merged into request_params (the first
+    # claim); None before, and for a job that takes none.
+    inputs_merged_at: datetime | None = None
+    # Read, not stored: the dependencies not yet COMPLETED, in depends_on order, of a
+    # waiting job (GetJob and ListJobs fill it in for Job.waiting_for).
+    waiting_on: tuple[str, ...] = ()
+
+    @property
+    def waits_for_dependencies(self) -> bool:
+        return self.status is JobStatus.PENDING and bool(self.dependencies_left)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +230,8 @@ class NewJob:
     not_before: datetime | None = None
     # 1 (most urgent) to 5; the request's 0 is already the default 3 here.
     priority: int = 3
+    # EnqueueRequest.depends_on: canonical job ids, no duplicates, at most 100.
+    depends_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -215,6 +215,14 @@ class JobStore(Protocol):
         """The jobs that exist among `job_ids` (unknown ids are left out)."""
         ...
 
+    async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
+        """`jobs`, those waiting for dependencies with Job.waiting_on filled in."""
+        ...
+
+    async def dependents_of(self, job_ids: Sequence[str]) -> list[str]:
+        """The ids of the jobs that depend on any of `job_ids`."""
+        ...
+
     async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
         """A page of jobs, newest first (created_at DESC, id DESC), keyset-paged.
         Returns (jobs, next_page_token or None on the last page). A malformed

@@ -17,7 +17,7 @@ from san_jobs.job_service.domain.field_rules import (
     check_free_text,
     check_identifier,
 )
-from san_jobs.job_service.domain.job_types import JOB_TYPES
+from san_jobs.job_service.domain.job_types import FROM_DEPENDENCIES, JOB_TYPES
 from san_jobs.job_service.domain.limits import (
     MAX_ATTEMPTS_LIMIT,
     MAX_REQUEST_ID_CHARS,
@@ -72,6 +72,7 @@ def validate_enqueue(
     request_id: str,
     max_attempts: int,
     limits: EnqueueLimits,
+    has_dependencies: bool = False,
 ) -> list[FieldViolation]:
     """Every rule Enqueue enforces; an empty list means the job may be stored.
     `job_type` is None when the request's value was unspecified or unknown (the
@@ -103,5 +104,8 @@ def validate_enqueue(
             )
         )
     else:
-        spec.check_input(expected, params, limits, out)
+        # With dependencies, their results may stand in for a TIL's notes or a
+        # recall's sources (domain/dependencies.py): the check is told so.
+        checked = {**params, FROM_DEPENDENCIES: True} if has_dependencies else params
+        spec.check_input(expected, checked, limits, out)
     return out

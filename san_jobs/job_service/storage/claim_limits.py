@@ -35,6 +35,10 @@ from san_jobs.job_service.storage.transition_sql import Params, time_params
 
 
 class LimitedClaims(StoreParts):
+    async def _merge_inputs(self, claims: list[Claim]) -> list[Claim]:
+        """Claimed jobs that take their dependencies' results, with them (dependencies.py)."""
+        raise NotImplementedError
+
     async def claim_limited(self, params: LimitedClaimParams) -> LimitedClaim:
         if params.limit <= 0:
             return LimitedClaim()
@@ -63,6 +67,9 @@ class LimitedClaims(StoreParts):
                 tokens_left = tokens - len(claims)
                 spent = key | {"p_tokens": tokens_left, "p_now": now}
                 await conn.execute(self._sql.spend_tokens, spent)
+        # After the transaction (on SQLite it holds the one write lock): a job that
+        # takes its dependencies' results gets them (dependencies.py).
+        claims = await self._merge_inputs(claims)
         return LimitedClaim(claims, wait_after(len(claims), allowed, tokens_left, type_limit))
 
     async def _tokens(

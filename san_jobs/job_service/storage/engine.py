@@ -84,6 +84,9 @@ def _setup_sqlite(engine: AsyncEngine) -> None:
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
             cursor.execute("PRAGMA foreign_keys=ON")
+            # A dependent cancelled by migration 0017's trigger ends its own
+            # dependents by the same trigger: SQLite lets a trigger fire itself only so.
+            cursor.execute("PRAGMA recursive_triggers=ON")
         finally:
             cursor.close()
 

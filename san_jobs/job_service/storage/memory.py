@@ -36,7 +36,9 @@ from san_jobs.job_service.domain.claim_limits import (
 from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
+    FieldViolation,
     InvalidJobStateError,
+    InvalidRequestError,
     JobNotFoundError,
     LeaseLostError,
     StorageFailureError,
@@ -263,6 +265,12 @@ class MemoryJobStore(MemorySchedules):
         return outcomes
 
     def _enqueue_now(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        if new.depends_on:
+            # The SQL stores' triggers (migration 0017) are what end dependents; this
+            # store, for unit tests of one layer, has none, and says so.
+            raise InvalidRequestError(
+                [FieldViolation("depends_on", "dependencies need a SQL store")]
+            )
         # The unique indexes, in the order SqlJobStore resolves a refused insert; each
         # within the caller's tenant.
         if new.request_id is not None:
@@ -300,6 +308,12 @@ class MemoryJobStore(MemorySchedules):
     async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
         await asyncio.sleep(0)
         return [_job(self._rows[i]) for i in dict.fromkeys(job_ids) if i in self._rows]
+
+    async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
+        return list(jobs)  # no job here has dependencies (_enqueue_now)
+
+    async def dependents_of(self, job_ids: Sequence[str]) -> list[str]:
+        return []
 
     async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
         await asyncio.sleep(0)

@@ -30,6 +30,8 @@ KEPT_COLUMNS = frozenset(
         "tenant",
     }
 )
+# Job fields no column holds: filled in by the reads that need them.
+COMPUTED_FIELDS = frozenset({"waiting_on"})
 
 # What complete_many and fail_many return: everything else (id and status included,
 # which the PostgreSQL notification needs) but due_at, which a Job does not hold.
@@ -79,4 +81,8 @@ def outcome_job(row: Mapping[str, Any], kept: Job) -> Job:
         tenant=kept.tenant,
         scheduled_at=kept.scheduled_at,
         priority=kept.priority,
+        depends_on=tuple(row["depends_on"] or ()),
+        dependencies_left=row["dependencies_left"],
+        has_dependents=bool(row["has_dependents"]),
+        inputs_merged_at=row["inputs_merged_at"],
     )

@@ -27,15 +27,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Delete, Select, and_, any_, delete, func, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    Select,
+    and_,
+    any_,
+    delete,
+    false,
+    func,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from san_jobs.job_service.domain.model import TERMINAL_STATUSES, JobStatus
+from san_jobs.job_service.domain.model import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 from san_jobs.job_service.domain.ports import CountPrunableParams, PruneBatchParams
 from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.errors import storage_errors
-from san_jobs.job_service.storage.tables import async_jobs
+from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
 
 log = logging.getLogger("job_service.storage.prune")
 
@@ -52,8 +64,27 @@ def _terminal(status: JobStatus) -> JobStatus:
     return status
 
 
+# A finished job an active job still depends on stays (its result is that job's
+# input at its first claim). Only a job with has_dependents pays for the look.
+_DEPENDENTS = job_dependencies.c
+_dependent = async_jobs.alias("dependent")
+_AWAITED = (
+    select(text("1"))
+    .select_from(job_dependencies.join(_dependent, _dependent.c.id == _DEPENDENTS.job_id))
+    .where(
+        _DEPENDENTS.depends_on_id == _jobs.id,
+        _dependent.c.status.in_([s.value for s in ACTIVE_STATUSES]),
+    )
+    .exists()
+)
+
+
 def _past(status: JobStatus, cutoff: datetime) -> list[ColumnElement[bool]]:
-    return [_jobs.status == _terminal(status).value, _jobs.updated_at < cutoff]
+    return [
+        _jobs.status == _terminal(status).value,
+        _jobs.updated_at < cutoff,
+        or_(_jobs.has_dependents.is_(false()), ~_AWAITED),
+    ]
 
 
 def prune_batch_statement(status: JobStatus, cutoff: datetime, limit: int, pg: bool) -> Delete:

@@ -5,6 +5,7 @@ SQL (connections.StoreParts says what they share):
 
 - writes.py: enqueue and the worker's writes, coalesced into batches;
 - reads.py: one job, many, a page;
+- dependencies.py: Enqueue with depends_on, the results' merge at the claim;
 - operations.py: cancel, RetryFailed, stats, usage, next_due_at;
 - claim_limits.py: the claim of a type with limits;
 - pauses.py, prune.py, failure_groups.py: dispatch pauses, retention, failure groups;
@@ -31,6 +32,7 @@ from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EX
 from san_jobs.job_service.storage.changes import ChangeQueries
 from san_jobs.job_service.storage.claim_limits import LimitedClaims
 from san_jobs.job_service.storage.connections import Connections, HotStatements
+from san_jobs.job_service.storage.dependencies import JobDependencies
 from san_jobs.job_service.storage.failure_groups import FailureGroupQueries
 from san_jobs.job_service.storage.operations import OperatorQueries
 from san_jobs.job_service.storage.pauses import PauseQueries
@@ -48,6 +50,7 @@ MAX_INSTANCE_ID_BYTES = 200
 
 
 class SqlJobStore(
+    JobDependencies,  # first: its methods are what JobWrites and LimitedClaims call
     JobWrites,
     JobReads,
     OperatorQueries,

@@ -71,6 +71,10 @@ def row_to_job(row: RowMapping) -> Job:
         tenant=row.get("tenant") or "",
         scheduled_at=row.get("scheduled_at"),
         priority=row.get("priority") or 3,
+        depends_on=tuple(row.get("depends_on") or ()),
+        dependencies_left=row.get("dependencies_left"),
+        has_dependents=bool(row.get("has_dependents")),
+        inputs_merged_at=row.get("inputs_merged_at"),
     )
 
 
@@ -118,6 +122,11 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
         set_tenant,
         set_scheduled_at,
         set_priority,
+        set_depends_on,
+        set_dependencies_left,
+        set_has_dependents,
+        set_inputs_merged_at,
+        set_waiting_on,
     ) = _JOB_SLOT_SETTERS
     job = _new_job(Job)
     set_id(job, job_id)
@@ -148,4 +157,11 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
     set_tenant(job, new.tenant)
     set_scheduled_at(job, new.scheduled_at)
     set_priority(job, new.priority)
+    # A job with dependencies is inserted by a transaction that reads it back
+    # (writes.py, _enqueue_with_dependencies): none here.
+    set_depends_on(job, ())
+    set_dependencies_left(job, None)
+    set_has_dependents(job, False)
+    set_inputs_merged_at(job, None)
+    set_waiting_on(job, ())
     return job

@@ -30,10 +30,12 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Table,
     Text,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -140,6 +142,15 @@ async_jobs = Table(
     # EnqueueRequest.priority, 1 (most urgent) to 5 (migration 0015); 3 by default,
     # also for rows older code writes.
     Column("priority", SmallInteger, nullable=False, server_default=text("3")),
+    # Dependencies (migration 0017, domain/dependencies.py): the ids given as
+    # EnqueueRequest.depends_on (a JSON list; NULL without), how many of them are not
+    # COMPLETED yet while the job waits, whether some job depends on this one (the
+    # trigger fires only then), and when the dependencies' results were merged into
+    # request_params (its first claim).
+    Column("depends_on", JsonType, nullable=True),
+    Column("dependencies_left", Integer, nullable=True),
+    Column("has_dependents", Boolean, nullable=False, server_default=false()),
+    Column("inputs_merged_at", UtcDateTime, nullable=True),
     CheckConstraint(f"status IN ({_words([s.value for s in JobStatus])})", name="status"),
     # No CHECK on job_type: the types live in the registry (domain/job_types.py), the
     # API accepts only registered names, and a new type needs no migration (0004).
@@ -234,6 +245,22 @@ async_jobs = Table(
         sqlite_where=text(IS_PENDING_SQL),
         postgresql_where=text(IS_PENDING_SQL),
     ),
+)
+
+
+# Who waits for whom (migration 0017): a row per (dependent, dependency), `position`
+# its place in depends_on. The trigger of 0017 finds a job's dependents by
+# depends_on_id; a dependent's rows are deleted with it by another trigger. No
+# foreign keys: an operator's TRUNCATE async_jobs keeps working, and a dependency is
+# pruned once nothing active waits for it.
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column("job_id", String(36), nullable=False),
+    Column("depends_on_id", String(36), nullable=False),
+    Column("position", SmallInteger, nullable=False),
+    PrimaryKeyConstraint("job_id", "depends_on_id", name="pk_job_dependencies"),
+    Index("ix_job_dependencies_depends_on_id", "depends_on_id"),
 )
 
 

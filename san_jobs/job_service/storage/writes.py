@@ -15,6 +15,7 @@ from typing import Any
 
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
+    InvalidRequestError,
     LeaseLostError,
     StorageError,
     StorageUnavailableError,
@@ -70,6 +71,16 @@ class JobWrites(StoreParts):
     # get_many (reads.py), for rows an in-doubt or refused statement left unknown.
     _read_many: Callable[[Sequence[str]], Awaitable[list[Job]]]
 
+    async def _enqueue_with_dependencies(
+        self, new: NewJob, on_duplicate: OnDuplicate
+    ) -> tuple[Job, bool]:
+        """A job with depends_on, alone, in a transaction (dependencies.py)."""
+        raise NotImplementedError
+
+    async def _merge_inputs(self, claims: list[Claim]) -> list[Claim]:
+        """Claimed jobs that take their dependencies' results, with them (dependencies.py)."""
+        raise NotImplementedError
+
     def _start_group_commits(self, enqueue_interval: float) -> None:
         # Group commit of the hot-path writes: concurrent calls share one statement.
         self._enqueues: GroupCommit[NewJob, Job | None] = GroupCommit(
@@ -90,6 +101,8 @@ class JobWrites(StoreParts):
 
     async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
         new, on_duplicate = params.job, params.on_duplicate
+        if new.depends_on:
+            return await self._enqueue_with_dependencies(new, on_duplicate)
         # Concurrent enqueues share one INSERT (group commit); the future resolves
         # after that statement committed. A row the unique indexes refused (a
         # request_id repeat, an active duplicate, also one within the same batch) is
@@ -121,8 +134,10 @@ class JobWrites(StoreParts):
         for index, (new, _) in enumerate(items):
             key = (new.tenant, new.job_type.value, new.target_id)
             keyed = None if new.request_id is None else (new.tenant, new.request_id)
-            if key in seen_keys or keyed in seen_request_ids:
-                continue  # resolved after the INSERT, against the earlier item
+            if key in seen_keys or keyed in seen_request_ids or new.depends_on:
+                # Resolved after the INSERT, against the earlier item; one with
+                # dependencies alone, in a transaction of its own (dependencies.py).
+                continue
             seen_keys.add(key)
             if keyed is not None:
                 seen_request_ids.add(keyed)
@@ -206,7 +221,7 @@ class JobWrites(StoreParts):
         as its outcome."""
         try:
             return await self._enqueue_one(new, on_duplicate)
-        except DuplicateJobError as error:
+        except (DuplicateJobError, InvalidRequestError) as error:  # depends_on's checks
             return error
         except StorageError as error:
             if not _refused_for_its_data(error):
@@ -275,6 +290,8 @@ class JobWrites(StoreParts):
         ]
 
     async def _enqueue_one(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        if new.depends_on:
+            return await self._enqueue_with_dependencies(new, on_duplicate)
         sql = self._sql
         params = time_params(self._now()) | sql.enqueue_params.bind(
             **enqueue_row(new_job_id(), new)
@@ -330,7 +347,8 @@ class JobWrites(StoreParts):
             jobs = await self._db.write(statement, fair)
         self._age_share.took(len(jobs), by_age)
         jobs.sort(key=lambda j: (j.created_at, j.id))
-        return [Claim(job=j, token=j.claim_token or "") for j in jobs]
+        # A job that takes its dependencies' results gets them now (dependencies.py).
+        return await self._merge_inputs([Claim(job=j, token=j.claim_token or "") for j in jobs])
 
     async def fail_exhausted_leases(self) -> list[Job]:
         return await self._db.write(self._sql.fail_exhausted_leases, time_params(self._now()))

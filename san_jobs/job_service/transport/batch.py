@@ -180,6 +180,8 @@ def response(
         outcome = outcome_at.get(index)
         if outcome is None:
             result.error.CopyFrom(batch.errors[index])
+        elif isinstance(outcome, InvalidRequestError):  # found by the store (depends_on)
+            result.error.CopyFrom(_invalid(index, outcome.violations))
         elif isinstance(outcome, JobServiceError):
             result.error.CopyFrom(item_status(f"BatchEnqueue {REQUESTS_FIELD}[{index}]", outcome))
         else:

@@ -162,13 +162,25 @@ def job_to_pb(
         ("start_time", job.started_at),
         ("complete_time", job.completed_at),
         ("fail_time", job.failed_at),
-        ("next_attempt_time", job.next_attempt_at),
+        # A job waiting for dependencies holds a time no clock reaches there.
+        ("next_attempt_time", None if job.dependencies_left else job.next_attempt_at),
         ("cancel_time", job.cancelled_at),
         ("schedule_time", job.scheduled_at),
     ):
         if value is not None:
             fields[name] = timestamp_of(value)
-    if job.status is JobStatus.PENDING:
+    if job.depends_on:
+        fields["depends_on"] = job.depends_on
+    if job.waits_for_dependencies:
+        # Its own wait comes first: its type's pause matters only once it is due.
+        fields["waiting_for"] = pb.DispatchPause(
+            reason=pb.PAUSE_REASON_DEPENDENCIES,
+            since=created,
+            # The store fills waiting_on where it reads the job (GetJob, ListJobs,
+            # Enqueue's answer); elsewhere all of them are named.
+            job_ids=job.waiting_on or job.depends_on,
+        )
+    elif job.status is JobStatus.PENDING:
         pause = pauses.get(job.job_type)
         if pause is not None:
             fields["waiting_for"] = pause_to_pb(pause)
@@ -197,6 +209,7 @@ def fill_fresh_job(message: pb.Job, job: Job, created: Timestamp) -> bool:
         or job.next_attempt_at is not None
         or job.cancelled_at is not None
         or job.scheduled_at is not None
+        or job.depends_on
     ):
         return False
     message.id = job.id

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
 from san_jobs.job_service.domain.changes import MAX_CURSOR_CHARS, ChangeFilter
+from san_jobs.job_service.domain.dependencies import DEPENDS_ON_FIELD, MAX_DEPENDENCIES
 from san_jobs.job_service.domain.errors import FieldViolation, InvalidRequestError
 from san_jobs.job_service.domain.failure_groups import (
     DEFAULT_FAILURE_RANGE_SECONDS,
@@ -212,7 +213,9 @@ def enqueue(
         request_id=request.request_id,
         max_attempts=request.max_attempts,
         limits=limits,
+        has_dependencies=bool(request.depends_on),
     )
+    depends_on = _dependencies(request.depends_on, out) if request.depends_on else ()
     scheduled_at = not_before = None
     # Unset in nearly every request: one HasField, no clock read, for those.
     if request.HasField("schedule_time"):
@@ -242,7 +245,28 @@ def enqueue(
         not_before,
         effective_priority(priority),
     )
+    if depends_on:
+        new = replace(new, depends_on=depends_on)
     return new, on_duplicate
+
+
+def _dependencies(values: Sequence[str], out: list[FieldViolation]) -> tuple[str, ...]:
+    """EnqueueRequest.depends_on: at most MAX_DEPENDENCIES UUIDs, none twice (the
+    store checks that each is the caller's job, of a type the job takes)."""
+    if not check_count(DEPENDS_ON_FIELD, len(values), MAX_DEPENDENCIES, out):
+        return ()
+    seen: dict[str, int] = {}
+    for index, value in enumerate(values):
+        field = f"{DEPENDS_ON_FIELD}[{index}]"
+        if not is_uuid(value):
+            out.append(FieldViolation(field, f"{_shown(value)} is not a UUID"))
+            continue
+        canonical = str(uuid.UUID(value))
+        if canonical in seen:
+            out.append(FieldViolation(field, f"repeats {DEPENDS_ON_FIELD}[{seen[canonical]}]"))
+            continue
+        seen[canonical] = index
+    return tuple(seen)
 
 
 SCHEDULE_TIME_FIELD = "schedule_time"
@@ -282,6 +306,7 @@ def new_job(
         set_scheduled_at,
         set_not_before,
         set_priority,
+        set_depends_on,
     ) = _NEW_JOB_SLOT_SETTERS
     new = _allocate_new_job(NewJob)
     set_job_type(new, job_type)
@@ -295,6 +320,7 @@ def new_job(
     set_scheduled_at(new, scheduled_at)
     set_not_before(new, not_before)
     set_priority(new, priority)
+    set_depends_on(new, ())
     return new
 
 

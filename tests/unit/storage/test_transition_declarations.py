@@ -29,6 +29,9 @@ PORT_WRITES: dict[str, tuple[tr.Transition, ...]] = {
     "retry_failed": (tr.RETRY_FAILED,),
 }
 READS = {
+    # What a waiting job waits on (Job.waiting_on), and who waits on these jobs.
+    "with_waiting_on",
+    "dependents_of",
     "get",
     "get_many",
     "list_jobs",

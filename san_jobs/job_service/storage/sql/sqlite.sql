@@ -7,7 +7,7 @@
 INSERT INTO async_jobs (id, job_type, status, target_id, request_params, requested_by, request_id, attempt_count, max_attempts, attempts, created_at, updated_at, next_attempt_at, due_at, traceparent, tenant, scheduled_at, priority)
 VALUES (:p_job_id, :p_job_type, 'PENDING', :p_target_id, :p_request_params, :p_requested_by, :p_request_id, 0, :p_max_attempts, '[]', :p_now, :p_now, :p_not_before, coalesce(:p_not_before, :p_now), :p_traceparent, :p_tenant, :p_scheduled_at, :p_priority)
 ON CONFLICT DO NOTHING
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: enqueue_many
 INSERT INTO async_jobs (id, job_type, status, target_id, request_params, requested_by, request_id, attempt_count, max_attempts, attempts, created_at, updated_at, next_attempt_at, due_at, traceparent, tenant, scheduled_at, priority)
@@ -18,32 +18,32 @@ ON CONFLICT DO NOTHING
 RETURNING id, status;
 
 -- name: by_id
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority, async_jobs.depends_on, async_jobs.dependencies_left, async_jobs.has_dependents, async_jobs.inputs_merged_at
 FROM async_jobs
 WHERE async_jobs.id = :p_id;
 
 -- name: by_request_id
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority, async_jobs.depends_on, async_jobs.dependencies_left, async_jobs.has_dependents, async_jobs.inputs_merged_at
 FROM async_jobs
 WHERE async_jobs.request_id = :p_request_id AND async_jobs.tenant = :p_tenant;
 
 -- name: active_for_target
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority, async_jobs.depends_on, async_jobs.dependencies_left, async_jobs.has_dependents, async_jobs.inputs_merged_at
 FROM async_jobs
 WHERE async_jobs.job_type = :p_job_type AND async_jobs.target_id = :p_target_id AND async_jobs.tenant = :p_tenant AND status IN ('PENDING', 'PROCESSING');
 
 -- name: by_ids
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority, async_jobs.depends_on, async_jobs.dependencies_left, async_jobs.has_dependents, async_jobs.inputs_merged_at
 FROM async_jobs
 WHERE async_jobs.id IN (:p_ids);
 
 -- name: by_request_ids
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority, async_jobs.depends_on, async_jobs.dependencies_left, async_jobs.has_dependents, async_jobs.inputs_merged_at
 FROM async_jobs
 WHERE async_jobs.request_id IN (:p_request_ids) AND async_jobs.tenant = :p_tenant;
 
 -- name: active_for_targets
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority, async_jobs.depends_on, async_jobs.dependencies_left, async_jobs.has_dependents, async_jobs.inputs_merged_at
 FROM async_jobs
 WHERE async_jobs.job_type = :p_job_type AND async_jobs.target_id IN (:p_target_ids) AND async_jobs.tenant = :p_tenant AND status IN ('PENDING', 'PROCESSING');
 
@@ -56,7 +56,7 @@ WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now AND in
 ORDER BY async_jobs.due_at
 
 LIMIT :p_limit OFFSET 0)
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: claim_urgent
 UPDATE async_jobs
@@ -67,7 +67,7 @@ WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now AND in
 ORDER BY async_jobs.priority, async_jobs.due_at
 
 LIMIT :p_limit OFFSET 0)
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: claim_fair
 UPDATE async_jobs
@@ -84,7 +84,7 @@ WHERE ranked.rank + coalesce(running.n, 0) <= :p_max_per_caller
 ORDER BY ranked.due_at
 
 LIMIT :p_limit OFFSET 0) AND status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now AND instr(:p_skip_types, ',' || async_jobs.job_type || ',') = 0 AND (:p_only_type = '' OR async_jobs.job_type = :p_only_type) AND (async_jobs.status = 'PENDING' OR async_jobs.status = 'PROCESSING' AND async_jobs.attempt_count < async_jobs.max_attempts)
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: claim_fair_urgent
 UPDATE async_jobs
@@ -101,13 +101,13 @@ WHERE ranked.rank + coalesce(running.n, 0) <= :p_max_per_caller
 ORDER BY ranked.priority, ranked.due_at
 
 LIMIT :p_limit OFFSET 0) AND status IN ('PENDING', 'PROCESSING') AND async_jobs.due_at <= :p_now AND instr(:p_skip_types, ',' || async_jobs.job_type || ',') = 0 AND (:p_only_type = '' OR async_jobs.job_type = :p_only_type) AND (async_jobs.status = 'PENDING' OR async_jobs.status = 'PROCESSING' AND async_jobs.attempt_count < async_jobs.max_attempts)
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: fail_exhausted_leases
 UPDATE async_jobs
 SET status='FAILED', error_message='Lease expired: the worker was lost', error_code='LEASE_EXPIRED', error_reason='', attempts=json_set(async_jobs.attempts, '$[#-1].end_time', :p_now_iso, '$[#-1].error_code', 'LEASE_EXPIRED', '$[#-1].error_reason', '', '$[#-1].error_message', 'Lease expired: the worker was lost'), updated_at=:p_now, failed_at=:p_now, lease_expires_at=NULL, claim_token=NULL, due_at=NULL
 WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.status = 'PROCESSING' AND async_jobs.due_at <= :p_now AND async_jobs.attempt_count >= async_jobs.max_attempts
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: renew_leases
 UPDATE async_jobs
@@ -121,38 +121,38 @@ UPDATE async_jobs
 SET status='COMPLETED', result=(r.value ->> '$.result'), attempts=json_set(async_jobs.attempts, '$[#-1].end_time', r.value ->> '$.at_iso', '$[#-1].usage', json(r.value ->> '$.usage')), updated_at=(r.value ->> '$.at'), completed_at=(r.value ->> '$.at'), lease_expires_at=NULL, claim_token=NULL, due_at=NULL
 FROM json_each(:p_rows) AS r
 WHERE async_jobs.id = (r.value ->> '$.job_id') AND async_jobs.claim_token = (r.value ->> '$.token')
-RETURNING id, status, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, scheduled_at, priority;
+RETURNING id, status, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: fail_many
 UPDATE async_jobs
 SET status=CASE WHEN ((r.value ->> '$.retry_at') IS NULL) THEN 'FAILED' ELSE 'PENDING' END, error_message=(r.value ->> '$.message'), error_code=(r.value ->> '$.code'), error_reason=(r.value ->> '$.reason'), attempts=json_set(async_jobs.attempts, '$[#-1].end_time', r.value ->> '$.at_iso', '$[#-1].error_code', r.value ->> '$.code', '$[#-1].error_reason', r.value ->> '$.reason', '$[#-1].error_message', r.value ->> '$.message', '$[#-1].usage', json(r.value ->> '$.usage')), updated_at=(r.value ->> '$.at'), failed_at=CASE WHEN ((r.value ->> '$.retry_at') IS NULL) THEN r.value ->> '$.at' ELSE async_jobs.failed_at END, next_attempt_at=(r.value ->> '$.retry_at'), lease_expires_at=NULL, claim_token=NULL, due_at=(r.value ->> '$.retry_at')
 FROM json_each(:p_rows) AS r
 WHERE async_jobs.id = (r.value ->> '$.job_id') AND async_jobs.claim_token = (r.value ->> '$.token')
-RETURNING id, status, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, scheduled_at, priority;
+RETURNING id, status, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: release
 UPDATE async_jobs
 SET status='PENDING', attempt_count=(async_jobs.attempt_count - 1), attempts=json_remove(async_jobs.attempts, '$[#-1]'), updated_at=:p_now, started_at=CASE WHEN (async_jobs.attempt_count <= 1) THEN NULL ELSE async_jobs.started_at END, next_attempt_at=NULL, lease_expires_at=NULL, claim_token=NULL, due_at=:p_now
 WHERE async_jobs.id = :p_job_id AND async_jobs.claim_token = :p_token
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: cancel
 UPDATE async_jobs
 SET status='CANCELLED', attempts=CASE WHEN (async_jobs.status = 'PROCESSING') THEN json_set(async_jobs.attempts, '$[#-1].end_time', :p_now_iso, '$[#-1].error_code', 'CANCELLED', '$[#-1].error_reason', '', '$[#-1].error_message', :p_cancel_message) ELSE async_jobs.attempts END, updated_at=:p_now, cancelled_at=:p_now, cancel_reason=:p_cancel_reason, next_attempt_at=NULL, lease_expires_at=NULL, claim_token=NULL, due_at=NULL
 WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.id = :p_job_id
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: cancel_owned
 UPDATE async_jobs
 SET status='CANCELLED', attempts=CASE WHEN (async_jobs.status = 'PROCESSING') THEN json_set(async_jobs.attempts, '$[#-1].end_time', :p_now_iso, '$[#-1].error_code', 'CANCELLED', '$[#-1].error_reason', '', '$[#-1].error_message', :p_cancel_message) ELSE async_jobs.attempts END, updated_at=:p_now, cancelled_at=:p_now, cancel_reason=:p_cancel_reason, next_attempt_at=NULL, lease_expires_at=NULL, claim_token=NULL, due_at=NULL
 WHERE status IN ('PENDING', 'PROCESSING') AND async_jobs.id = :p_job_id AND async_jobs.requested_by = :p_owner
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: retry_failed
 UPDATE async_jobs
 SET status='PENDING', max_attempts=(async_jobs.attempt_count + :p_extra_attempts), updated_at=:p_now, failed_at=NULL, next_attempt_at=NULL, lease_expires_at=NULL, claim_token=NULL, due_at=:p_now
 WHERE async_jobs.status = 'FAILED' AND async_jobs.id IN (:p_job_ids)
-RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority;
+RETURNING id, job_type, status, target_id, request_params, requested_by, request_id, result, error_message, error_code, error_reason, attempt_count, max_attempts, attempts, created_at, updated_at, started_at, completed_at, failed_at, cancelled_at, cancel_reason, next_attempt_at, lease_expires_at, claim_token, due_at, traceparent, tenant, scheduled_at, priority, depends_on, dependencies_left, has_dependents, inputs_merged_at;
 
 -- name: dispatch_pauses
 SELECT dispatch_pauses.job_type, dispatch_pauses.reason, dispatch_pauses.since, dispatch_pauses.until, dispatch_pauses.last_error, dispatch_pauses.opened_by
@@ -200,7 +200,7 @@ WHERE dispatch_pauses.job_type = :p_job_type AND dispatch_pauses.until <= :p_now
 RETURNING job_type;
 
 -- name: list_jobs_page (built per call)
-SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority
+SELECT async_jobs.id, async_jobs.job_type, async_jobs.status, async_jobs.target_id, async_jobs.request_params, async_jobs.requested_by, async_jobs.request_id, async_jobs.result, async_jobs.error_message, async_jobs.error_code, async_jobs.error_reason, async_jobs.attempt_count, async_jobs.max_attempts, async_jobs.attempts, async_jobs.created_at, async_jobs.updated_at, async_jobs.started_at, async_jobs.completed_at, async_jobs.failed_at, async_jobs.cancelled_at, async_jobs.cancel_reason, async_jobs.next_attempt_at, async_jobs.lease_expires_at, async_jobs.claim_token, async_jobs.due_at, async_jobs.traceparent, async_jobs.tenant, async_jobs.scheduled_at, async_jobs.priority, async_jobs.depends_on, async_jobs.dependencies_left, async_jobs.has_dependents, async_jobs.inputs_merged_at
 FROM async_jobs
 WHERE async_jobs.requested_by = 'caller' AND async_jobs.id IN (:id_1) AND async_jobs.status IN (:status_1) AND async_jobs.job_type IN (:job_type_1) AND async_jobs.target_id IN (:target_id_1) AND (async_jobs.error_message LIKE '%' || 'Timeout' || '%' ESCAPE '/') AND instr(async_jobs.error_message, 'Timeout') > 0 AND async_jobs.created_at >= '2026-01-01 00:00:00.000000' AND async_jobs.created_at < '2026-01-02 00:00:00.000000' AND async_jobs.failed_at >= '2026-01-01 00:00:00.000000' AND async_jobs.failed_at < '2026-01-02 00:00:00.000000' AND (async_jobs.created_at < '2026-01-01 00:00:00.000000' OR async_jobs.created_at = '2026-01-01 00:00:00.000000' AND async_jobs.id < '00000000-0000-0000-0000-000000000009')
 ORDER BY async_jobs.created_at DESC, async_jobs.id DESC

@@ -1,0 +1,257 @@
+"""Dependencies in the store (domain/dependencies.py says the rules): the Enqueue of a
+job with depends_on, the merge of their results at its first claim, and what a
+waiting job waits on. What ends a dependency's dependents is migration 0017's
+trigger, in the statement that ends the dependency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sqlalchemy import and_, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from san_jobs.job_service.domain.dependencies import (
+    DEPENDS_ON_FIELD,
+    TAKES_RESULTS,
+    WAITING,
+    Finished,
+    dependency_problem,
+    failure_message,
+    merged_input,
+)
+from san_jobs.job_service.domain.errors import (
+    DuplicateJobError,
+    FieldViolation,
+    InvalidRequestError,
+    StorageUnavailableError,
+)
+from san_jobs.job_service.domain.job_ids import new_job_id
+from san_jobs.job_service.domain.model import (
+    TERMINAL_STATUSES,
+    Claim,
+    Job,
+    JobStatus,
+    JobType,
+    NewJob,
+    OnDuplicate,
+)
+from san_jobs.job_service.domain.transitions import CANCELLED_CODE
+from san_jobs.job_service.storage.rows import chunks
+from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
+from san_jobs.job_service.storage.transition_sql import time_params
+from san_jobs.job_service.storage.writes import JobWrites, enqueue_row
+
+_jobs = async_jobs.c
+_deps = job_dependencies.c
+# error_reason of a dependent its dependency ended (the trigger writes the same).
+DEPENDENCY_ENDED_REASON = "DEPENDENCY_ENDED"
+
+
+class _Conflict(Exception):
+    """The INSERT met a job holding the request_id or the active target: rolled back."""
+
+
+class JobDependencies(JobWrites):
+    async def _enqueue_with_dependencies(
+        self, new: NewJob, on_duplicate: OnDuplicate
+    ) -> tuple[Job, bool]:
+        """One transaction: mark the dependencies (has_dependents, which also locks
+        their rows, so none ends unseen meanwhile), check them (each the caller's, of
+        a type this job takes), insert the job waiting for those not COMPLETED, its
+        job_dependencies rows, and end it at once if one already FAILED or was
+        CANCELLED. A request_id or active target already held: that job, as
+        `_enqueue_one` answers for any Enqueue."""
+        for _ in range(5):
+            try:
+                return await self._insert_dependent(new), False
+            except _Conflict:
+                pass
+            existing = await self._holder_of(new)
+            if existing is not None:
+                same_request = new.request_id is not None and existing.request_id == new.request_id
+                if same_request or on_duplicate is OnDuplicate.RETURN_EXISTING:
+                    return existing, True
+                raise DuplicateJobError(existing.id)
+        raise StorageUnavailableError("enqueue kept conflicting with jobs that changed state")
+
+    async def _insert_dependent(self, new: NewJob) -> Job:
+        now = self._now()
+        job_id = new_job_id()
+        async with self._db.tx() as conn:
+            found = await self._mark_dependencies(conn, new)
+            left = [d for d in new.depends_on if found[d][1] is not JobStatus.COMPLETED]
+            # One FAILED or CANCELLED already: the job is made and ended at once.
+            ended = next(((d, found[d][1]) for d in left if found[d][1] in TERMINAL_STATUSES), None)
+            row = enqueue_row(job_id, new)
+            if left:
+                row["not_before"] = WAITING
+            params = time_params(now) | self._sql.enqueue_params.bind(**row)
+            if not (await conn.execute(self._sql.enqueue, params)).first():
+                raise _Conflict
+            await conn.execute(
+                update(async_jobs)
+                .where(_jobs.id == job_id)
+                .values(depends_on=list(new.depends_on), dependencies_left=len(left))
+            )
+            await conn.execute(
+                insert(job_dependencies),
+                [
+                    {"job_id": job_id, "depends_on_id": d, "position": i}
+                    for i, d in enumerate(new.depends_on)
+                ],
+            )
+            if ended is not None:
+                message = failure_message(*ended)
+                await conn.execute(
+                    update(async_jobs)
+                    .where(_jobs.id == job_id)
+                    .values(
+                        status=JobStatus.CANCELLED.value,
+                        cancelled_at=now,
+                        updated_at=now,
+                        next_attempt_at=None,
+                        due_at=None,
+                        cancel_reason=message,
+                        error_message=message,
+                        error_code=CANCELLED_CODE,
+                        error_reason=DEPENDENCY_ENDED_REASON,
+                    )
+                )
+            job = await self._job_in(conn, job_id)
+        return replace(job, waiting_on=tuple(left) if ended is None else ())
+
+    async def _mark_dependencies(
+        self, conn: AsyncConnection, new: NewJob
+    ) -> dict[str, tuple[JobType, JobStatus]]:
+        """Set has_dependents on the dependencies the caller may name (its tenant's),
+        locking them; their (type, status). A missing one or one of a type this job
+        does not take: InvalidRequestError naming depends_on[i] (rolled back)."""
+        found: dict[str, tuple[JobType, JobStatus]] = {}
+        for chunk in chunks(list(new.depends_on)):
+            marked = await conn.execute(
+                update(async_jobs)
+                .where(and_(_jobs.id.in_(list(chunk)), _jobs.tenant == new.tenant))
+                .values(has_dependents=True)
+                .returning(_jobs.id, _jobs.job_type, _jobs.status)
+            )
+            for job_id, job_type, status in marked:
+                found[job_id] = (JobType(job_type), JobStatus(status))
+        out: list[FieldViolation] = []
+        for index, dependency_id in enumerate(new.depends_on):
+            field = f"{DEPENDS_ON_FIELD}[{index}]"
+            if dependency_id not in found:
+                # Another caller's job reads as an unknown one: nothing is learned.
+                out.append(FieldViolation(field, f"no job {dependency_id}"))
+                continue
+            problem = dependency_problem(new.job_type, found[dependency_id][0])
+            if problem is not None:
+                out.append(FieldViolation(field, problem))
+        if out:
+            raise InvalidRequestError(out)
+        return found
+
+    async def _job_in(self, conn: AsyncConnection, job_id: str) -> Job:
+        jobs = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
+        return jobs[0]
+
+    async def _holder_of(self, new: NewJob) -> Job | None:
+        """The job that holds `new`'s request_id, or else its active target."""
+        async with self._db.single() as conn:
+            if new.request_id is not None:
+                same = await self._db.jobs(
+                    conn,
+                    self._sql.by_request_id,
+                    {"p_request_id": new.request_id, "p_tenant": new.tenant},
+                )
+                if same:
+                    return same[0]
+            active = await self._db.jobs(
+                conn,
+                self._sql.active_for_target,
+                {
+                    "p_job_type": new.job_type.value,
+                    "p_target_id": new.target_id,
+                    "p_tenant": new.tenant,
+                },
+            )
+        return active[0] if active else None
+
+    # -- results flow -------------------------------------------------------------------
+
+    async def _merge_inputs(self, claims: list[Claim]) -> list[Claim]:
+        """Claims of jobs that take their dependencies' results and have not had them
+        yet get them now: the merged input is written as the job's input (while the
+        claim still owns it), so every later attempt sends the same."""
+        out: list[Claim] = []
+        for claim in claims:
+            job = claim.job
+            if job.depends_on and job.inputs_merged_at is None and job.job_type in TAKES_RESULTS:
+                claim = await self._merge_one(claim)
+            out.append(claim)
+        return out
+
+    async def _merge_one(self, claim: Claim) -> Claim:
+        job, now = claim.job, self._now()
+        async with self._db.single() as conn:
+            rows = await conn.execute(
+                select(
+                    _jobs.id, _jobs.job_type, _jobs.completed_at, _jobs.result, _jobs.request_params
+                ).where(and_(_jobs.id.in_(list(job.depends_on)), _jobs.status == "COMPLETED"))
+            )
+            finished = [
+                Finished(
+                    job_id=row.id,
+                    job_type=JobType(row.job_type),
+                    completed_at=row.completed_at,
+                    result=row.result or {},
+                    input=row.request_params or {},
+                )
+                for row in rows
+            ]
+            params = merged_input(job.job_type, job.request_params, finished)
+            await conn.execute(
+                update(async_jobs)
+                .where(and_(_jobs.id == job.id, _jobs.claim_token == claim.token))
+                .values(request_params=params, inputs_merged_at=now)
+            )
+        return Claim(
+            job=replace(job, request_params=params, inputs_merged_at=now), token=claim.token
+        )
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
+        """`jobs` with `waiting_on` filled in for those waiting for dependencies: one
+        query for all of them (none when no job waits)."""
+        waiting = [job.id for job in jobs if job.waits_for_dependencies]
+        if not waiting:
+            return list(jobs)
+        open_ones: dict[str, list[tuple[int, str]]] = {}
+        async with self._db.single() as conn:
+            for chunk in chunks(waiting):
+                rows = await conn.execute(
+                    select(_deps.job_id, _deps.depends_on_id, _deps.position)
+                    .join(async_jobs, _jobs.id == _deps.depends_on_id)
+                    .where(and_(_deps.job_id.in_(list(chunk)), _jobs.status != "COMPLETED"))
+                )
+                for job_id, dependency_id, position in rows:
+                    open_ones.setdefault(job_id, []).append((position, dependency_id))
+        return [
+            replace(job, waiting_on=tuple(d for _, d in sorted(open_ones[job.id])))
+            if job.id in open_ones
+            else job
+            for job in jobs
+        ]
+
+    async def dependents_of(self, job_ids: Sequence[str]) -> list[str]:
+        """The jobs that depend on any of `job_ids`."""
+        found: list[str] = []
+        async with self._db.single() as conn:
+            for chunk in chunks(list(job_ids)):
+                rows = await conn.execute(
+                    select(_deps.job_id).where(_deps.depends_on_id.in_(list(chunk))).distinct()
+                )
+                found += [row[0] for row in rows]
+        return found
