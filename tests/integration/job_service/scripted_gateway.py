@@ -54,6 +54,8 @@ class Held:
 
     reached: asyncio.Event = field(default_factory=asyncio.Event)
     released: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set before the release: the call then fails so instead of answering.
+    fail: Fail | None = None
 
     def release(self) -> None:
         self.released.set()
@@ -97,6 +99,8 @@ class ScriptedGateway(gw_grpc.AiGatewayServiceServicer):
             raise
         finally:
             self.in_flight -= 1
+        if isinstance(action, Held) and action.fail is not None:
+            action = action.fail
         if not isinstance(action, Fail):
             return None
         status = status_pb2.Status(code=action.code.value[0], message=action.message)

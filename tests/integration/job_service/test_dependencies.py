@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from san_jobs.job_service.domain.model import JobStatus
 from san_jobs.job_service.domain.ports import PruneBatchParams
@@ -62,29 +61,38 @@ async def wait_status(service: Service, job_id: str, status: int, within: float 
         await asyncio.sleep(0.02)
 
 
-def hold(service: Service, *job_ids: str) -> dict[str, Held]:
-    """The gateway holds the calls of `job_ids` until the test releases them."""
-    held = {job_id: Held() for job_id in job_ids}
-    service.gateway.script = lambda job_id, _attempt: held.get(job_id)
-    return held
+class Holds:
+    """Every gateway call waits until the test releases its job (`release`, also
+    before the call arrives): a job's call cannot answer before the test has its id
+    in hand, however fast the worker claims it."""
+
+    def __init__(self, service: Service) -> None:
+        self.held: dict[str, Held] = {}
+        service.gateway.script = lambda job_id, _attempt: self[job_id]
+
+    def __getitem__(self, job_id: str) -> Held:
+        return self.held.setdefault(job_id, Held())
+
+    def release(self, *job_ids: str) -> None:
+        for job_id in job_ids:
+            self[job_id].release()
 
 
 async def test_a_til_waits_for_its_cards_then_takes_their_summaries_as_completed(
     start_service: StartService,
 ) -> None:
     service = await start_service()
-    held: dict[str, Held] = {}
-    service.gateway.script = lambda job_id, _attempt: held.get(job_id)
+    held = Holds(service)
     cards = []
     for name, text in (("a", "Alpha leads. More."), ("b", "Beta follows. More.")):
         card = (await service.stub.Enqueue(card_request(name, text, request_id=name))).job
-        held[card.id] = Held()
         cards.append(card.id)
     first, second = cards
     await held[first].reached.wait()
     await held[second].reached.wait()
 
     til = (await service.stub.Enqueue(til_request("day", cards))).job
+    held.release(til.id)  # its call answers when it comes
     assert til.status == pb.JOB_STATUS_PENDING
     assert list(til.depends_on) == cards
     assert til.waiting_for.reason == pb.PAUSE_REASON_DEPENDENCIES
@@ -113,6 +121,7 @@ async def test_a_til_waits_for_its_cards_then_takes_their_summaries_as_completed
     assert stored.attempts[0].start_time.ToDatetime() >= first_done
 
     recall = (await service.stub.Enqueue(recall_request("quiz", [til.id, first]))).job
+    held.release(recall.id)
     assert not recall.HasField("waiting_for")  # both COMPLETED already: due at once
     answered = (await wait_terminal(service.stub, [recall.id], timeout=20))[recall.id]
     assert answered.status == pb.JOB_STATUS_COMPLETED, answered.error_message
@@ -130,21 +139,16 @@ async def test_a_failed_dependency_cancels_its_dependents_naming_it(
     start_service: StartService,
 ) -> None:
     service = await start_service(max_attempts=1)
-    failing: set[str] = set()
-    refused = Fail(grpc.StatusCode.INVALID_ARGUMENT, "the provider refused the text")
-    service.gateway.script = lambda job_id, _attempt: refused if job_id in failing else None
-    # Due in a second: its dependents are enqueued while it is PENDING.
-    soon = Timestamp()
-    soon.FromDatetime(datetime.now(UTC) + timedelta(seconds=1))
-    card = (
-        await service.stub.Enqueue(card_request("doomed", "Doomed. Text.", schedule_time=soon))
-    ).job
-    failing.add(card.id)
+    held = Holds(service)
+    card = (await service.stub.Enqueue(card_request("doomed", "Doomed. Text."))).job
+    await held[card.id].reached.wait()
     til = (await service.stub.Enqueue(til_request("day", [card.id]))).job
     recall = (await service.stub.Enqueue(recall_request("quiz", [til.id]))).job
     other = (
         await service.stub.Enqueue(card_request("after", "After. Text.", depends_on=[til.id]))
     ).job
+    held[card.id].fail = Fail(grpc.StatusCode.INVALID_ARGUMENT, "the provider refused the text")
+    held.release(card.id)
     ended = await wait_terminal(service.stub, [card.id, til.id, recall.id, other.id], timeout=20)
     assert ended[card.id].status == pb.JOB_STATUS_FAILED
     assert ended[til.id].status == pb.JOB_STATUS_CANCELLED
@@ -162,22 +166,23 @@ async def test_a_failed_dependency_cancels_its_dependents_naming_it(
     assert late.error_message == f"Dependency {card.id} FAILED"
 
     # RetryFailed heals the card, not its dependents: the application enqueues again.
-    failing.clear()
+    held.held[card.id] = Held()  # its next call answers
+    held.release(card.id)
     retried = await service.stub.RetryFailed(pb.RetryFailedRequest(job_ids=[card.id]))
     assert list(retried.job_ids) == [card.id]
     await wait_status(service, card.id, pb.JOB_STATUS_COMPLETED)
     await asyncio.sleep(0.3)
     assert (await get(service, til.id)).status == pb.JOB_STATUS_CANCELLED
     again = (await service.stub.Enqueue(til_request("day", [card.id]))).job
+    held.release(again.id)
     healed = (await wait_terminal(service.stub, [again.id], timeout=20))[again.id]
     assert healed.status == pb.JOB_STATUS_COMPLETED
     assert (await get(service, again.id)).til_generation_input.notes == ["Doomed."]
 
 
 async def test_a_cancelled_dependency_cancels_its_dependent(service: Service) -> None:
-    held = hold(service)
+    held = Holds(service)
     card = (await service.stub.Enqueue(card_request("c", "Cancel me. Text."))).job
-    held[card.id] = Held()
     await held[card.id].reached.wait()
     til = (await service.stub.Enqueue(til_request("day", [card.id]))).job
     await service.stub.CancelJob(pb.CancelJobRequest(job_id=card.id, reason="not needed"))
@@ -188,7 +193,7 @@ async def test_a_cancelled_dependency_cancels_its_dependent(service: Service) ->
 
 
 async def test_depends_on_is_checked_naming_the_field(service: Service) -> None:
-    held = hold(service)
+    held = Holds(service)
     embedding = (
         await service.stub.Enqueue(
             pb.EnqueueRequest(
@@ -199,7 +204,6 @@ async def test_depends_on_is_checked_naming_the_field(service: Service) -> None:
         )
     ).job
     card = (await service.stub.Enqueue(card_request("k", "Card. Text."))).job
-    held[card.id] = Held()
     unknown = "00000000-0000-4000-8000-000000000000"
 
     async def violations(request: pb.EnqueueRequest) -> dict[str, str]:
@@ -234,15 +238,15 @@ async def test_depends_on_is_checked_naming_the_field(service: Service) -> None:
     assert answer.results[0].response.job.waiting_for.reason == pb.PAUSE_REASON_DEPENDENCIES
     error = status_error(answer.results[1].error)
     assert set(error.field_violations) == {"requests[1].depends_on[0]"}
-    held[card.id].release()
-    done = await wait_terminal(service.stub, [answer.results[0].response.job.id], timeout=20)
-    assert done[answer.results[0].response.job.id].status == pb.JOB_STATUS_COMPLETED
+    ok = answer.results[0].response.job.id
+    held.release(card.id, ok)
+    done = await wait_terminal(service.stub, [ok], timeout=20)
+    assert done[ok].status == pb.JOB_STATUS_COMPLETED
 
 
 async def test_a_repeated_request_id_returns_the_stored_dependent(service: Service) -> None:
-    held = hold(service)
+    held = Holds(service)
     card = (await service.stub.Enqueue(card_request("k", "Card. Text."))).job
-    held[card.id] = Held()
     request = til_request("t", [card.id])
     request.request_id = "til:me:2026-12-04"
     first = (await service.stub.Enqueue(request)).job
@@ -255,15 +259,17 @@ async def test_retention_keeps_a_finished_job_an_active_one_depends_on(
     start_service: StartService,
 ) -> None:
     service = await start_service()
-    held = hold(service)
+    held = Holds(service)
     done = (await service.stub.Enqueue(card_request("done", "Done. Text."))).job
+    held.release(done.id)
     running = (await service.stub.Enqueue(card_request("running", "Running. Text."))).job
-    held[running.id] = Held()
     await wait_status(service, done.id, pb.JOB_STATUS_COMPLETED)
     await held[running.id].reached.wait()
     lone = (await service.stub.Enqueue(card_request("lone", "Lone. Text."))).job
+    held.release(lone.id)
     await wait_status(service, lone.id, pb.JOB_STATUS_COMPLETED)
     til = (await service.stub.Enqueue(til_request("day", [done.id, running.id]))).job
+    held.release(til.id)
 
     # Every COMPLETED job so far is past a cutoff of now: only `lone` may go.
     store = service.runtime.store
@@ -281,3 +287,49 @@ async def test_retention_keeps_a_finished_job_an_active_one_depends_on(
         "Done.",
         "Running.",
     ]
+
+
+async def test_another_callers_job_reads_as_an_unknown_one(start_service: StartService) -> None:
+    from san_jobs.job_service.auth.roles import Role
+    from tests.integration.job_service.test_auth_roles import add_token, bearer
+
+    service = await start_service(auth="token")
+    alice = bearer(await add_token(service, "alice", Role.SUBMITTER))
+    bob = bearer(await add_token(service, "bob", Role.SUBMITTER))
+    theirs = (await service.stub.Enqueue(card_request("a", "Alice's. Text."), metadata=alice)).job
+    unknown = "00000000-0000-4000-8000-000000000000"
+    answers = []
+    for dependency in (theirs.id, unknown):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await service.stub.Enqueue(til_request("day", [dependency]), metadata=bob)
+        error = rich_error(caught.value)
+        answers.append(
+            (error.code, error.field_violations["depends_on[0]"].replace(dependency, ""))
+        )
+    assert answers[0] == answers[1]  # the same words: bob learns nothing of alice's job
+    mine = await service.stub.Enqueue(til_request("day", [theirs.id]), metadata=alice)
+    assert list(mine.job.depends_on) == [theirs.id]
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_forty_cards_completed_by_two_instances_make_one_til(
+    start_service: StartService,
+) -> None:
+    """Two instances on one PostgreSQL complete the 40 cards at once (each decrement
+    of the TIL's count under the row's lock): the TIL runs exactly once, with all 40
+    summaries, as soon as the last one completes (2 s: two services and 41 jobs)."""
+    first = await start_service(workers=8)
+    second = await start_service(workers=8)
+    release = asyncio.Event()  # every call waits for it (the two share one gateway)
+    first.gateway.script = lambda _job, _attempt: Held(released=release)
+    cards = []
+    for index in range(40):
+        card = (await first.stub.Enqueue(card_request(f"c{index}", f"Card {index}. Text."))).job
+        cards.append(card.id)
+    til = (await second.stub.Enqueue(til_request("day", cards))).job
+    release.set()
+    done = (await wait_terminal(first.stub, [til.id], timeout=30))[til.id]
+    assert done.status == pb.JOB_STATUS_COMPLETED, done.error_message
+    assert first.gateway.calls[til.id] == 1
+    notes = list((await get(first, til.id)).til_generation_input.notes)
+    assert sorted(notes) == sorted(f"Card {index}." for index in range(40))

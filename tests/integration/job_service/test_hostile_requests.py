@@ -308,7 +308,12 @@ def _til() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def _recall() -> st.SearchStrategy[dict[str, Any]]:
-    source = st.builds(pb.RecallSource, title=hostile_text(), text=hostile_text())
+    source = st.builds(
+        pb.RecallSource,
+        title=hostile_text(),
+        text=hostile_text(),
+        job_id=st.one_of(st.just(""), hostile_text()),
+    )
     small = st.builds(pb.RecallSource, title=short_text(), text=short_text())
     return st.fixed_dictionaries(
         {
@@ -347,6 +352,14 @@ def enqueue_requests(draw: st.DrawFn, pool: Pool) -> pb.EnqueueRequest:
         "schedule_time": st.one_of(timestamps(), _around_a_year_ahead()),
         # Mostly the edges of 0..5 (the valid range and just past it), and any int32.
         "priority": st.one_of(st.integers(-1, 6), st.integers(-1, 6), int32s()),
+        # Real jobs (of any type and status), unknown UUIDs, junk, repeats, past 100.
+        "depends_on": st.one_of(
+            many(
+                st.one_of(st.sampled_from(pool.job_ids), st.uuids().map(str), hostile_text()),
+                st.sampled_from(pool.job_ids),
+            ),
+            st.sampled_from(pool.job_ids).map(lambda job_id: [job_id] * 101),
+        ),
     }
     chosen = {name: draw(fields[name]) for name in hostile if name in fields}
     return pb.EnqueueRequest(
@@ -378,6 +391,7 @@ _ENQUEUE_FIELDS = (
     "on_duplicate",
     "schedule_time",
     "priority",
+    "depends_on",
 )
 
 
