@@ -126,6 +126,7 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
         return_existing: bool = False,
         schedule_time: datetime | None = None,
         priority: int = 0,
+        depends_on: Sequence[str] = (),
         timeout: float | None = None,
     ) -> pb.EnqueueResponse:
         """Store a job as PENDING; its type follows from ``job_input`` unless given.
@@ -137,6 +138,10 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
         before then: a delayed job, at most a year ahead (a past time means now).
         ``priority``: 1 (most urgent) to 5 (least), 0 for the default 3; among due jobs
         the more urgent is started first (README, "Priorities").
+        ``depends_on``: ids of the caller's jobs this one runs after (at most 100); it
+        waits until all are COMPLETED, takes their results where its type does (a
+        TIL its cards' summaries, a recall its cards' and TIL's results), and is
+        CANCELLED if one fails (README, "Dependencies").
         """
         request = _requests.enqueue_request(
             target_id,
@@ -148,6 +153,7 @@ class AsyncJobsClient(ClientBase[grpc.aio.Channel]):
             return_existing=return_existing,
             schedule_time=schedule_time,
             priority=priority,
+            depends_on=depends_on,
         )
         return result(await self._call(self._stub.Enqueue, request, timeout))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -52,10 +52,11 @@ def enqueue_request(
     return_existing: bool,
     schedule_time: datetime | None = None,
     priority: int = 0,
+    depends_on: Sequence[str] = (),
 ) -> pb.EnqueueRequest:
     """An EnqueueRequest; `schedule_time` (aware, or naive taken as UTC) delays the
     job until then (at most a year ahead; a past time means now); `priority` 1 (most
-    urgent) to 5, 0 for the default 3."""
+    urgent) to 5, 0 for the default 3; `depends_on` the ids of jobs it runs after."""
     request = pb.EnqueueRequest(
         target_id=target_id,
         requested_by=requested_by,
@@ -64,6 +65,7 @@ def enqueue_request(
         request_id=request_id or str(uuid.uuid4()),
         max_attempts=max_attempts,
         priority=priority,
+        depends_on=list(depends_on),
         on_duplicate=(
             pb.ON_DUPLICATE_RETURN_EXISTING if return_existing else pb.ON_DUPLICATE_REJECT
         ),

@@ -96,6 +96,7 @@ MAX_PAGE_SIZE = 1_000
 MAX_BATCH = 1_000
 MAX_TEXT_FIELD_CHARS = 256
 MAX_ATTEMPTS_LIMIT = 100
+MAX_DEPENDENCIES = 100
 FAILURE_PREFIX_CHARS = 80
 DAY_NS = 24 * 3600 * 10**9
 DEFAULT_SCHEDULE_PAGE_SIZE = 100
@@ -172,6 +173,8 @@ class FakeJobService:
         self._lock = threading.RLock()
         self._jobs: dict[str, pb.Job] = {}
         self._by_request_id: dict[str, str] = {}
+        # job id -> the jobs that depend on it (EnqueueRequest.depends_on).
+        self._dependents: dict[str, list[str]] = {}
         self._watchers: list[_Watcher] = []
         # The change feed: each change's job (without input), in order; its streams.
         self._changes: list[pb.Job] = []
@@ -336,6 +339,8 @@ class FakeJobService:
             for signal in list(self._change_streams):
                 if not signal.push(_MOVED):
                     self._change_streams.remove(signal)
+        if job.status in TERMINAL_STATUSES and job.id in self._dependents:
+            self._dependency_ended(job)
         return self._copy(job)
 
     def _start(self, job: pb.Job) -> None:
@@ -405,10 +410,67 @@ class FakeJobService:
                     reason="DUPLICATE_JOB",
                     metadata={"existingJobId": active.id},
                 )
+            self._check_dependencies(request)
             job = self._new_job(request)
             answer = _response(job, deduplicated=False)
-            self._ran(job)
+            if job.status == pb.JOB_STATUS_PENDING and not job.HasField("waiting_for"):
+                self._ran(job)
             return answer
+
+    def _check_dependencies(self, request: pb.EnqueueRequest) -> None:
+        """depends_on as JobService checks it: each a known job (the fake does not
+        check the caller or the types a job takes)."""
+        unknown = [
+            (f"depends_on[{index}]", f"no job {job_id}")
+            for index, job_id in enumerate(request.depends_on)
+            if job_id not in self._jobs
+        ]
+        if unknown:
+            raise _invalid(*unknown)
+
+    def _wait_for_dependencies(self, job: pb.Job) -> None:
+        """A new job with depends_on: waiting for those not COMPLETED (Job.waiting_for),
+        or CANCELLED at once if one already failed, as JobService does. The fake passes
+        no results on: a TIL or recall runs on the input it was given."""
+        for dependency_id in job.depends_on:
+            self._dependents.setdefault(dependency_id, []).append(job.id)
+        left = [d for d in job.depends_on if self._jobs[d].status != pb.JOB_STATUS_COMPLETED]
+        ended = [d for d in left if self._jobs[d].status in TERMINAL_STATUSES]
+        if ended:
+            self._end_by_dependency(job, self._jobs[ended[0]])
+        elif left:
+            job.waiting_for.CopyFrom(
+                pb.DispatchPause(
+                    reason=pb.PAUSE_REASON_DEPENDENCIES, since=job.create_time, job_ids=left
+                )
+            )
+
+    def _end_by_dependency(self, job: pb.Job, dependency: pb.Job) -> None:
+        message = f"Dependency {dependency.id} {_status_name(dependency.status)}"
+        job.ClearField("waiting_for")
+        job.status = pb.JOB_STATUS_CANCELLED
+        job.error_message = job.cancel_reason = message
+        job.error_code, job.error_reason = "CANCELLED", "DEPENDENCY_ENDED"
+        job.cancel_time.CopyFrom(self._now())
+
+    def _dependency_ended(self, ended: pb.Job) -> None:
+        """`ended` reached a terminal status: its waiting dependents run (all their
+        dependencies COMPLETED) or are CANCELLED naming it, as JobService's trigger."""
+        for job_id in self._dependents.pop(ended.id, []):
+            job = self._jobs[job_id]
+            if job.status != pb.JOB_STATUS_PENDING or not job.HasField("waiting_for"):
+                continue
+            if ended.status != pb.JOB_STATUS_COMPLETED:
+                self._end_by_dependency(job, ended)
+                self._publish(job)  # which ends its own dependents
+                continue
+            left = [d for d in job.depends_on if self._jobs[d].status != pb.JOB_STATUS_COMPLETED]
+            if left:
+                job.waiting_for.job_ids[:] = left
+                continue
+            job.ClearField("waiting_for")
+            self._publish(job)
+            self._ran(job)
 
     def _new_job(self, request: pb.EnqueueRequest) -> pb.Job:
         now = self._now()
@@ -430,7 +492,10 @@ class FakeJobService:
         # Kept and shown as JobService does (0: the default 3); the fake runs jobs as
         # they come, so it does not order by it.
         job.priority = request.priority or 3
+        job.depends_on.extend(request.depends_on)
         self._jobs[job.id] = job
+        if job.depends_on:
+            self._wait_for_dependencies(job)
         if request.request_id:
             self._by_request_id[request.request_id] = job.id
         self._publish(job)
@@ -829,6 +894,11 @@ def _check_enqueue(request: pb.EnqueueRequest) -> None:
         )
     if not 0 <= request.priority <= 5:
         violations.append(("priority", "must be 1 (most urgent) to 5, or 0 for the default"))
+    if len(request.depends_on) > MAX_DEPENDENCIES:
+        violations.append(("depends_on", f"must hold at most {MAX_DEPENDENCIES} job ids"))
+    for index, job_id in enumerate(request.depends_on):
+        if job_id in request.depends_on[:index]:
+            violations.append((f"depends_on[{index}]", "repeats an earlier id"))
     info = job_type_info(request.job_type)
     case = request.WhichOneof("input")
     if info is None:

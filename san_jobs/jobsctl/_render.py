@@ -97,7 +97,10 @@ def error_dict(error: JobsError) -> dict[str, Any]:
 
 def _status(job: pb.Job) -> str:
     name = status_name(job.status)
-    waiting = " [dim](waiting: type paused)[/]" if job.HasField("waiting_for") else ""
+    waiting = ""
+    if job.HasField("waiting_for"):
+        dependencies = job.waiting_for.reason == pb.PAUSE_REASON_DEPENDENCIES
+        waiting = f" [dim](waiting: {'dependencies' if dependencies else 'type paused'})[/]"
     return f"[{STATUS_STYLE.get(name, '')}]{name}[/]{_due(job)}{waiting}"
 
 
@@ -153,6 +156,7 @@ def job_detail(console: Console, job: pb.Job) -> None:
         ("target", markup_text(job.target_id)),
         ("attempts", f"{job.attempt_count}/{job.max_attempts}"),
         ("priority", str(job.priority)),
+        *([("depends on", markup_text(", ".join(job.depends_on)))] if job.depends_on else []),
         ("created", format_time(job.create_time)),
         ("updated", format_time(job.update_time)),
     ]

@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--priority", type=parse_priority, default=0, metavar="N",
         help="1 (most urgent) to 5 (least); default 3",
     )  # fmt: skip
+    common.add_argument(
+        "--after", dest="depends_on", action="append", default=[], metavar="JOB_ID",
+        help="run after this job completes (repeat for several; README, Dependencies)",
+    )  # fmt: skip
     later = common.add_mutually_exclusive_group()
     later.add_argument(
         "--at", type=parse_at, default=None, metavar="TIME",
@@ -241,6 +245,7 @@ def cmd_enqueue(client: JobsClient, args: argparse.Namespace) -> int:
         return_existing=args.return_existing,
         schedule_time=args.at if args.delay is None else datetime.now(UTC) + args.delay,
         priority=args.priority,
+        depends_on=args.depends_on,
     )
     if args.json:
         _render.print_json(_render.to_dict(response))

@@ -34,9 +34,14 @@ def pause_reason_name(value: pb.PauseReason.ValueType) -> str:
 
 
 def waiting_text(pause: pb.DispatchPause) -> str:
-    """Why a PENDING job waits behind a pause of its type, in one sentence:
+    """Why a PENDING job waits (for jobs it depends on, or behind a pause of its
+    type), in one sentence:
     ``the AI provider has been unavailable since 2026-12-01T15:04:00Z; next try at
     ...``. Times are UTC, as everywhere in the clients."""
+    if pause.reason == pb.PAUSE_REASON_DEPENDENCIES:
+        ids = list(pause.job_ids)
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        return f"waiting for {len(ids)} {'job' if len(ids) == 1 else 'jobs'} it depends on: {shown}"
     since, until = format_time(pause.since), format_time(pause.until)
     if pause.reason == pb.PAUSE_REASON_RATE_LIMITED:
         return f"the AI provider has been rate limiting since {since}; resuming at {until}"
