@@ -17,6 +17,7 @@ SCRIPTS = [
     "bench_fanout.py",
     "bench_change_feed.py",
     "bench_priorities.py",
+    "bench_dependencies.py",
 ]
 
 
