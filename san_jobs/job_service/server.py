@@ -443,6 +443,12 @@ class JobServiceRuntime:
         await self.pruner.stop()
         await self.schedule_firer.stop()
         await self.worker.stop(self.settings.grace)
+        # The dependents' news of the last outcomes (_worker_published): let them end
+        # (a few reads each), before the store they read from closes.
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.settings.grace)
+            for task in set(self._background):
+                task.cancel()
         await self.count_folder.stop()
         await self.change_feed.stop()
         # Streams never end by themselves; give unary calls a moment, then end the rest.
