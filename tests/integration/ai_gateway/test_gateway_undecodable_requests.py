@@ -62,8 +62,25 @@ async def test_unary_rpcs_answer_invalid_argument(
         with pytest.raises(grpc.aio.AioRpcError) as stranger:
             await call(payload, timeout=10)
         assert stranger.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert "Traceback" not in caplog.text
-    assert "Exception deserializing" not in caplog.text
+    logged = _logged_by_this_test(caplog)
+    assert "Traceback" not in logged
+    assert "Exception deserializing" not in logged
+
+
+def _logged_by_this_test(caplog: pytest.LogCaptureFixture) -> str:
+    """What was logged, less grpc's process-wide poller reporting, through asyncio, an
+    event for an earlier test's event loop, closed since ("Event loop is closed"):
+    nothing this gateway did (it failed this test once in a full run)."""
+    kept = [
+        record
+        for record in caplog.records
+        if not (
+            record.name == "asyncio"
+            and record.exc_info is not None
+            and "Event loop is closed" in str(record.exc_info[1])
+        )
+    ]
+    return "\n".join(caplog.handler.format(record) for record in kept)
 
 
 async def test_stream_calls_ends_with_invalid_argument(
