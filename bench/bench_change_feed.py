@@ -73,6 +73,40 @@ def migrated(url: str) -> str:
     return url
 
 
+Runs = dict[str, list[tuple[float, dict[str, float]]]]
+
+
+def compare_variants(
+    results: Runs, jobs: int, *, labels: dict[str, str], what: str, cost_label: str
+) -> None:
+    """Print each variant's median throughput (and its rounds, and the CPU note of the
+    median round), the cost of "with" against "without" in throughput, and the CPU
+    per job of each (job-service + PostgreSQL): the steadier figure, since throughput
+    on a small shared machine moves +-20 % between rounds."""
+    medians = {}
+    for variant, runs in results.items():
+        runs.sort(key=lambda r: r[0])
+        per_s, figures = runs[len(runs) // 2]
+        medians[variant] = per_s
+        print(
+            f"{what}, {labels[variant]}: {per_s:7.0f} jobs/s (rounds "
+            f"{', '.join(f'{r:.0f}' for r, _ in runs)})\n      "
+            + cpu_note(figures, jobs, others=True)
+        )
+    cost = 100 * (1 - medians["with"] / medians["without"])
+    print(f"  {cost_label}: {cost:+.1f} % of throughput (medians)")
+    cpu = {
+        variant: statistics.median(
+            1000 * (f["service_cpu"] + f.get("cpu:PostgreSQL", 0.0)) / jobs for _, f in runs
+        )
+        for variant, runs in results.items()
+    }
+    print(
+        f"  CPU per job, job-service + database: {cpu['with']:.2f} ms with, "
+        f"{cpu['without']:.2f} ms without ({100 * (cpu['with'] / cpu['without'] - 1):+.1f} %)"
+    )
+
+
 async def catch_up(address: str, count: int) -> float:
     """Changes per second of a stream from the start reading `count` changes."""
     async with grpc.aio.insecure_channel(address) as channel:
@@ -143,30 +177,12 @@ def bench_database(name: str, fresh: Callable[[], str], jobs: int, rounds: int, 
                         catch_up_rates.append(asyncio.run(catch_up(service.address, jobs)))
                 finally:
                     stop(service)
-        medians = {}
-        for variant, runs in results.items():
-            runs.sort(key=lambda r: r[0])
-            per_s, figures = runs[len(runs) // 2]
-            medians[variant] = per_s
-            label = "with the change feed   " if variant == "with" else "without (trigger dropped)"
-            print(
-                f"  end to end, {label}: {per_s:7.0f} jobs/s (rounds "
-                f"{', '.join(f'{r:.0f}' for r, _ in runs)})\n      "
-                + cpu_note(figures, jobs, others=True)
-            )
-        cost = 100 * (1 - medians["with"] / medians["without"])
-        print(f"  cost of recording changes: {cost:+.1f} % of end-to-end throughput (medians)")
-        # Throughput on a small shared machine moves +-20 % between rounds; the CPU a
-        # job costs the service and its database moves much less: the steadier figure.
-        cpu = {
-            variant: statistics.median(
-                1000 * (f["service_cpu"] + f.get("cpu:PostgreSQL", 0.0)) / jobs for _, f in runs
-            )
-            for variant, runs in results.items()
-        }
-        print(
-            f"  CPU per job, job-service + database: {cpu['with']:.2f} ms with, "
-            f"{cpu['without']:.2f} ms without ({100 * (cpu['with'] / cpu['without'] - 1):+.1f} %)"
+        compare_variants(
+            results,
+            jobs,
+            labels={"with": "with the change feed   ", "without": "without (trigger dropped)"},
+            what="  end to end",
+            cost_label="cost of recording changes",
         )
         print(
             f"  catch-up read from the start: {statistics.median(catch_up_rates):8.0f} changes/s "

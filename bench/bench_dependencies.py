@@ -38,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_change_feed import migrated  # noqa: E402
-from bench_jobs import card, cpu_note, each_database, end_to_end, measured, stop  # noqa: E402
+from bench_change_feed import compare_variants, migrated  # noqa: E402
+from bench_jobs import card, each_database, end_to_end, measured, stop  # noqa: E402
 
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb  # noqa: E402
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -134,30 +134,12 @@ def bench_database(
                     results[variant].append((per_s, figures))
                 finally:
                     stop(service)
-        medians = {}
-        for variant, runs in results.items():
-            runs.sort(key=lambda r: r[0])
-            per_s, figures = runs[len(runs) // 2]
-            medians[variant] = per_s
-            label = (
-                "with 0017's triggers    " if variant == "with" else "without (triggers dropped)"
-            )
-            print(
-                f"  plain jobs end to end, {label}: {per_s:7.0f} jobs/s (rounds "
-                f"{', '.join(f'{r:.0f}' for r, _ in runs)})\n      "
-                + cpu_note(figures, jobs, others=True)
-            )
-        cost = 100 * (1 - medians["with"] / medians["without"])
-        print(f"  cost to jobs without dependencies: {cost:+.1f} % of throughput (medians)")
-        cpu = {
-            variant: statistics.median(
-                1000 * (f["service_cpu"] + f.get("cpu:PostgreSQL", 0.0)) / jobs for _, f in runs
-            )
-            for variant, runs in results.items()
-        }
-        print(
-            f"  CPU per job, job-service + database: {cpu['with']:.2f} ms with, "
-            f"{cpu['without']:.2f} ms without ({100 * (cpu['with'] / cpu['without'] - 1):+.1f} %)"
+        compare_variants(
+            results,
+            jobs,
+            labels={"with": "with 0017's triggers    ", "without": "without (triggers dropped)"},
+            what="  plain jobs end to end",
+            cost_label="cost to jobs without dependencies",
         )
         url = migrated(fresh())
         service = start_job_service(work, gateway=gateway.address, database_url=url)

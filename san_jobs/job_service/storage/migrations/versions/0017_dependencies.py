@@ -45,6 +45,25 @@ _ENDED_MESSAGE = "'Dependency ' || NEW.id || ' ' || NEW.status"
 # The dependents of NEW that still wait.
 _WAITING = "status = 'PENDING' AND dependencies_left > 0"
 _OF_NEW = "id IN (SELECT job_id FROM job_dependencies WHERE depends_on_id = NEW.id)"
+# NEW completed: one dependency less; the last one makes the job due (its schedule
+# time if still ahead), as 0005's due_at rule reads the new values.
+_ONE_LESS = """dependencies_left = dependencies_left - 1,
+    next_attempt_at = CASE WHEN dependencies_left > 1 THEN next_attempt_at
+        WHEN scheduled_at > NEW.updated_at THEN scheduled_at END,
+    updated_at = NEW.updated_at,
+    due_at = CASE WHEN dependencies_left > 1 THEN due_at
+        WHEN scheduled_at > NEW.updated_at THEN scheduled_at
+        ELSE NEW.updated_at END"""
+# NEW failed or was cancelled: the dependent ends CANCELLED, naming it.
+_ENDED = f"""status = 'CANCELLED',
+    cancelled_at = NEW.updated_at,
+    updated_at = NEW.updated_at,
+    next_attempt_at = NULL,
+    due_at = NULL,
+    cancel_reason = {_ENDED_MESSAGE},
+    error_message = {_ENDED_MESSAGE},
+    error_code = 'CANCELLED',
+    error_reason = 'DEPENDENCY_ENDED'"""
 
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION async_jobs_end_dependents() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -55,13 +74,7 @@ BEGIN
     IF NEW.status = 'COMPLETED' THEN
         WITH moved AS (
             UPDATE async_jobs SET
-                dependencies_left = dependencies_left - 1,
-                next_attempt_at = CASE WHEN dependencies_left > 1 THEN next_attempt_at
-                    WHEN scheduled_at > NEW.updated_at THEN scheduled_at END,
-                updated_at = NEW.updated_at,
-                due_at = CASE WHEN dependencies_left > 1 THEN due_at
-                    WHEN scheduled_at > NEW.updated_at THEN scheduled_at
-                    ELSE NEW.updated_at END
+                {_ONE_LESS}
             WHERE {_WAITING} AND {_OF_NEW}
             RETURNING id, dependencies_left
         )
@@ -72,15 +85,7 @@ BEGIN
     ELSE
         WITH ended AS (
             UPDATE async_jobs SET
-                status = 'CANCELLED',
-                cancelled_at = NEW.updated_at,
-                updated_at = NEW.updated_at,
-                next_attempt_at = NULL,
-                due_at = NULL,
-                cancel_reason = {_ENDED_MESSAGE},
-                error_message = {_ENDED_MESSAGE},
-                error_code = 'CANCELLED',
-                error_reason = 'DEPENDENCY_ENDED'
+                {_ENDED}
             WHERE {_WAITING} AND {_OF_NEW}
             RETURNING id
         )
@@ -106,13 +111,7 @@ CREATE TRIGGER tr_async_jobs_dependents_completed AFTER UPDATE OF status ON asyn
 WHEN NEW.has_dependents AND OLD.status IS NOT NEW.status AND NEW.status = 'COMPLETED'
 BEGIN
     UPDATE async_jobs SET
-        dependencies_left = dependencies_left - 1,
-        next_attempt_at = CASE WHEN dependencies_left > 1 THEN next_attempt_at
-            WHEN scheduled_at > NEW.updated_at THEN scheduled_at END,
-        updated_at = NEW.updated_at,
-        due_at = CASE WHEN dependencies_left > 1 THEN due_at
-            WHEN scheduled_at > NEW.updated_at THEN scheduled_at
-            ELSE NEW.updated_at END
+        {_ONE_LESS}
     WHERE {_WAITING} AND {_OF_NEW};
 END
 """
@@ -123,15 +122,7 @@ WHEN NEW.has_dependents AND OLD.status IS NOT NEW.status
     AND NEW.status IN ('FAILED', 'CANCELLED')
 BEGIN
     UPDATE async_jobs SET
-        status = 'CANCELLED',
-        cancelled_at = NEW.updated_at,
-        updated_at = NEW.updated_at,
-        next_attempt_at = NULL,
-        due_at = NULL,
-        cancel_reason = {_ENDED_MESSAGE},
-        error_message = {_ENDED_MESSAGE},
-        error_code = 'CANCELLED',
-        error_reason = 'DEPENDENCY_ENDED'
+        {_ENDED}
     WHERE {_WAITING} AND {_OF_NEW};
 END
 """
