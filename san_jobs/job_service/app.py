@@ -105,12 +105,13 @@ class JobApplication:
                 job.requested_by or "-",
             )
             self.hub.publish([job])
-            if job.waits_for_dependencies or job.status is not JobStatus.PENDING:
-                pass  # due when its last dependency completes (that wakes a worker)
-            elif job.next_attempt_at is not None:  # a delayed job: due then, not now
-                self.worker.due_later([job.next_attempt_at])
-            else:
-                self.worker.wake()
+            # One waiting for dependencies is due when the last completes (which wakes
+            # a worker); one they ended at once is not due at all.
+            if job.status is JobStatus.PENDING and not job.waits_for_dependencies:
+                if job.next_attempt_at is not None:  # a delayed job: due then, not now
+                    self.worker.due_later([job.next_attempt_at])
+                else:
+                    self.worker.wake()
         return job, deduplicated
 
     async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
@@ -253,7 +254,7 @@ class JobApplication:
                 dependents = [i for i in await self.store.dependents_of(ended) if i not in seen]
                 seen.update(dependents)
                 jobs = await self.store.get_many(dependents)
-                self.hub.publish([j for j in jobs if j.id in set(self.hub.watched_ids(dependents))])
+                self.hub.publish(jobs)  # watchers by id and by filter, and the change feed
                 ended = [j.id for j in jobs if j.has_dependents and j.status is JobStatus.CANCELLED]
         except Exception:  # streams poll too; the worker is awake either way
             log.exception("job_ids=%s: the dependents' news was not published", ",".join(job_ids))

@@ -22,7 +22,6 @@ from san_jobs.job_service.domain.dependencies import (
     merged_input,
 )
 from san_jobs.job_service.domain.errors import (
-    DuplicateJobError,
     FieldViolation,
     InvalidRequestError,
     StorageUnavailableError,
@@ -61,19 +60,17 @@ class JobDependencies(JobWrites):
         their rows, so none ends unseen meanwhile), check them (each the caller's, of
         a type this job takes), insert the job waiting for those not COMPLETED, its
         job_dependencies rows, and end it at once if one already FAILED or was
-        CANCELLED. A request_id or active target already held: that job, as
-        `_enqueue_one` answers for any Enqueue."""
+        CANCELLED. A request_id or active target already held: answered as any
+        Enqueue's conflict (`_conflict_answer`)."""
         for _ in range(5):
             try:
                 return await self._insert_dependent(new), False
             except _Conflict:
                 pass
-            existing = await self._holder_of(new)
-            if existing is not None:
-                same_request = new.request_id is not None and existing.request_id == new.request_id
-                if same_request or on_duplicate is OnDuplicate.RETURN_EXISTING:
-                    return existing, True
-                raise DuplicateJobError(existing.id)
+            async with self._db.single() as conn:
+                winner = await self._conflict_answer(conn, new, on_duplicate)
+            if winner is not None:
+                return winner
         raise StorageUnavailableError("enqueue kept conflicting with jobs that changed state")
 
     async def _insert_dependent(self, new: NewJob) -> Job:
@@ -155,28 +152,6 @@ class JobDependencies(JobWrites):
     async def _job_in(self, conn: AsyncConnection, job_id: str) -> Job:
         jobs = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
         return jobs[0]
-
-    async def _holder_of(self, new: NewJob) -> Job | None:
-        """The job that holds `new`'s request_id, or else its active target."""
-        async with self._db.single() as conn:
-            if new.request_id is not None:
-                same = await self._db.jobs(
-                    conn,
-                    self._sql.by_request_id,
-                    {"p_request_id": new.request_id, "p_tenant": new.tenant},
-                )
-                if same:
-                    return same[0]
-            active = await self._db.jobs(
-                conn,
-                self._sql.active_for_target,
-                {
-                    "p_job_type": new.job_type.value,
-                    "p_target_id": new.target_id,
-                    "p_tenant": new.tenant,
-                },
-            )
-        return active[0] if active else None
 
     # -- results flow -------------------------------------------------------------------
 

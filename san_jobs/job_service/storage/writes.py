@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
     InvalidRequestError,
@@ -304,30 +306,40 @@ class JobWrites(StoreParts):
                 inserted = await self._db.jobs(conn, sql.enqueue, params)
                 if inserted:
                     return inserted[0], False
-                # The winner is looked for in the caller's tenant only: the indexes
-                # refuse a row for its own tenant's keys alone.
-                if new.request_id is not None:
-                    same = await self._db.jobs(
-                        conn,
-                        sql.by_request_id,
-                        {"p_request_id": new.request_id, "p_tenant": new.tenant},
-                    )
-                    if same:
-                        return same[0], True
-                active = await self._db.jobs(
-                    conn,
-                    sql.active_for_target,
-                    {
-                        "p_job_type": new.job_type.value,
-                        "p_target_id": new.target_id,
-                        "p_tenant": new.tenant,
-                    },
-                )
-                if active:
-                    if on_duplicate is OnDuplicate.RETURN_EXISTING:
-                        return active[0], True
-                    raise DuplicateJobError(active[0].id)
+                winner = await self._conflict_answer(conn, new, on_duplicate)
+                if winner is not None:
+                    return winner
         raise StorageUnavailableError("enqueue kept conflicting with jobs that changed state")
+
+    async def _conflict_answer(
+        self, conn: AsyncConnection, new: NewJob, on_duplicate: OnDuplicate
+    ) -> tuple[Job, bool] | None:
+        """Enqueue's answer when its INSERT met a unique index: the job holding
+        `new`'s request_id (deduplicated), else the active job of its target
+        (returned, or DuplicateJobError); None if neither exists any more (it left the
+        active states meanwhile: insert again). The winner is looked for in the
+        caller's tenant only: the indexes refuse a row for its own tenant's keys alone."""
+        sql = self._sql
+        if new.request_id is not None:
+            same = await self._db.jobs(
+                conn, sql.by_request_id, {"p_request_id": new.request_id, "p_tenant": new.tenant}
+            )
+            if same:
+                return same[0], True
+        active = await self._db.jobs(
+            conn,
+            sql.active_for_target,
+            {
+                "p_job_type": new.job_type.value,
+                "p_target_id": new.target_id,
+                "p_tenant": new.tenant,
+            },
+        )
+        if not active:
+            return None
+        if on_duplicate is OnDuplicate.RETURN_EXISTING:
+            return active[0], True
+        raise DuplicateJobError(active[0].id)
 
     # -- the worker's writes ----------------------------------------------------------
 
