@@ -105,6 +105,12 @@ CRON_FIELDS = 5
 MIN_INTERVAL_SECONDS = 1
 MAX_SPAN_SECONDS = 366 * 24 * 3600
 _SCHEDULE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# JobService's own request ids (its schedules' periods); a caller's is refused.
+PERIOD_REQUEST_ID_PREFIX = "schedule:"
+RESERVED_REQUEST_ID = (
+    f"must not begin with {PERIOD_REQUEST_ID_PREFIX!r}: those are the request ids of"
+    " schedules' periods, which JobService sets itself"
+)
 _ACTIVE = frozenset({pb.JOB_STATUS_PENDING, pb.JOB_STATUS_PROCESSING})
 _END = object()
 
@@ -396,6 +402,12 @@ class FakeJobService:
     def enqueue(self, request: pb.EnqueueRequest) -> pb.EnqueueResponse:
         """Enqueue as JobService answers it (JobsError for a refusal)."""
         _check_enqueue(request)
+        if request.request_id.startswith(PERIOD_REQUEST_ID_PREFIX):
+            raise _invalid(("request_id", RESERVED_REQUEST_ID))
+        return self._enqueue_checked(request)
+
+    def _enqueue_checked(self, request: pb.EnqueueRequest) -> pb.EnqueueResponse:
+        """Enqueue's store part (a schedule's period uses a reserved request_id)."""
         with self._lock:
             known = self._by_request_id.get(request.request_id) if request.request_id else None
             if known is not None:
@@ -701,14 +713,14 @@ class FakeJobService:
             start.FromNanoseconds(start_ns)
             request = pb.EnqueueRequest()
             request.CopyFrom(stored.template)
-            request.request_id = (
-                f"schedule:{schedule_id}:{start.ToDatetime(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
-            )
+            started = start.ToDatetime(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            request.request_id = f"{PERIOD_REQUEST_ID_PREFIX}{schedule_id}:{started}"
             known = self._by_request_id.get(request.request_id)
             if known is None and self._active(request.job_type, request.target_id) is not None:
                 stored.skipped_count += 1
                 return None
-            job = self.enqueue(request).job
+            _check_enqueue(request)
+            job = self._enqueue_checked(request).job
             stored.last_fire_time.CopyFrom(start)
             stored.last_job_id = job.id
             return self._copy(self._jobs[job.id])

@@ -41,6 +41,12 @@ MAX_COUNTED_PERIODS = 10_000
 
 _SCHEDULE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
+# The request ids of the periods' jobs begin with this; it is JobService's own: a
+# caller's request_id that begins with it is refused (domain/validation.py), so that
+# no one can make a period's job in advance (issue 42: a job delayed for months under
+# a period's id made the schedule wait for it, period after period).
+PERIOD_REQUEST_ID_PREFIX = "schedule:"
+
 
 class ScheduleNotFoundError(JobServiceError):
     """The caller has no schedule of this id (another caller's is not found either)."""
@@ -255,7 +261,7 @@ def next_period(definition: ScheduleDefinition, anchor: datetime, after: datetim
 
 def period_request_id(schedule_id: str, period_start: datetime) -> str:
     """The request_id of the job of a period: fired twice, it is the same job."""
-    return f"schedule:{schedule_id}:{rfc3339(period_start)}"
+    return f"{PERIOD_REQUEST_ID_PREFIX}{schedule_id}:{rfc3339(period_start)}"
 
 
 def rfc3339(moment: datetime) -> str:

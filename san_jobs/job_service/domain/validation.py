@@ -26,6 +26,7 @@ from san_jobs.job_service.domain.limits import (
     MAX_TARGET_ID_CHARS,
 )
 from san_jobs.job_service.domain.model import JobType, JsonDict
+from san_jobs.job_service.domain.schedules import PERIOD_REQUEST_ID_PREFIX
 
 # The field rules are imported from here by the transport and tests; they are defined
 # in field_rules.py (the job types' input rules use them, and this module uses those).
@@ -37,6 +38,11 @@ __all__ = [
     "check_schedule",
     "validate_enqueue",
 ]
+
+RESERVED_REQUEST_ID = (
+    f"must not begin with {PERIOD_REQUEST_ID_PREFIX!r}: those are the request ids of"
+    " schedules' periods, which JobService sets itself"
+)
 
 _MAX_SCHEDULE_AHEAD = timedelta(seconds=MAX_SCHEDULE_AHEAD_SECONDS)
 
@@ -83,6 +89,9 @@ def validate_enqueue(
     # two calls fewer per BatchEnqueue item (issue 15).
     if request_id:
         check_identifier("request_id", request_id, MAX_REQUEST_ID_CHARS, out)
+        if request_id.startswith(PERIOD_REQUEST_ID_PREFIX):
+            # The periods' jobs are made by the firing loop, never through here.
+            out.append(FieldViolation("request_id", RESERVED_REQUEST_ID))
     if requested_by:
         check_identifier("requested_by", requested_by, MAX_REQUESTED_BY_CHARS, out)
     if max_attempts < 0 or max_attempts > MAX_ATTEMPTS_LIMIT:

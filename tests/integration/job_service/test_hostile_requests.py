@@ -345,7 +345,10 @@ def enqueue_requests(draw: st.DrawFn, pool: Pool) -> pb.EnqueueRequest:
     fields = {
         "target_id": st.one_of(st.sampled_from(pool.targets), hostile_text()),
         "requested_by": hostile_text(),
-        "request_id": st.one_of(st.sampled_from(("rid-1", "rid-2")), hostile_text()),
+        # And a schedule period's (JobService's own: refused, issue 42).
+        "request_id": st.one_of(
+            st.sampled_from(("rid-1", "rid-2", "schedule:s:2026-12-07T03:00:00Z")), hostile_text()
+        ),
         "max_attempts": int32s(),
         "on_duplicate": enums(tuple(pb.OnDuplicate.values())),
         # Edges of the Timestamp range, and times around the one-year bound.

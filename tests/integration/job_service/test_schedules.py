@@ -18,7 +18,7 @@ from google.protobuf.duration_pb2 import Duration
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service
 from tests.support.jobs_api import card_request, list_all
-from tests.support.rich_errors import rich_error
+from tests.support.rich_errors import rich_error, status_error
 
 
 def schedule(schedule_id: str = "every-second", **kwargs: object) -> pb.Schedule:
@@ -113,6 +113,36 @@ async def test_bad_schedules_name_their_fields(service: Service) -> None:
         )
     assert exists.value.code() is grpc.StatusCode.ALREADY_EXISTS
     assert rich_error(exists.value).reason == "SCHEDULE_EXISTS"
+
+
+async def test_period_request_ids_are_jobservices_own(service: Service) -> None:
+    # Issue 42: a job enqueued in advance under a period's request id stood for that
+    # period (the schedule took it as its own and waited for it, period after
+    # period). The prefix is JobService's: Enqueue, BatchEnqueue and a template refuse it.
+    stub = service.stub
+    period_id = "schedule:every-second:2026-12-07T03:00:00Z"
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Enqueue(card_request("early", "text", request_id=period_id))
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    refused = rich_error(caught.value).field_violations
+    assert list(refused) == ["request_id"] and "schedule:" in refused["request_id"]
+    answer = await stub.BatchEnqueue(
+        pb.BatchEnqueueRequest(
+            requests=[
+                card_request("fine", "text", request_id="schedules:mine"),
+                card_request("early", "text", request_id=period_id),
+            ]
+        )
+    )
+    assert answer.results[0].response.job.request_id == "schedules:mine"
+    item = status_error(answer.results[1].error)
+    assert item.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert list(item.field_violations) == ["requests[1].request_id"]
+    keyed = schedule(template=card_request("scheduled-card", "text", request_id=period_id))
+    with pytest.raises(grpc.aio.AioRpcError) as template:
+        await stub.CreateSchedule(pb.CreateScheduleRequest(schedule=keyed))
+    assert set(rich_error(template.value).field_violations) == {"schedule.template.request_id"}
+    assert [job.request_id for job in await list_all(stub)] == ["schedules:mine"]
 
 
 async def test_list_schedules_pages_by_schedule_id(service: Service) -> None:

@@ -16,6 +16,7 @@ from san_jobs.client import CardAnalysisInput, CardAnalysisResult, InvalidReques
 from san_jobs.client._errors import ScheduleExistsError, ScheduleNotFoundError
 from san_jobs.client.testing import FakeJobService
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from tests.support.rich_errors import status_error
 
 
 def _schedule(schedule_id: str = "nightly", **fields: object) -> pb.Schedule:
@@ -203,3 +204,26 @@ def test_interval_periods_start_a_whole_interval_after_the_created_second() -> N
     fraction = Duration()
     fraction.FromMilliseconds(1500)
     assert _refused(_schedule("p", interval=fraction)) == ["schedule.interval"]
+
+
+def test_period_request_ids_are_jobservices_own() -> None:
+    # Issue 42: a caller's request_id beginning "schedule:" is refused, as JobService
+    # refuses it (a job made in advance under a period's id would stand for it).
+    service = FakeJobService()
+    _create(service, _schedule("daily", cron="0 3 * * *"))
+    period = datetime(2026, 3, 29, 3, 0, tzinfo=UTC)
+    early = _schedule().template
+    early.request_id = "schedule:daily:2026-03-29T03:00:00Z"
+    with pytest.raises(InvalidRequestError) as refused:
+        service.enqueue(early)
+    assert _fields(refused.value) == ["request_id"]
+    answer = service.batch_enqueue(pb.BatchEnqueueRequest(requests=[_schedule().template, early]))
+    assert answer.results[0].WhichOneof("outcome") == "response"
+    assert answer.results[1].WhichOneof("outcome") == "error"
+    assert list(status_error(answer.results[1].error).field_violations) == [
+        "requests[1].request_id"
+    ]
+    # The schedule's own period still uses it.
+    service.complete(answer.results[0].response.job.id, CardAnalysisResult(summary="s"))
+    job = service.fire_schedule("daily", period_start=period)
+    assert job is not None and job.request_id == early.request_id

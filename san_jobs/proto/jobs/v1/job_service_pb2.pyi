@@ -943,7 +943,9 @@ class EnqueueRequest(_message.Message):
     """Optional idempotency key (AIP-155): a repeated Enqueue with the same key,
     from the same tenant (under `--auth token` the same caller), returns the
     job the first one created, with deduplicated = true. At most 256
-    characters, no control or format characters.
+    characters, no control or format characters. Ids beginning "schedule:"
+    are JobService's own (its schedules' periods, see CreateSchedule): a
+    request's is refused with INVALID_ARGUMENT naming request_id.
     """
     max_attempts: _builtins.int
     """Attempts before the job is FAILED; 0 means the server's default; at most
