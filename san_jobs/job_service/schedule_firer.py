@@ -7,6 +7,12 @@ that late), or until `replan()` (this instance's CreateSchedule or ResumeSchedul
 Then it fires every due schedule (storage/schedules.py: the instance whose
 conditional UPDATE wins a period fires it; the others' find nothing to do) and
 hands each new job to the application, which publishes it and wakes the worker.
+
+A period that waits for its previous job (a catch-up window) is not due, and its
+next_fire_at, in the past, is not what the loop sleeps until (issue 42: 100 such
+schedules had every instance run a full round every WAIT_SECONDS, and took the
+whole round from other tenants'): the store leaves it out until that job has ended,
+which the next poll sees, or until its slow look again (WAITING_RECHECK).
 """
 
 from __future__ import annotations
@@ -74,8 +80,8 @@ class ScheduleFirer:
                 continue
             delay = self._poll
             if upcoming is not None:
-                # At least WAIT_SECONDS: a period that waits for its previous job is
-                # due all along (it is looked at again that often, not in a loop).
+                # At least WAIT_SECONDS: a period already due (one whose previous job
+                # just ended, or a round lost to another instance) is not run in a loop.
                 ahead = (upcoming - datetime.now(UTC)).total_seconds()
                 delay = min(delay, max(WAIT_SECONDS, ahead))
             self._wake.clear()

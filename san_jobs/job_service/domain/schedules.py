@@ -39,6 +39,13 @@ MAX_CATCHUP_WINDOW = timedelta(days=366)
 # steps take about 0.1 s.
 MAX_COUNTED_PERIODS = 10_000
 
+# The firing round (storage/schedules.py says how; issue 42): a period that waits for
+# its previous job is not due, but is looked at again this often (to pass over the
+# periods that fell out of its catch-up window); and a round takes at most this many
+# of one owner's due schedules, every owner's first before anyone's second.
+WAITING_RECHECK = timedelta(seconds=60)
+PER_OWNER_IN_ROUND = 10
+
 _SCHEDULE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 # The request ids of the periods' jobs begin with this; it is JobService's own: a

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from san_jobs.job_service.domain.errors import DuplicateJobError
 from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, NewJob, OnDuplicate
 from san_jobs.job_service.domain.schedules import (
+    PER_OWNER_IN_ROUND,
+    WAITING_RECHECK,
     FireOutcome,
     NewSchedule,
     Schedule,
@@ -133,17 +135,36 @@ class MemorySchedules:
 
     async def next_schedule_fire_at(self) -> datetime | None:
         await asyncio.sleep(0)
-        running = [s.next_fire_at for s in self._schedules.values() if not s.paused]
+        running = [
+            s.next_fire_at for s in self._schedules.values() if not s.paused and not self._waits(s)
+        ]
         return min(running, default=None)
 
     async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
+        """As storage/schedules.py: a waiting period is not due (looked at again
+        every WAITING_RECHECK); each owner's first before anyone's second, at most
+        PER_OWNER_IN_ROUND of one owner."""
         await asyncio.sleep(0)
         now = self._schedule_now()
-        due = sorted(
-            (s for s in self._schedules.values() if not s.paused and s.next_fire_at <= now),
-            key=lambda s: s.next_fire_at,
-        )[:limit]
-        return [self._fire_round(schedule, now) for schedule in due]
+        by_owner: dict[tuple[str, str], list[Schedule]] = {}
+        for s in sorted(self._schedules.values(), key=lambda s: (s.next_fire_at, s.schedule_id)):
+            if s.paused or s.next_fire_at > now:
+                continue
+            if self._waits(s) and s.updated_at > now - WAITING_RECHECK:
+                continue
+            by_owner.setdefault((s.tenant, s.requested_by), []).append(s)
+        ranked = [
+            (rank, s.next_fire_at, s)
+            for owned in by_owner.values()
+            for rank, s in enumerate(owned[:PER_OWNER_IN_ROUND])
+        ]
+        ranked.sort(key=lambda entry: entry[:2])
+        return [self._fire_round(s, now) for _, _, s in ranked[:limit]]
+
+    def _waits(self, schedule: Schedule) -> bool:
+        """Its due period would wait for its previous job (a catch-up window, and
+        that job still active)."""
+        return bool(schedule.definition.catchup_window) and bool(self._previous_active(schedule))
 
     def _previous_active(self, schedule: Schedule) -> str:
         row = self.table.rows.get(schedule.last_job_id) if schedule.last_job_id else None

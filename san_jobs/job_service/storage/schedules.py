@@ -10,6 +10,17 @@ enqueues the period's job in the same transaction. The job's request_id names th
 period, so even a period fired twice (a schedule deleted and created again) is one
 job. On PostgreSQL "now" is the database's clock (clock_timestamp()), so instances
 whose clocks disagree still agree on what is due; SQLite has one clock, the store's.
+
+What a round takes (issue 42: one tenant's schedules stopped every other's):
+- A period that WAITS for its previous job (a catch-up window, and that job still
+  PENDING or PROCESSING) is not due: the round could only wait again. It is taken
+  once that job has ended (or is gone), and otherwise looked at again only every
+  WAITING_RECHECK (to pass over the periods that fell out of its window); its round
+  sets updated_at, which dates that look.
+- A round is shared between owners (tenant and requested_by): each owner's due
+  schedules are ranked by next_fire_at, and the round takes every owner's first
+  before anyone's second, at most PER_OWNER_IN_ROUND of one owner; the firing loop
+  starts the next round at once while the last one fired anything.
 """
 
 from __future__ import annotations
@@ -17,13 +28,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.job_ids import new_job_id
 from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, JobStatus
 from san_jobs.job_service.domain.schedules import (
+    PER_OWNER_IN_ROUND,
+    WAITING_RECHECK,
     FireOutcome,
     NewSchedule,
     Schedule,
@@ -45,6 +58,22 @@ from san_jobs.job_service.storage.writes import enqueue_row
 __all__ = ["FireOutcome", "ScheduleQueries", "row_to_schedule"]
 
 S = job_schedules.c
+
+_ACTIVE = sorted(status.value for status in ACTIVE_STATUSES)
+# The schedule's previous job, if it still exists (a LEFT JOIN: pruned, or none).
+_WITH_PREVIOUS_JOB = job_schedules.outerjoin(async_jobs, async_jobs.c.id == S.last_job_id)
+
+
+def _not_waiting() -> ColumnElement[bool]:
+    """The schedule's due period does not wait for its previous job (over
+    _WITH_PREVIOUS_JOB): no catch-up window (an overlap is skipped, which moves it
+    on), or the previous job is gone or has ended."""
+    catchup = func.coalesce(S.definition["catchup_seconds"].as_float(), 0)
+    return or_(
+        catchup <= 0,
+        async_jobs.c.status.is_(None),
+        async_jobs.c.status.not_in(_ACTIVE),
+    )
 
 
 def row_to_schedule(row: Any) -> Schedule:
@@ -213,24 +242,51 @@ class ScheduleQueries(StoreParts):
         return None if row is None else row_to_schedule(row)
 
     async def next_schedule_fire_at(self) -> datetime | None:
-        """The earliest next_fire_at of a running schedule (None: there is none)."""
+        """The earliest next_fire_at of a running schedule that does not wait for
+        its previous job (None: there is none). A waiting one's look again is left
+        to the firing loop's poll."""
         async with self._db.single() as conn:
             value = (
-                await conn.execute(select(func.min(S.next_fire_at)).where(S.paused.is_(False)))
+                await conn.execute(
+                    select(func.min(S.next_fire_at))
+                    .select_from(_WITH_PREVIOUS_JOB)
+                    .where(S.paused.is_(False), _not_waiting())
+                )
             ).scalar()
         return as_utc(value)
 
     async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
-        """One round of each running schedule that is due (at most `limit`), each in
-        its own transaction; the rounds another instance won are left out."""
+        """One round of each running schedule that is due (at most `limit`, at most
+        PER_OWNER_IN_ROUND of one owner, every owner's first before anyone's
+        second), each in its own transaction; the rounds another instance won are
+        left out. A period waiting for its previous job is not due (the module's
+        docstring)."""
         async with self._db.single() as conn:
             now = await self._schedule_now(conn)
+            owner_rank = (
+                func.row_number()
+                .over(
+                    partition_by=(S.tenant, S.requested_by),
+                    order_by=(S.next_fire_at, S.schedule_id),
+                )
+                .label("owner_rank")
+            )
+            due = (
+                select(job_schedules, owner_rank)
+                .select_from(_WITH_PREVIOUS_JOB)
+                .where(
+                    S.paused.is_(False),
+                    S.next_fire_at <= now,
+                    or_(_not_waiting(), S.updated_at <= now - WAITING_RECHECK),
+                )
+                .subquery()
+            )
             rows = (
                 (
                     await conn.execute(
-                        select(job_schedules)
-                        .where(S.paused.is_(False), S.next_fire_at <= now)
-                        .order_by(S.next_fire_at)
+                        select(due)
+                        .where(due.c.owner_rank <= PER_OWNER_IN_ROUND)
+                        .order_by(due.c.owner_rank, due.c.next_fire_at)
                         .limit(limit)
                     )
                 )

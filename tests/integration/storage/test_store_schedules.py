@@ -21,7 +21,11 @@ from sqlalchemy import text, update
 from san_jobs.job_service.domain.model import JobStatus, JobType, OnDuplicate
 from san_jobs.job_service.domain.ports import CancelParams, ScheduleStore
 from san_jobs.job_service.domain.schedules import (
+    PER_OWNER_IN_ROUND,
+    WAITING_RECHECK,
+    FireOutcome,
     NewSchedule,
+    Schedule,
     ScheduleDefinition,
     ScheduleExistsError,
     ScheduleTemplate,
@@ -246,17 +250,120 @@ async def test_with_a_window_a_missed_period_waits_for_the_previous_job(
     due = await move_back(store, "nightly", 190)
     (first,) = await store.fire_due_schedules()
     assert first.job is not None and first.period == due and first.skipped == 0
-    # due+60 is due, and the first job is still PENDING: it waits (nothing counted).
-    (waiting,) = await store.fire_due_schedules()
-    assert waiting.waiting and waiting.job is None and "still PENDING" in waiting.reason
+    # due+60 is due, and the first job is still PENDING: it waits, which is not due
+    # (issue 42: no round takes it, nothing counted, the loop does not wake for it).
+    assert await store.fire_due_schedules() == []
+    assert await store.next_schedule_fire_at() is None
     (stored,) = await store.find_schedules("nightly", "")
     assert stored.next_fire_at == due + timedelta(seconds=60) and stored.skipped_count == 0
     await store.cancel(CancelParams(job_id=first.job.id, reason="done with it"))
-    # The next round fires due+60; the one after, due+120 waits for that job in turn.
+    assert await store.next_schedule_fire_at() == due + timedelta(seconds=60)
+    # The next round fires due+60; due+120 then waits for that job in turn.
     fired = [o for _ in range(2) for o in await store.fire_due_schedules()]
-    assert [(o.period, o.waiting) for o in fired] == [
-        (due + timedelta(seconds=60), False),
-        (due + timedelta(seconds=120), True),
-    ]
+    assert [(o.period, o.waiting) for o in fired] == [(due + timedelta(seconds=60), False)]
     assert fired[0].job is not None
     assert fired[0].job.request_id == period_request_id("nightly", due + timedelta(seconds=60))
+    # Looked at again after WAITING_RECHECK: the round waits (once), and is not due again.
+    await shift(store, "", WAITING_RECHECK.total_seconds() + 1, updated_only=True)
+    (looked,) = await store.fire_due_schedules()
+    assert looked.waiting and looked.job is None and "still PENDING" in looked.reason
+    assert looked.period == due + timedelta(seconds=120)
+    assert await store.fire_due_schedules() == []
+
+
+async def shift(store: Store, tenant: str, seconds: float, *, updated_only: bool = False) -> None:
+    """Move every schedule of `tenant` `seconds` into the past: its creation and next
+    period (as move_back), or with `updated_only` its last round's time only."""
+    back = timedelta(seconds=seconds)
+    found, _ = await store.list_schedules(tenant, 1000, None)
+
+    def moved(s: Schedule) -> dict[str, datetime]:
+        if updated_only:
+            return {"updated_at": s.updated_at - back}
+        return {"created_at": s.created_at - back, "next_fire_at": s.next_fire_at - back}
+
+    if isinstance(store, MemoryJobStore):
+        for s in found:
+            store.table.schedules[tenant, s.schedule_id] = replace(s, **moved(s))
+        return
+    async with store.engine.begin() as conn:
+        for s in found:
+            await conn.execute(
+                update(job_schedules)
+                .where(job_schedules.c.tenant == tenant)
+                .where(job_schedules.c.schedule_id == s.schedule_id)
+                .values(**moved(s))
+            )
+
+
+async def fire_all(store: Store) -> list[FireOutcome]:
+    """Rounds until none fires (as the firing loop: again at once while one fires)."""
+    outcomes: list[FireOutcome] = []
+    while (fired := await store.fire_due_schedules()) and not all(o.waiting for o in fired):
+        outcomes += fired
+    return outcomes
+
+
+async def test_waiting_schedules_of_one_tenant_do_not_stop_anothers(
+    stores: list[Store], real_clock: FakeClock
+) -> None:
+    # Issue 42: mallory's 100 schedules with a day of catch-up each wait for a job
+    # that stays PENDING (hers were delayed 300 days); every round took the same 100
+    # rows (limit 100, oldest first), and victor's 1 s schedule never fired.
+    store = stores[0]
+    for n in range(100):
+        await store.create_schedule(
+            new_schedule(f"m-{n:03}", tenant="mallory", catchup=86400, target=f"m-{n}")
+        )
+    await shift(store, "mallory", 600 + 61)  # each first period started 601 s ago
+    first = await fire_all(store)
+    assert len(first) == 100 and all(o.job is not None for o in first)
+    # Each next period has started, its previous job is still PENDING: all wait.
+    # (A catch-up window: a period missed on a slow test machine still fires, later.)
+    await store.create_schedule(
+        new_schedule("v", tenant="victor", interval=1, catchup=60, target="v")
+    )
+    await shift(store, "victor", 1)
+    periods: list[datetime | None] = []
+    for _ in range(3):  # the first period (moved back), then two in real time
+        (victor,) = await store.find_schedules("v", "victor")
+        await asyncio.sleep(max(0.0, (victor.next_fire_at - datetime.now(UTC)).total_seconds()))
+        real_clock.now = datetime.now(UTC)  # SQLite's and memory's clock (PostgreSQL's is its own)
+        outcomes = await store.fire_due_schedules()  # as the loop calls it: limit 100
+        assert [(o.schedule.tenant, o.waiting) for o in outcomes] == [("victor", False)]
+        fired = outcomes[0].job
+        assert fired is not None and not outcomes[0].deduplicated
+        periods.append(outcomes[0].period)
+        await store.cancel(CancelParams(job_id=fired.id, reason="victor's worker ran it"))
+        # The loop sleeps until victor's next period: mallory's are not due.
+        (victor,) = await store.find_schedules("v", "victor")
+        assert await store.next_schedule_fire_at() == victor.next_fire_at
+    (victor,) = await store.find_schedules("v", "victor")
+    assert victor.skipped_count == 0 and periods[0] is not None
+    assert periods == [periods[0] + timedelta(seconds=k) for k in range(3)]
+    # One of mallory's jobs ends: that schedule's waiting period fires (the oldest
+    # within its window), no other of hers.
+    (m0,) = await store.find_schedules("m-000", "mallory")
+    assert m0.last_job_id is not None
+    await store.cancel(CancelParams(job_id=m0.last_job_id, reason="ended"))
+    (resumed,) = await store.fire_due_schedules()
+    assert resumed.schedule.schedule_id == "m-000" and resumed.job is not None
+    assert resumed.period == m0.next_fire_at
+
+
+async def test_one_owner_cannot_fill_a_firing_round(stores: list[Store]) -> None:
+    # Issue 42: a round is shared between owners. mallory's 30 due schedules are
+    # older than victor's one; a round of 20 still fires victor's, and at most
+    # PER_OWNER_IN_ROUND of hers.
+    store = stores[0]
+    for n in range(30):
+        await store.create_schedule(new_schedule(f"m-{n:02}", tenant="mallory", target=f"m-{n}"))
+    await store.create_schedule(new_schedule("v", tenant="victor", target="v"))
+    await shift(store, "mallory", 120)
+    await shift(store, "victor", 61)
+    outcomes = await store.fire_due_schedules(limit=20)
+    owners = [o.schedule.tenant for o in outcomes]
+    assert owners.count("victor") == 1 and owners.count("mallory") == PER_OWNER_IN_ROUND
+    assert all(o.job is not None for o in outcomes)
+    # The rest of hers in the next rounds (the loop goes on while a round fires).
+    assert len(await fire_all(store)) == 30 - PER_OWNER_IN_ROUND
