@@ -97,6 +97,7 @@ MAX_BATCH = 1_000
 MAX_TEXT_FIELD_CHARS = 256
 MAX_ATTEMPTS_LIMIT = 100
 MAX_DEPENDENCIES = 100
+MAX_DEPENDENCY_DEPTH = 32
 FAILURE_PREFIX_CHARS = 80
 DAY_NS = 24 * 3600 * 10**9
 DEFAULT_SCHEDULE_PAGE_SIZE = 100
@@ -437,8 +438,23 @@ class FakeJobService:
             for index, job_id in enumerate(request.depends_on)
             if job_id not in self._jobs
         ]
-        if unknown:
-            raise _invalid(*unknown)
+        too_deep = [
+            (
+                f"depends_on[{index}]",
+                f"job {job_id} is already {self._depth(job_id)} dependencies deep;"
+                f" a chain of jobs is at most {MAX_DEPENDENCY_DEPTH} deep",
+            )
+            for index, job_id in enumerate(request.depends_on)
+            if job_id in self._jobs and self._depth(job_id) >= MAX_DEPENDENCY_DEPTH
+        ]
+        if unknown or too_deep:
+            raise _invalid(*unknown, *too_deep)
+
+    def _depth(self, job_id: str) -> int:
+        """How deep the job is in its chain: 0 without dependencies, else one more
+        than its deepest dependency (bounded by the check above, so is the recursion)."""
+        job = self._jobs[job_id]
+        return 1 + max((self._depth(d) for d in job.depends_on), default=-1)
 
     def _wait_for_dependencies(self, job: pb.Job) -> None:
         """A new job with depends_on: waiting for those not COMPLETED (Job.waiting_for),

@@ -32,6 +32,13 @@ from san_jobs.job_service.domain.model import JobStatus, JobType, JsonDict
 
 # At most this many dependencies per job (EnqueueRequest.depends_on).
 MAX_DEPENDENCIES = 100
+# How deep a chain may go: a job's depth is 0 without dependencies, else one more than
+# its deepest dependency's; an Enqueue past this is refused naming depends_on[i]. The
+# end of a dependency ends its dependents in the same statement, level by level
+# (migration 0017's trigger fires again for each): SQLite stops at 1,000 levels of
+# trigger recursion and PostgreSQL's stack between 600 and 800, and each level holds
+# the write lock and memory, so a chain is bounded well below both.
+MAX_DEPENDENCY_DEPTH = 32
 DEPENDS_ON_FIELD = "depends_on"
 
 # next_attempt_at of a job waiting for dependencies: never due by the clock. Far from
@@ -54,6 +61,16 @@ def failure_message(dependency_id: str, status: JobStatus | str) -> str:
     """The error_message (and cancel_reason) of a dependent a dependency ended."""
     word = status.value if isinstance(status, JobStatus) else status
     return f"Dependency {dependency_id} {word}"
+
+
+def depth_problem(dependency_id: str, dependency_depth: int) -> str | None:
+    """Why a job cannot depend on one `dependency_depth` deep, or None if it can."""
+    if dependency_depth < MAX_DEPENDENCY_DEPTH:
+        return None
+    return (
+        f"job {dependency_id} is already {dependency_depth} dependencies deep; a chain"
+        f" of jobs is at most {MAX_DEPENDENCY_DEPTH} deep"
+    )
 
 
 def dependency_problem(job_type: JobType, dependency_type: JobType) -> str | None:

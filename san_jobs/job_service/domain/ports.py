@@ -280,6 +280,14 @@ class JobStore(Protocol):
         `claimed`: as in `complete`."""
         ...
 
+    async def end_unsettled(self, params: FailParams) -> list[Job]:
+        """The last resort after an attempt's outcome could not be written: FAILED
+        with `params.failure` (`retry_at` is not read), its waiting dependents, and
+        theirs, CANCELLED naming the job each waited for, without the recursion of
+        the dependents' trigger (a chain of any depth ends). The job first, then the
+        dependents it ended; LeaseLostError if `token` no longer owns it."""
+        ...
+
     async def release(self, params: ReleaseParams) -> Job | None:
         """Give a claimed job back as PENDING without charging the attempt (clean
         shutdown): attempt_count - 1 and the open attempt record dropped. None if

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from sqlalchemy import and_, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -18,12 +19,14 @@ from san_jobs.job_service.domain.dependencies import (
     WAITING,
     Finished,
     dependency_problem,
+    depth_problem,
     failure_message,
     merged_input,
 )
 from san_jobs.job_service.domain.errors import (
     FieldViolation,
     InvalidRequestError,
+    LeaseLostError,
     StorageUnavailableError,
 )
 from san_jobs.job_service.domain.job_ids import new_job_id
@@ -36,10 +39,11 @@ from san_jobs.job_service.domain.model import (
     NewJob,
     OnDuplicate,
 )
+from san_jobs.job_service.domain.ports import FailParams
 from san_jobs.job_service.domain.transitions import CANCELLED_CODE
 from san_jobs.job_service.storage.rows import chunks
 from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
-from san_jobs.job_service.storage.transition_sql import time_params
+from san_jobs.job_service.storage.transition_sql import Rows, time_params
 from san_jobs.job_service.storage.writes import JobWrites, enqueue_row
 
 _jobs = async_jobs.c
@@ -77,7 +81,7 @@ class JobDependencies(JobWrites):
         now = self._now()
         job_id = new_job_id()
         async with self._db.tx() as conn:
-            found = await self._mark_dependencies(conn, new)
+            found, depth = await self._mark_dependencies(conn, new)
             left = [d for d in new.depends_on if found[d][1] is not JobStatus.COMPLETED]
             # One FAILED or CANCELLED already: the job is made and ended at once.
             ended = next(((d, found[d][1]) for d in left if found[d][1] in TERMINAL_STATUSES), None)
@@ -90,7 +94,11 @@ class JobDependencies(JobWrites):
             await conn.execute(
                 update(async_jobs)
                 .where(_jobs.id == job_id)
-                .values(depends_on=list(new.depends_on), dependencies_left=len(left))
+                .values(
+                    depends_on=list(new.depends_on),
+                    dependencies_left=len(left),
+                    dependency_depth=depth,
+                )
             )
             await conn.execute(
                 insert(job_dependencies),
@@ -121,20 +129,24 @@ class JobDependencies(JobWrites):
 
     async def _mark_dependencies(
         self, conn: AsyncConnection, new: NewJob
-    ) -> dict[str, tuple[JobType, JobStatus]]:
+    ) -> tuple[dict[str, tuple[JobType, JobStatus]], int]:
         """Set has_dependents on the dependencies the caller may name (its tenant's),
-        locking them; their (type, status). A missing one or one of a type this job
-        does not take: InvalidRequestError naming depends_on[i] (rolled back)."""
+        locking them; their (type, status), and the new job's depth in its chain. A
+        missing one, one of a type this job does not take, or one already
+        MAX_DEPENDENCY_DEPTH deep: InvalidRequestError naming depends_on[i] (rolled
+        back)."""
         found: dict[str, tuple[JobType, JobStatus]] = {}
+        depths: dict[str, int] = {}
         for chunk in chunks(list(new.depends_on)):
             marked = await conn.execute(
                 update(async_jobs)
                 .where(and_(_jobs.id.in_(list(chunk)), _jobs.tenant == new.tenant))
                 .values(has_dependents=True)
-                .returning(_jobs.id, _jobs.job_type, _jobs.status)
+                .returning(_jobs.id, _jobs.job_type, _jobs.status, _jobs.dependency_depth)
             )
-            for job_id, job_type, status in marked:
+            for job_id, job_type, status, depth in marked:
                 found[job_id] = (JobType(job_type), JobStatus(status))
+                depths[job_id] = depth or 0
         out: list[FieldViolation] = []
         for index, dependency_id in enumerate(new.depends_on):
             field = f"{DEPENDS_ON_FIELD}[{index}]"
@@ -142,12 +154,14 @@ class JobDependencies(JobWrites):
                 # Another caller's job reads as an unknown one: nothing is learned.
                 out.append(FieldViolation(field, f"no job {dependency_id}"))
                 continue
-            problem = dependency_problem(new.job_type, found[dependency_id][0])
+            problem = dependency_problem(new.job_type, found[dependency_id][0]) or depth_problem(
+                dependency_id, depths[dependency_id]
+            )
             if problem is not None:
                 out.append(FieldViolation(field, problem))
         if out:
             raise InvalidRequestError(out)
-        return found
+        return found, 1 + max(depths.values(), default=0)
 
     async def _job_in(self, conn: AsyncConnection, job_id: str) -> Job:
         jobs = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
@@ -194,6 +208,102 @@ class JobDependencies(JobWrites):
         return Claim(
             job=replace(job, request_params=params, inputs_merged_at=now), token=claim.token
         )
+
+    # -- an end the trigger could not write --------------------------------------------
+
+    async def end_unsettled(self, params: FailParams) -> list[Job]:
+        """FAILED with `params.failure`, written without the trigger of 0017: its
+        has_dependents is cleared first (an UPDATE not of status fires nothing), the
+        failure written by the same statement as any failed attempt's, then its waiting
+        dependents, and theirs, CANCELLED one level per statement (`_end_dependents`),
+        all in one transaction. For a job whose outcome could not be written (a chain
+        deeper than the trigger's recursion allows, stored before the depth bound; any
+        other refusal): the job ends, visibly, instead of being claimed again forever.
+        The job first, then the dependents ended; LeaseLostError if `params.token` no
+        longer owns it."""
+        now, job_id = self._now(), params.job_id
+        failure = params.failure
+        async with self._db.tx() as conn:
+            owned = (
+                await conn.execute(
+                    select(_jobs.has_dependents).where(
+                        and_(_jobs.id == job_id, _jobs.claim_token == params.token)
+                    )
+                )
+            ).first()
+            if owned is None:
+                raise LeaseLostError(job_id)
+            await conn.execute(
+                update(async_jobs).where(_jobs.id == job_id).values(has_dependents=False)
+            )
+            row = self._sql.fail_rows.row(
+                at=now,
+                job_id=job_id,
+                token=params.token,
+                code=failure.code,
+                reason=failure.reason,
+                message=failure.message,
+                usage=None if failure.usage is None else failure.usage.to_json(),
+                retry_at=None,
+            )
+            await conn.execute(self._sql.fail_many, Rows.param([row]))
+            ended = await self._end_dependents(conn, job_id, now) if owned[0] else []
+            by_id: dict[str, Job] = {}
+            for chunk in chunks([job_id, *ended]):
+                jobs = await self._db.jobs(conn, self._sql.by_ids, {"p_ids": list(chunk)})
+                by_id.update((job.id, job) for job in jobs)
+        return [by_id[i] for i in (job_id, *ended) if i in by_id]
+
+    async def _end_dependents(
+        self, conn: AsyncConnection, root_id: str, now: datetime
+    ) -> list[str]:
+        """Cancel the waiting dependents of `root_id` (FAILED), and theirs, as the
+        trigger would ("Dependency <id> FAILED|CANCELLED", each naming the job it
+        waited for), one level per round and without recursion: each is written with
+        has_dependents cleared, so the trigger does not fire for it. Their ids."""
+        ended: list[str] = []
+        frontier = {root_id: JobStatus.FAILED}
+        while frontier:
+            parent_of: dict[str, str] = {}
+            for chunk in chunks(list(frontier)):
+                rows = await conn.execute(
+                    select(_deps.job_id, _deps.depends_on_id)
+                    .join(async_jobs, _jobs.id == _deps.job_id)
+                    .where(
+                        and_(
+                            _deps.depends_on_id.in_(list(chunk)),
+                            _jobs.status == JobStatus.PENDING.value,
+                            _jobs.dependencies_left > 0,
+                        )
+                    )
+                )
+                for dependent_id, dependency_id in rows:
+                    parent_of.setdefault(dependent_id, dependency_id)
+            by_parent: dict[str, list[str]] = {}
+            for dependent_id, dependency_id in parent_of.items():
+                by_parent.setdefault(dependency_id, []).append(dependent_id)
+            for dependency_id, dependents in by_parent.items():
+                message = failure_message(dependency_id, frontier[dependency_id])
+                for chunk in chunks(dependents):
+                    await conn.execute(
+                        update(async_jobs)
+                        .where(and_(_jobs.id.in_(list(chunk)), _jobs.status == "PENDING"))
+                        .values(
+                            status=JobStatus.CANCELLED.value,
+                            has_dependents=False,
+                            cancelled_at=now,
+                            updated_at=now,
+                            next_attempt_at=None,
+                            due_at=None,
+                            cancel_reason=message,
+                            error_message=message,
+                            error_code=CANCELLED_CODE,
+                            error_reason=DEPENDENCY_ENDED_REASON,
+                        )
+                    )
+            ended += parent_of
+            frontier = dict.fromkeys(parent_of, JobStatus.CANCELLED)
+        return ended
 
     # -- reads --------------------------------------------------------------------------
 

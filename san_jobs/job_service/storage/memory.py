@@ -479,6 +479,10 @@ class MemoryJobStore(MemorySchedules):
                 return self._write(transition, row, call)
         raise LeaseLostError(job_id)
 
+    async def end_unsettled(self, params: FailParams) -> list[Job]:
+        # No job here has dependents (_enqueue_now): a plain final failure.
+        return [await self.fail(replace(params, retry_at=None))]
+
     async def release(self, params: ReleaseParams) -> Job | None:
         await asyncio.sleep(0)
         call = self._call({"job_id": params.job_id, "token": params.token})

@@ -33,10 +33,14 @@ KEPT_COLUMNS = frozenset(
 # Job fields no column holds: filled in by the reads that need them.
 COMPUTED_FIELDS = frozenset({"waiting_on"})
 
+# Columns a Job does not hold: the claim's order (due_at) and the chain's depth, read
+# only by the Enqueue of a dependent (storage/dependencies.py).
+STORAGE_ONLY_COLUMNS = frozenset({"due_at", "dependency_depth"})
+
 # What complete_many and fail_many return: everything else (id and status included,
-# which the PostgreSQL notification needs) but due_at, which a Job does not hold.
+# which the PostgreSQL notification needs).
 OUTCOME_COLUMNS: tuple[Any, ...] = tuple(
-    c for c in async_jobs.c if c.name not in KEPT_COLUMNS and c.name != "due_at"
+    c for c in async_jobs.c if c.name not in KEPT_COLUMNS | STORAGE_ONLY_COLUMNS
 )
 
 

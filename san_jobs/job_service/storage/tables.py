@@ -151,6 +151,10 @@ async_jobs = Table(
     Column("dependencies_left", Integer, nullable=True),
     Column("has_dependents", Boolean, nullable=False, server_default=false()),
     Column("inputs_merged_at", UtcDateTime, nullable=True),
+    # How deep the job is in its chain of dependencies (migration 0018; NULL: 0, no
+    # dependencies or enqueued before 0018): the Enqueue of a dependent reads it to
+    # bound chains (domain/dependencies.py, MAX_DEPENDENCY_DEPTH).
+    Column("dependency_depth", SmallInteger, nullable=True),
     CheckConstraint(f"status IN ({_words([s.value for s in JobStatus])})", name="status"),
     # No CHECK on job_type: the types live in the registry (domain/job_types.py), the
     # API accepts only registered names, and a new type needs no migration (0004).

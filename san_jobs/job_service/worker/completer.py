@@ -54,6 +54,17 @@ from san_jobs.shared.batch_logging import log_each
 T = TypeVar("T")
 
 
+def _described(outcome: Written) -> str:
+    """What an outcome that could not be recorded was, for the job's error_message."""
+    match outcome:
+        case Completed():
+            return "COMPLETED"
+        case Retrying(failure) | Failed(failure):
+            return f"{'retrying' if isinstance(outcome, Retrying) else 'FAILED'}: {failure.message}"
+        case _:
+            return "given back"
+
+
 class Completer:
     def __init__(
         self,
@@ -115,19 +126,29 @@ class Completer:
             code="INTERNAL",
             reason="",
             message=truncate_error_message(
-                f"Internal error: the outcome could not be recorded (error id {error_id})"
+                f"Internal error: the outcome ({_described(outcome)}) could not be recorded"
+                f" (error id {error_id})"
             ),
             transient=False,
         )
+        # Written without the dependents' trigger: what refused the outcome may be the
+        # trigger itself (a chain deeper than its recursion allows), and a job given
+        # back for it would be claimed and refused again without end.
+        end = FailParams(job_id=job.id, token=token, failure=failure, retry_at=None, claimed=job)
         try:
-            failed = await self._write_outcome(job, lambda: self._fail(job, token, failure, None))
+            ended = await self._write_outcome(job, lambda: self._store.end_unsettled(end))
         except Exception:
             log.exception("job_id=%s: could not mark the job FAILED; giving it back", job.id)
         else:
-            if failed is not None:
-                log.error("job_id=%s failed: %s", job.id, failure.message)
+            if ended:
+                log.error(
+                    "job_id=%s failed: %s (%d dependents cancelled with it)",
+                    job.id,
+                    failure.message,
+                    len(ended) - 1,
+                )
                 self._metrics.outcome(job.job_type, FAILED, failure.code)
-                self._publish([failed])
+                self._publish(ended)
             return  # written, or the job is no longer ours, or its lease will expire
         try:
             released = await self._release(job, token)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from san_jobs.client import CardAnalysisInput, InvalidRequestError, TilGenerationInput
+from san_jobs.client import CardAnalysisInput, InvalidRequestError, TilGenerationInput, testing
 from san_jobs.client.testing import FakeJobService
+from san_jobs.job_service.domain.dependencies import MAX_DEPENDENCY_DEPTH
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 CARD = CardAnalysisInput(text="x")
@@ -92,3 +93,17 @@ def test_jobsctl_enqueue_after_and_get_show_the_wait(capsys: pytest.CaptureFixtu
     assert rows["depends on"] == card.id
     assert rows["waiting"] == f"waiting for 1 job it depends on: {card.id}"
     assert "provider" not in shown  # not a pause of its type
+
+
+def test_the_fake_bounds_a_chain_as_jobservice_does() -> None:
+    service = FakeJobService()
+    with service.client() as client:
+        previous = client.enqueue("root", CARD).job.id
+        for index in range(MAX_DEPENDENCY_DEPTH):
+            previous = client.enqueue(f"link{index}", CARD, depends_on=[previous]).job.id
+        with pytest.raises(InvalidRequestError) as caught:
+            client.enqueue("deep", CARD, depends_on=[previous])
+    (violation,) = caught.value.field_violations
+    assert violation.field == "depends_on[0]"
+    assert f"at most {MAX_DEPENDENCY_DEPTH} deep" in violation.description
+    assert testing.MAX_DEPENDENCY_DEPTH == MAX_DEPENDENCY_DEPTH  # JobService's bound
