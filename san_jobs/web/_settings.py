@@ -12,6 +12,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from san_jobs.client._channel import DEFAULT_TIMEOUT
 from san_jobs.shared.cli_settings import HostPort
 from san_jobs.web._client_address import parse_networks
+from san_jobs.web._days import (
+    DEFAULT_CHECK_INTERVAL,
+    DEFAULT_TIL_AT,
+    DEFAULT_TIME_ZONE,
+    parse_til_at,
+    time_zone,
+)
 from san_jobs.web._login_throttle import DEFAULT_FREE_FAILURES, DEFAULT_MAX_FAILURES_PER_ADDRESS
 from san_jobs.web.app import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, OutboxSettings
 
@@ -103,6 +110,23 @@ class WebSettings(BaseSettings):
         DEFAULT_OUTBOX.max_backoff,
         "longest wait between two hand-off attempts while JobService is unreachable",
     )
+    # The users' days (_days.py).
+    til_at: str = Field(
+        DEFAULT_TIL_AT.isoformat(timespec="minutes"),
+        description="end of each user's day, in their time zone: the day's scraps then "
+        "become a 'today I learned' note and recall questions",
+        json_schema_extra={"metavar": "HH:MM"},
+    )
+    time_zone: str = Field(
+        DEFAULT_TIME_ZONE,
+        description="IANA time zone of the shared space (--auth off) and of users who set "
+        "none (`san-web users set-time-zone`)",
+        json_schema_extra={"metavar": "ZONE"},
+    )
+    day_check_interval: float = _seconds(
+        DEFAULT_CHECK_INTERVAL,
+        "how often san-web looks for ended days to make (and sends what it could not)",
+    )
     log_level: UvicornLogLevel = Field("warning", description="uvicorn log level")
     # Who may use san-web (_auth_cli.py).
     auth: Literal["off", "password"] | None = Field(
@@ -161,6 +185,18 @@ class WebSettings(BaseSettings):
     def _networks(cls, value: str | None) -> str | None:
         if value is not None:
             parse_networks(value)  # a ValueError names the entry that is no address
+        return value
+
+    @field_validator("til_at")
+    @classmethod
+    def _time_of_day(cls, value: str) -> str:
+        parse_til_at(value)  # a ValueError says what is wrong
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        time_zone(value)
         return value
 
     @field_validator("log_level", mode="before")

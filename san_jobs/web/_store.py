@@ -92,6 +92,52 @@ analysis_requests = sa.Table(
     sa.Column("owner", sa.String(64), nullable=True),
 )
 
+# A user's day (san_jobs.web._days): the "today I learned" note of the scraps saved
+# between the previous end of day (--til-at, in the owner's time zone) and this one, and
+# the recall questions made from it. owner_key is the owner's name ("_" for the shared
+# space of --auth off, a name no user can have). `generation` counts the day's makings
+# (1 by the day planner, one more per POST .../generate): the jobs' request ids are
+# til:<owner_key>:<day> (and recall:...), with ":<generation>" from the second on, so
+# every san-web instance asks JobService for the same jobs. `plan` is what the jobs are
+# sent with, stored before they are (whichever instance stores it first, all send it).
+# The note and the state columns are written by the change feed's handler only.
+daily_notes = sa.Table(
+    "daily_notes",
+    metadata,
+    sa.Column("owner_key", sa.String(64), primary_key=True),
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("generation", sa.Integer, nullable=False, default=1),
+    sa.Column("plan", sa.JSON(none_as_null=True), nullable=True),
+    sa.Column("til_job_id", sa.String(36), nullable=True, index=True),
+    sa.Column("recall_job_id", sa.String(36), nullable=True, index=True),
+    # The last state the change feed brought for this generation's jobs (NULL: active).
+    sa.Column("til_status", sa.String(16), nullable=True),
+    sa.Column("til_error", sa.Text, nullable=True),
+    sa.Column("recall_status", sa.String(16), nullable=True),
+    sa.Column("recall_error", sa.Text, nullable=True),
+    sa.Column("title", sa.Text, nullable=True),
+    sa.Column("body", sa.Text, nullable=True),
+    sa.Column("model", sa.Text, nullable=True),
+    sa.Column("noted_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("planned_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# The questions of a day's latest completed recall job, in its order. scrap_id: the
+# scrap the question's source came from (NULL: the day's note itself, or a scrap since
+# deleted).
+recall_questions = sa.Table(
+    "recall_questions",
+    metadata,
+    sa.Column("owner_key", sa.String(64), primary_key=True),
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("question", sa.Text, nullable=False),
+    sa.Column("answer", sa.Text, nullable=False),
+    sa.Column("source_title", sa.Text, nullable=False, default=""),
+    sa.Column("scrap_id", sa.String(36), nullable=True),
+)
+
 # What a user may do: "user" (their own scraps: every user made before roles existed),
 # "viewer" (also /ops, read only), "operator" (also /ops' actions).
 WEB_ROLES = ("user", "viewer", "operator")
@@ -104,6 +150,9 @@ users = sa.Table(
     sa.Column("password_hash", sa.Text, nullable=False),  # argon2id, PHC string
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("role", sa.String(16), nullable=False, server_default=DEFAULT_ROLE),
+    # IANA name of the user's time zone (their days end at --til-at there); NULL: the
+    # --time-zone san-web runs with (UTC unless told).
+    sa.Column("time_zone", sa.String(64), nullable=True),
 )
 
 # A session is found by the SHA-256 of its cookie value: the table never holds a value
@@ -278,12 +327,34 @@ class ScrapStore:
         return None if row is None else _scrap(row)
 
     async def owns_job(self, job_id: str, owner: str) -> bool:
-        """Whether san-web made job ``job_id`` for a scrap of ``owner``."""
+        """Whether san-web made job ``job_id`` for a scrap of ``owner``, or as the
+        current note or recall job of one of their days."""
         query = sa.select(scrap_jobs.c.job_id).where(
             scrap_jobs.c.job_id == job_id, scrap_jobs.c.owner == owner
         )
+        day_job = sa.select(daily_notes.c.day).where(
+            daily_notes.c.owner_key == owner,
+            sa.or_(daily_notes.c.til_job_id == job_id, daily_notes.c.recall_job_id == job_id),
+        )
         async with self._engine.connect() as connection:
-            return (await connection.execute(query)).first() is not None
+            if (await connection.execute(query)).first() is not None:
+                return True
+            return (await connection.execute(day_job)).first() is not None
+
+    async def set_time_zone(self, name: str, time_zone: str | None) -> bool:
+        """The user's time zone (an IANA name the caller checked; None: san-web's
+        default); False if there is no such user."""
+        async with self._engine.begin() as connection:
+            result = await connection.execute(
+                users.update().where(users.c.name == name).values(time_zone=time_zone)
+            )
+        return bool(result.rowcount)
+
+    async def time_zones(self) -> dict[str, str | None]:
+        """Every user's stored time zone (None: the default), by name."""
+        async with self._engine.connect() as connection:
+            rows = await connection.execute(sa.select(users.c.name, users.c.time_zone))
+            return {row.name: row.time_zone for row in rows}
 
     async def list_page(
         self, *, owner: str | None = None, limit: int, after: ScrapCursor | None = None
@@ -313,6 +384,12 @@ class ScrapStore:
             )
             await connection.execute(
                 analysis_requests.delete().where(analysis_requests.c.scrap_id == scrap_id)
+            )
+            # Its questions stay (they are the day's) but no longer lead to it.
+            await connection.execute(
+                recall_questions.update()
+                .where(recall_questions.c.scrap_id == scrap_id)
+                .values(scrap_id=None)
             )
             result = await connection.execute(scraps.delete().where(scraps.c.id == scrap_id))
         return bool(result.rowcount)
@@ -385,7 +462,7 @@ class ScrapStore:
         return int(ended.rowcount)
 
     async def delete_user(self, name: str) -> tuple[int, int] | None:
-        """Remove ``name``, their sessions and their scraps, in one transaction: a user
+        """Remove ``name``, their sessions, scraps and days, in one transaction: a user
         made later under the same name must not inherit them (scraps belong to a name).
         The numbers of sessions and scraps removed, or None: no such user. Their jobs
         stay in JobService, no longer reachable through san-web."""
@@ -400,6 +477,8 @@ class ScrapStore:
             owned_ids = sa.select(scraps.c.id).where(scraps.c.owner == name)
             for table in (knowledge_cards, analysis_requests):
                 await connection.execute(table.delete().where(table.c.scrap_id.in_(owned_ids)))
+            for day_table in (daily_notes, recall_questions):
+                await connection.execute(day_table.delete().where(day_table.c.owner_key == name))
             owned = await connection.execute(scraps.delete().where(scraps.c.owner == name))
         return int(sessions.rowcount), int(owned.rowcount)
 
@@ -459,14 +538,18 @@ def _add_missing_columns(connection: sa.Connection) -> None:
     """A scraps table made by an older san-web gets the columns added since: owner
     (NULL: those scraps belong to no user, so no user sees them under --auth password)
     and outbox_id (NULL: they were handed off before the outbox). A users table gets
-    role, every existing user a plain "user" (no one gains /ops by an upgrade)."""
+    role, every existing user a plain "user" (no one gains /ops by an upgrade), and
+    time_zone (NULL: san-web's --time-zone)."""
     inspector = sa.inspect(connection)
     columns = {column["name"] for column in inspector.get_columns("scraps")}
     for name in ("owner", "outbox_id"):
         if name not in columns:
             length = 64 if name == "owner" else 36
             connection.execute(sa.text(f"ALTER TABLE scraps ADD COLUMN {name} VARCHAR({length})"))
-    if "role" not in {column["name"] for column in inspector.get_columns("users")}:
+    user_columns = {column["name"] for column in inspector.get_columns("users")}
+    if "time_zone" not in user_columns:
+        connection.execute(sa.text("ALTER TABLE users ADD COLUMN time_zone VARCHAR(64)"))
+    if "role" not in user_columns:
         connection.execute(
             sa.text(
                 f"ALTER TABLE users ADD COLUMN role VARCHAR(16) NOT NULL DEFAULT '{DEFAULT_ROLE}'"

@@ -5,7 +5,8 @@ Roles: ``user`` (the default: the scraps page), ``viewer`` (also /ops, read only
 ``operator`` (also /ops' RetryFailed and cancel). ``san-web users passwd NAME``: a new
 password (from standard input), every session of the user ended. ``san-web users
 end-sessions NAME``: log the user out everywhere. ``san-web users delete NAME``: the
-user, their sessions and their scraps removed.
+user, their sessions, scraps and days removed. ``san-web users set-time-zone NAME
+ZONE``: where the user's days end (``default``: san-web's ``--time-zone``).
 
 A password that is set must pass ``password_problem`` (12 characters at least, not
 holding the user name, ...); passwords set before that rule keep working.
@@ -26,6 +27,7 @@ from typing import TypeVar
 
 import sqlalchemy.exc as sa_exc
 
+from san_jobs.web._days import time_zone
 from san_jobs.web._passwords import hash_password, password_problem, username_problem
 from san_jobs.web._store import DEFAULT_ROLE, WEB_ROLES, ScrapStore, UserExistsError
 
@@ -51,6 +53,12 @@ def build_users_parser(default_database_url: str) -> argparse.ArgumentParser:
     set_role = commands.add_parser("set-role", help="change what an existing user may do")
     set_role.add_argument("name", metavar="NAME")
     set_role.add_argument("role", metavar="ROLE", choices=WEB_ROLES, help=" | ".join(WEB_ROLES))
+    set_zone = commands.add_parser(
+        "set-time-zone",
+        help="where a user's days end (--til-at there); 'default' for san-web's --time-zone",
+    )
+    set_zone.add_argument("name", metavar="NAME")
+    set_zone.add_argument("zone", metavar="ZONE", help="an IANA name (Europe/Paris) or default")
     passwd = commands.add_parser(
         "passwd",
         help="give a user a new password (read from standard input); ends their sessions",
@@ -61,7 +69,7 @@ def build_users_parser(default_database_url: str) -> argparse.ArgumentParser:
     delete = commands.add_parser("delete", help="remove a user, their sessions and their scraps")
     for command in (passwd, end_sessions, delete):
         command.add_argument("name", metavar="NAME")
-    for command in (create, set_role, passwd, end_sessions, delete):
+    for command in (create, set_role, set_zone, passwd, end_sessions, delete):
         command.add_argument(
             "--database-url",
             default=os.environ.get("SAN_WEB_DATABASE_URL") or default_database_url,
@@ -183,6 +191,28 @@ def delete_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def set_time_zone_main(args: argparse.Namespace) -> int:
+    """``san-web users set-time-zone NAME ZONE``; the exit code."""
+    zone = None if args.zone == "default" else args.zone
+    if zone is not None:
+        try:
+            time_zone(zone)
+        except ValueError as error:
+            sys.stderr.write(f"san-web users set-time-zone: error: {error}\n")
+            return 2
+    try:
+        found = asyncio.run(
+            _with_store(args.database_url, lambda s: s.set_time_zone(args.name, zone))
+        )
+    except (OSError, sa_exc.SQLAlchemyError) as error:
+        return _database_error("set-time-zone", error)
+    if not found:
+        return _unknown_user("set-time-zone", args.name)
+    where = zone or "san-web's --time-zone"
+    print(f"the days of user {args.name} now end at --til-at in {where}")
+    return 0
+
+
 def _sessions(count: int) -> str:
     return f"{count} session" + ("" if count == 1 else "s")
 
@@ -192,6 +222,7 @@ def users_main(argv: Sequence[str], *, default_database_url: str) -> int:
     args = build_users_parser(default_database_url).parse_args(argv)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "set-role": set_role_main,
+        "set-time-zone": set_time_zone_main,
         "passwd": passwd_main,
         "end-sessions": end_sessions_main,
         "delete": delete_main,

@@ -59,6 +59,8 @@ from san_jobs.shared.display import format_time, job_type_name, pause_reason_nam
 from san_jobs.web._auth import AuthSettings, SessionGuard, current_user
 from san_jobs.web._body_guard import UNREADABLE_JSON, BodyGuard
 from san_jobs.web._cards import apply_job_change, cards_of, related_cards
+from san_jobs.web._day_routes import day_routes
+from san_jobs.web._days import Days, DaySettings
 from san_jobs.web._errors import error_document, invalid
 from san_jobs.web._failures import on_http_error, on_store_error, on_unexpected_error
 from san_jobs.web._login_throttle import LoginThrottle
@@ -75,7 +77,8 @@ REQUESTED_BY = "san-web"
 # The page's own analyses (a scrap saved, a re-analysis asked for): someone is looking
 # at the page and waiting, so they go before bulk work (a nightly fan-out at 5).
 PAGE_PRIORITY = 1
-# The inbox consumer that brings the cards home (a row of san_jobs_inbox).
+# The inbox consumer that brings the cards and the days home (a row of san_jobs_inbox;
+# named when it brought cards only: a new name would read the retained feed again).
 CARDS_CONSUMER = "san-web-cards"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_BODY_TIMEOUT = 30.0
@@ -165,8 +168,9 @@ def job_view(job: Job) -> dict[str, Any]:
 
 
 def waiting_view(job: Job) -> dict[str, Any] | None:
-    """Why a PENDING job waits behind a pause of its type (its provider is failing or
-    throttling), or None when it does not: reason, since, until (UTC, as every time)."""
+    """Why a PENDING job waits: behind a pause of its type (its provider is failing or
+    throttling), or for the jobs it depends on (``jobIds``: those not COMPLETED yet);
+    None when it does not: reason, since, until (UTC, as every time)."""
     if not job.HasField("waiting_for"):
         return None
     pause = job.waiting_for
@@ -174,6 +178,7 @@ def waiting_view(job: Job) -> dict[str, Any] | None:
         "reason": pause_reason_name(pause.reason),
         "since": format_time(pause.since),
         "until": format_time(pause.until),
+        "jobIds": list(pause.job_ids),
     }
 
 
@@ -635,14 +640,18 @@ def create_app(
     allowed_hosts: Sequence[str] = ("*",),
     login_throttle: LoginThrottle | None = None,
     outbox_settings: OutboxSettings | None = None,
+    day_settings: DaySettings | None = None,
 ) -> Starlette:
     """The app; JobService at ``job_service`` (HOST:PORT), scraps in ``database_url``;
     request bodies of at most ``max_body_bytes``, all in within ``body_timeout`` s;
     users as ``auth`` says (no login by default); answers only to a ``Host`` in
     ``allowed_hosts``; failed logins limited by ``login_throttle``; scraps handed to
-    JobService through the outbox, its relay run as ``outbox_settings`` say."""
+    JobService through the outbox, its relay run as ``outbox_settings`` say; each
+    user's day made at its end as ``day_settings`` say."""
     make_client = client_factory or AsyncJobsClient
     relay = outbox_settings or OutboxSettings()
+    auth_settings = auth or AuthSettings()
+    days_settings = day_settings or DaySettings(shared_space=auth_settings.mode == "off")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -662,21 +671,41 @@ def create_app(
             on_delivered=on_delivered,
         )
         await app.state.outbox.start()
-        # The cards come home through the change feed: each completion is applied in
-        # san-web's own transaction with the feed's cursor (san_jobs.client.inbox), so
-        # a card survives JobService's retention and san-web's crashes, made once.
+        app.state.days = days = Days(store, app.state.jobs, app.state.outbox, days_settings)
+
+        async def apply_change(conn: AsyncConnection, job: Job) -> None:
+            if job.job_type == JobType.JOB_TYPE_CARD_ANALYSIS:
+                await apply_job_change(conn, job)
+            else:
+                await days.apply_job_change(conn, job)
+
+        # The cards and the days come home through the change feed: each change is
+        # applied in san-web's own transaction with the feed's cursor
+        # (san_jobs.client.inbox), so they survive JobService's retention and
+        # san-web's crashes, made once. FAILED and CANCELLED tell a day why it has no
+        # note (the cards' handler ignores them).
         app.state.inbox = Inbox(
             store.engine,
             app.state.jobs,
             CARDS_CONSUMER,
-            apply_job_change,
-            job_types=[JobType.JOB_TYPE_CARD_ANALYSIS],
-            statuses=[JobStatus.JOB_STATUS_COMPLETED],
+            apply_change,
+            job_types=[
+                JobType.JOB_TYPE_CARD_ANALYSIS,
+                JobType.JOB_TYPE_TIL_GENERATION,
+                JobType.JOB_TYPE_RECALL_GENERATION,
+            ],
+            statuses=[
+                JobStatus.JOB_STATUS_COMPLETED,
+                JobStatus.JOB_STATUS_FAILED,
+                JobStatus.JOB_STATUS_CANCELLED,
+            ],
         )
         await app.state.inbox.start()
+        await days.start()
         try:
             yield
         finally:
+            await days.stop()
             await app.state.inbox.stop()
             await app.state.outbox.stop()
             await app.state.jobs.close()
@@ -697,11 +726,11 @@ def create_app(
         Route("/api/scraps/{scrap_id}/related", related_scraps, methods=["GET"]),
         Route("/api/async-jobs/{job_id}", get_async_job),
         Route("/api/async-jobs/{job_id}/events", async_job_events),
+        *day_routes(),
         *ops_routes(),
         *schedule_routes(),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    auth_settings = auth or AuthSettings()
     app = _SanWeb(
         routes=routes,
         lifespan=lifespan,

@@ -17,6 +17,7 @@ from san_jobs.shared.cli_settings import SettingsParser, settings_of
 from san_jobs.web import _https
 from san_jobs.web._auth_cli import auth_options, resolve_auth_mode
 from san_jobs.web._client_address import TrustedProxies, parse_networks
+from san_jobs.web._days import DaySettings, parse_til_at
 from san_jobs.web._job_service_link import LinkSettingsError, load_link
 from san_jobs.web._logging import safe_log_config
 from san_jobs.web._protocol import guarded_h11_protocol
@@ -110,6 +111,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             poll_interval=settings.outbox_poll_interval,
             max_backoff=settings.outbox_max_backoff,
             lease=2 * settings.job_service_timeout,
+        ),
+        day_settings=DaySettings(
+            til_at=parse_til_at(settings.til_at),
+            default_zone=settings.time_zone,
+            check_interval=settings.day_check_interval,
+            shared_space=args.auth == "off",
         ),
         **auth_options(args, host, tls=tls is not None),
     )

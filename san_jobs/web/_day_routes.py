@@ -1,0 +1,138 @@
+"""The days' HTTP API (the days themselves are :mod:`san_jobs.web._days`):
+
+- ``GET /api/days``: the caller's days newest first (their note, whether questions
+  exist, how far they are), the open day first while it has scraps; the caller's time
+  zone and end of day.
+- ``GET /api/days/{day}``: one day (``YYYY-MM-DD``): its note, its questions (each
+  with the scrap it came from), the scraps saved in it. 404 for a day with neither,
+  422 naming ``day`` for one that is no date (also for generate).
+- ``POST /api/days/{day}/generate``: make the day now (again, if it was made): 202
+  with the note's and the questions' job ids; 409 while they are still being made,
+  404 for a day without scraps, 422 for a day that has not begun, 429 once it was
+  made MAX_GENERATIONS (10) times.
+- ``GET /api/me`` / ``PUT /api/me`` ``{"timeZone": "Europe/Paris"}`` (``null``: san-web's
+  default): the caller's time zone, where their days end. Under ``--auth off`` there is
+  one shared space, whose zone is san-web's ``--time-zone``: PUT is 409 there.
+
+Another user's day is never shown: every query is by the caller's name.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from san_jobs.web._auth import current_user
+from san_jobs.web._body_guard import UNREADABLE_JSON
+from san_jobs.web._days import (
+    FIRST_DAY,
+    LAST_DAY,
+    DayBusy,
+    DayProblem,
+    Days,
+    MadeTooOften,
+    NoSuchDay,
+    parse_day,
+    time_zone,
+)
+from san_jobs.web._errors import error_response, invalid
+
+
+def _days(request: Request) -> Days:
+    days: Days = request.app.state.days
+    return days
+
+
+def _day(request: Request) -> date | JSONResponse:
+    found = parse_day(request.path_params["day"])
+    if found is None:
+        return invalid(
+            "invalid day", ("day", f"must be a date as YYYY-MM-DD, {FIRST_DAY} to {LAST_DAY}")
+        )
+    return found
+
+
+async def _settings_view(request: Request) -> dict[str, str | None]:
+    days = _days(request)
+    calendar = await days.calendar(current_user(request))
+    return {
+        "user": current_user(request),
+        "timeZone": calendar.zone.key,
+        "tilAt": days.settings.til_at.isoformat(timespec="minutes"),
+    }
+
+
+async def list_days(request: Request) -> Response:
+    found = await _days(request).list_days(current_user(request))
+    return JSONResponse({"days": found, **await _settings_view(request)})
+
+
+async def get_day(request: Request) -> Response:
+    day = _day(request)
+    if isinstance(day, JSONResponse):
+        return day
+    found = await _days(request).day(current_user(request), day)
+    if found is None:
+        return error_response(404, "NOT_FOUND", f"no scraps were saved on {day.isoformat()}")
+    return JSONResponse(found)
+
+
+async def generate_day(request: Request) -> Response:
+    day = _day(request)
+    if isinstance(day, JSONResponse):
+        return day
+    try:
+        note_job, questions_job = await _days(request).generate(current_user(request), day)
+    except DayBusy as busy:
+        return error_response(409, "FAILED_PRECONDITION", str(busy))
+    except MadeTooOften as often:
+        return error_response(429, "RESOURCE_EXHAUSTED", str(often))
+    except NoSuchDay as missing:
+        return error_response(404, "NOT_FOUND", str(missing))
+    except DayProblem as problem:
+        return invalid(str(problem), ("day", str(problem)))
+    body = {"day": day.isoformat(), "noteJobId": note_job, "questionsJobId": questions_job}
+    return JSONResponse(body, status_code=202)
+
+
+async def get_me(request: Request) -> Response:
+    return JSONResponse(await _settings_view(request))
+
+
+async def put_me(request: Request) -> Response:
+    user = current_user(request)
+    if user is None:
+        return error_response(
+            409,
+            "FAILED_PRECONDITION",
+            "without logins the one shared space uses san-web's --time-zone",
+        )
+    try:
+        body = await request.json()
+    except UNREADABLE_JSON:
+        return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
+    if not isinstance(body, dict) or "timeZone" not in body:
+        return invalid("the body must be a JSON object", ("timeZone", "is required"))
+    name = body["timeZone"]
+    if name is not None:
+        if not isinstance(name, str):
+            return invalid("invalid time zone", ("timeZone", "must be a string or null"))
+        try:
+            time_zone(name)
+        except ValueError as error:
+            return invalid("invalid time zone", ("timeZone", str(error)))
+    await _days(request).set_time_zone(user, name)
+    return JSONResponse(await _settings_view(request))
+
+
+def day_routes() -> list[Route]:
+    return [
+        Route("/api/days", list_days, methods=["GET"]),
+        Route("/api/days/{day}", get_day, methods=["GET"]),
+        Route("/api/days/{day}/generate", generate_day, methods=["POST"]),
+        Route("/api/me", get_me, methods=["GET"]),
+        Route("/api/me", put_me, methods=["PUT"]),
+    ]

@@ -1,0 +1,241 @@
+"""Issue 43's SAN day with real processes (ai-gateway with the built-in backend,
+job-service, san-web), on SQLite and on PostgreSQL (both services' databases):
+
+- a day of five scraps: their cards are made, job-service is killed -9 and started
+  again, then two san-webs share san-web's database past the end of the day (the end
+  of day is ``--til-at`` a few seconds ahead, given to the san-webs started after the
+  cards), one of them killed -9 while the day is being made: exactly one TIL and one
+  recall set for the day, the TIL's notes the five summaries, five questions each
+  leading to a different scrap of the day;
+- a card job that FAILED (the gateway was down and job-service tries once): the day's
+  TIL is CANCELLED naming it; after the gateway is back, RetryFailed of the card and
+  ``POST /api/days/{day}/generate``, the day completes.
+
+The first test takes about 15 s, the second about 40 s (seven process starts, the
+end of day's wait, a gateway outage and its retry): they are the proof with real
+processes, the API's corners are in tests/integration/test_web_days.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import start_web
+from test_web_cards_e2e import wait_for_cards
+
+from san_jobs.client import JobsClient, JobStatus, JobType
+from tests.support.ci import skip_or_fail_in_ci
+from tests.support.databases import (
+    create_temp_postgres_database,
+    drop_database,
+    require_postgres,
+)
+from tests.support.jobs_api import SAMPLE_TEXT
+from tests.support.processes import running, start_gateway, start_job_service, stop_all
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def databases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """job-service's database (migrated) and san-web's (made by san-web)."""
+    if request.param == "sqlite":
+        yield (
+            f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}",
+            f"sqlite+aiosqlite:///{tmp_path / 'web.db'}",
+        )
+        return
+    reason = require_postgres()
+    if reason is not None:
+        skip_or_fail_in_ci(reason)
+    jobs, web = create_temp_postgres_database(), create_temp_postgres_database(migrated=False)
+    yield jobs, web
+    drop_database(jobs)
+    drop_database(web)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def til_at(seconds_ahead: float) -> tuple[str, str]:
+    """``--til-at`` that many seconds from now (UTC, to the second) and the day it ends."""
+    end = datetime.now(UTC) + timedelta(seconds=seconds_ahead)
+    return end.strftime("%H:%M:%S"), end.date().isoformat()
+
+
+def day_flags(til: str) -> list[str]:
+    return ["--til-at", til, "--day-check-interval", "0.2"]
+
+
+def post_scrap(base: str, title: str, text: str) -> str:
+    answer = httpx.post(f"{base}/api/scraps", json={"title": title, "text": text}, timeout=30)
+    assert answer.status_code == 202, answer.text
+    return str(answer.json()["scrapId"])
+
+
+def wait_for_day(base: str, day: str, statuses: set[str], within: float = 60) -> dict[str, Any]:
+    """The day as GET /api/days/{day} shows it, once its status is one of ``statuses``
+    (and, when COMPLETED, its questions are home)."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = httpx.get(f"{base}/api/days/{day}", timeout=30)
+        body: dict[str, Any] = answer.json() if answer.status_code == 200 else {}
+        if body.get("status") in statuses and (body["status"] != "COMPLETED" or body["questions"]):
+            return body
+        assert time.monotonic() < deadline, f"day {day} is not {statuses}: {answer.text}"
+        time.sleep(0.1)
+
+
+def day_jobs(job_service: str) -> dict[int, list[Any]]:
+    """JobService's TIL and recall jobs, by type, with their inputs (GetJob)."""
+    found: dict[int, list[Any]] = {}
+    with JobsClient(job_service) as client:
+        page = client.list_jobs(
+            job_types=[JobType.JOB_TYPE_TIL_GENERATION, JobType.JOB_TYPE_RECALL_GENERATION],
+            page_size=100,
+        )
+        for job in page.jobs:
+            found.setdefault(job.job_type, []).append(client.get_job(job.id))
+    return found
+
+
+TOPICS = ["Lighthouses", "Sourdough", "Volcanoes", "Honeybees", "Glaciers"]
+
+
+def test_a_day_of_five_scraps_is_noted_once_by_two_san_webs_across_a_restart(
+    tmp_path: Path, databases: tuple[str, str]
+) -> None:
+    jobs_url, web_url = databases
+    port = f"127.0.0.1:{free_port()}"
+    with running(start_gateway(tmp_path)) as gateway:
+        service = ["--listen", port, "--poll-interval", "0.2"]
+        first = start_job_service(
+            tmp_path, *service, gateway=gateway.address, database_url=jobs_url
+        )
+        try:
+            # The day ends long after this san-web: it only saves the scraps.
+            web = start_web(tmp_path, port, "--til-at", "23:59:59", database_url=web_url)
+            try:
+                base = f"http://{web.address}"
+                scraps = [
+                    post_scrap(base, topic, f"{topic} are the subject here. {SAMPLE_TEXT}")
+                    for topic in TOPICS
+                ]
+                cards = wait_for_cards(base, scraps, within=60)
+            finally:
+                stop_all(web)
+        finally:
+            first.kill()
+        with running(
+            start_job_service(tmp_path, *service, gateway=gateway.address, database_url=jobs_url)
+        ):
+            end, day = til_at(4)
+            webs = [start_web(tmp_path, port, *day_flags(end), database_url=web_url) for _ in "ab"]
+            try:
+                bases = [f"http://{w.address}" for w in webs]
+                # The day's end passes; as soon as the day is being made, one san-web
+                # dies (kill -9), perhaps between the note and the questions.
+                wait_for_day(bases[1], day, {"MAKING", "COMPLETED", "FAILED", "CANCELLED"})
+                webs[0].kill()
+                shown = wait_for_day(bases[1], day, {"COMPLETED", "FAILED", "CANCELLED"})
+                assert shown["status"] == "COMPLETED", shown
+                time.sleep(1)  # both planners have looked again since
+                found = day_jobs(port)
+                (til,) = found[JobType.JOB_TYPE_TIL_GENERATION]
+                (recall,) = found[JobType.JOB_TYPE_RECALL_GENERATION]
+                listed = httpx.get(f"{bases[1]}/api/days", timeout=30).json()
+            finally:
+                stop_all(*webs)
+    assert til.request_id == f"til:_:{day}" and recall.request_id == f"recall:_:{day}"
+    assert list(til.til_generation_input.notes) == [cards[s]["summary"] for s in scraps]
+    assert list(til.depends_on) == []  # every card was home: all five came as notes
+    assert list(recall.depends_on) == [til.id]
+    assert shown["note"]["title"] == til.til_generation_result.title
+    assert shown["note"]["body"] == til.til_generation_result.body
+    questions = shown["questions"]
+    assert len(questions) == 5
+    assert [q["scrapId"] for q in questions] == scraps
+    assert [q["sourceTitle"] for q in questions] == TOPICS
+    assert [q["question"] for q in questions] == [
+        q.question for q in recall.recall_generation_result.questions
+    ]
+    assert [s["scrapId"] for s in shown["scraps"]] == scraps
+    # The other san-web shows the same day (one database, one row).
+    (other,) = [d for d in listed["days"] if d["day"] == day]
+    assert other["status"] == "COMPLETED" and other["hasQuestions"] is True
+    assert other["noteJobId"] == til.id and other["questionsJobId"] == recall.id
+
+
+def test_a_failed_card_cancels_the_day_until_it_is_retried_and_the_day_generated(
+    tmp_path: Path, databases: tuple[str, str]
+) -> None:
+    jobs_url, web_url = databases
+    gateway_port = f"127.0.0.1:{free_port()}"
+    # One attempt per job and no pause of the type: a card fails as soon as its call
+    # does, which (the gateway down) is when its deadline passes: 2 s, not 30.
+    flags = [
+        *("--poll-interval", "0.2", "--max-attempts", "1", "--breaker-failures", "1000000"),
+        *("--deadline-for", "CARD_ANALYSIS=2"),
+    ]
+    gateway = start_gateway(tmp_path, "--listen", gateway_port)
+    with running(
+        start_job_service(tmp_path, *flags, gateway=gateway_port, database_url=jobs_url)
+    ) as service:
+        end, day = til_at(3600 * 23)
+        web = start_web(tmp_path, service.address, *day_flags(end), database_url=web_url)
+        try:
+            base = f"http://{web.address}"
+            made = post_scrap(base, "Tides", f"Tides follow the moon. {SAMPLE_TEXT}")
+            wait_for_cards(base, [made], within=60)
+            stop_all(gateway)  # the provider goes down: the next card fails
+            failed = post_scrap(base, "Comets", f"Comets have tails. {SAMPLE_TEXT}")
+            with JobsClient(service.address) as client:
+                deadline = time.monotonic() + 60
+                while True:
+                    jobs = client.list_jobs(target_id=failed).jobs
+                    if jobs and jobs[0].status == JobStatus.JOB_STATUS_FAILED:
+                        card_job = jobs[0].id
+                        break
+                    assert time.monotonic() < deadline, jobs
+                    time.sleep(0.1)
+        finally:
+            stop_all(web)
+        end, day = til_at(3)
+        web = start_web(tmp_path, service.address, *day_flags(end), database_url=web_url)
+        try:
+            base = f"http://{web.address}"
+            cancelled = wait_for_day(base, day, {"CANCELLED", "FAILED", "COMPLETED"})
+            assert cancelled["status"] == "CANCELLED", cancelled
+            assert cancelled["error"] == f"Dependency {card_job} FAILED"
+            assert cancelled["note"] is None and cancelled["questions"] == []
+            gateway = start_gateway(tmp_path, "--listen", gateway_port)
+            with JobsClient(service.address) as client:
+                retried = client.retry_failed(job_ids=[card_job])
+                assert list(retried.job_ids) == [card_job], retried
+            wait_for_cards(base, [made, failed], within=60)
+            answer = httpx.post(f"{base}/api/days/{day}/generate", timeout=30)
+            assert answer.status_code == 202, answer.text
+            done = wait_for_day(base, day, {"COMPLETED", "CANCELLED", "FAILED"})
+            assert done["status"] == "COMPLETED", done
+            assert done["generation"] == 2 and done["error"] is None
+            # Five questions from three sources: the two cards and the day's note
+            # (JobService adds the TIL's result to the recall's sources).
+            questions = done["questions"]
+            assert len(questions) == 5
+            assert {q["scrapId"] for q in questions} - {None} == {made, failed}
+            from_note = [q for q in questions if q["scrapId"] is None]
+            assert all(q["sourceTitle"] == "Today I learned" for q in from_note), from_note
+            til_jobs = day_jobs(service.address)[JobType.JOB_TYPE_TIL_GENERATION]
+            assert sorted(j.request_id for j in til_jobs) == [f"til:_:{day}", f"til:_:{day}:2"]
+        finally:
+            stop_all(web, gateway)

@@ -1,0 +1,445 @@
+"""san-web's days in process (httpx over ASGI, JobService a FakeJobService, which runs
+depends_on as JobService does): the API's answers to bad and early days, a day made on
+request and its results brought home by the inbox, the 409 while it is made, a card
+still running as the note's dependency, two users who never see each other's days, the
+planner making an ended day once however many san-webs look, the time zone (PUT
+/api/me, ``san-web users set-time-zone``) and the calendar itself. The real processes
+on both databases are in tests/acceptance/clients/test_web_days_e2e.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time as clock
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from san_jobs.client import (
+    RecallGenerationResult,
+    RecallQuestion,
+    TilGenerationResult,
+)
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.web._days import MAX_GENERATIONS, Calendar, Days, DaySettings, parse_til_at
+from san_jobs.web._store import ScrapStore, daily_notes
+from san_jobs.web._users_cli import users_main
+from tests.support.web_in_process import Web, web_app
+
+# The planner runs once at start, then sleeps: these tests move days themselves.
+QUIET = DaySettings(check_interval=3600)
+PATIENCE = 10.0
+
+
+@pytest.fixture
+async def web(tmp_path: Path) -> AsyncIterator[Web]:
+    async for made in web_app(tmp_path, "off", day_settings=QUIET):
+        yield made
+
+
+@pytest.fixture
+async def web_login(tmp_path: Path) -> AsyncIterator[Web]:
+    settings = DaySettings(check_interval=3600, shared_space=False)
+    async for made in web_app(tmp_path, "password", day_settings=settings):
+        yield made
+
+
+def today() -> str:
+    """The open day under the default settings (21:00 UTC)."""
+    return Calendar(time(21, 0), ZoneInfo("UTC")).day_of(datetime.now(UTC)).isoformat()
+
+
+async def eventually(check: Callable[[], Any], what: str) -> Any:
+    """``check()``'s answer once it is truthy (an awaitable is awaited)."""
+    deadline = clock.monotonic() + PATIENCE
+    while True:
+        answer = check()
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        if answer:
+            return answer
+        assert clock.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.02)
+
+
+async def day_of(http: httpx.AsyncClient, day: str) -> dict[str, Any]:
+    answer = await http.get(f"/api/days/{day}")
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+async def carded(web: Web, http: httpx.AsyncClient, title: str, summary: str) -> str:
+    scrap_id = await web.save(http, title)
+    await web.complete(http, scrap_id, [1.0, 0.0], summary=summary)
+    return scrap_id
+
+
+def finish_day(web: Web, note_job: str, questions_job: str, questions: int) -> None:
+    """JobService makes the note, then the questions (one per source, in order)."""
+    web.service.complete(
+        note_job, TilGenerationResult(title="Queues", body="Queues hold jobs.", model="m")
+    )
+    web.service.complete(
+        questions_job,
+        RecallGenerationResult(
+            questions=[
+                RecallQuestion(question=f"Q{i}?", answer=f"A{i}.", source_index=i)
+                for i in range(questions)
+            ],
+            model="m",
+        ),
+    )
+
+
+def _violations(answer: httpx.Response) -> list[str]:
+    return [v["field"] for v in answer.json()["error"]["fieldViolations"]]
+
+
+async def test_a_day_that_is_no_date_is_422_naming_day(web: Web) -> None:
+    async with web.login("") as http:
+        for bad in (
+            "2026-13-01",
+            "2026-02-30",
+            "yesterday",
+            "2026-1-01",
+            "２０２６-01-01",
+            "0001-01-01",  # its start is before the first date there is
+            "9999-12-31",
+        ):
+            for answer in (
+                await http.get(f"/api/days/{bad}"),
+                await http.post(f"/api/days/{bad}/generate"),
+            ):
+                assert answer.status_code == 422, (bad, answer.text)
+                assert answer.json()["error"]["code"] == "INVALID_ARGUMENT"
+                assert _violations(answer) == ["day"]
+        assert web.service.jobs == []
+
+
+async def test_a_day_not_begun_is_422_and_one_without_scraps_404(web: Web) -> None:
+    async with web.login("") as http:
+        await web.save(http, "Queues")
+        tomorrow = (date.fromisoformat(today()) + timedelta(days=1)).isoformat()
+        early = await http.post(f"/api/days/{tomorrow}/generate")
+        assert early.status_code == 422, early.text
+        assert _violations(early) == ["day"]
+        assert "has not begun" in early.json()["error"]["message"]
+        yesterday = (date.fromisoformat(today()) - timedelta(days=1)).isoformat()
+        for answer in (
+            await http.get(f"/api/days/{yesterday}"),
+            await http.post(f"/api/days/{yesterday}/generate"),
+        ):
+            assert answer.status_code == 404, answer.text
+            assert answer.json()["error"]["code"] == "NOT_FOUND"
+    assert [job.job_type for job in web.service.jobs] == [pb.JOB_TYPE_CARD_ANALYSIS]
+
+
+async def test_a_day_made_on_request_comes_home_and_is_409_while_made(web: Web) -> None:
+    day = today()
+    async with web.login("") as http:
+        first = await carded(web, http, "Queues", "Queues hold jobs.")
+        second = await carded(web, http, "Workers", "Workers claim jobs.")
+        listed = (await http.get("/api/days")).json()
+        assert [(d["day"], d["status"]) for d in listed["days"]] == [(day, "OPEN")]
+
+        made = await http.post(f"/api/days/{day}/generate")
+        assert made.status_code == 202, made.text
+        note_job, questions_job = made.json()["noteJobId"], made.json()["questionsJobId"]
+        note = web.service.job(note_job)
+        assert note.request_id == f"til:_:{day}"
+        assert list(note.til_generation_input.notes) == ["Queues hold jobs.", "Workers claim jobs."]
+        assert list(note.depends_on) == []  # both cards are made: they are notes
+        questions = web.service.job(questions_job)
+        assert questions.request_id == f"recall:_:{day}"
+        assert list(questions.depends_on) == [note_job]
+        assert questions.priority == 1  # somebody asked and waits
+        assert [s.title for s in questions.recall_generation_input.sources] == [
+            "Queues",
+            "Workers",
+        ]
+
+        busy = await http.post(f"/api/days/{day}/generate")
+        assert busy.status_code == 409, busy.text
+        assert busy.json()["error"]["code"] == "FAILED_PRECONDITION"
+        assert note_job in busy.json()["error"]["message"]
+
+        # JobService makes them; the inbox brings them home. The fake added no source
+        # for the note (JobService does): three questions, two of them from the cards.
+        finish_day(web, note_job, questions_job, questions=2)
+        shown = await eventually(
+            lambda: _completed(http, day), "the day's note and questions came home"
+        )
+        assert shown["note"]["title"] == "Queues" and shown["note"]["body"] == "Queues hold jobs."
+        assert [(q["question"], q["scrapId"]) for q in shown["questions"]] == [
+            ("Q0?", first),
+            ("Q1?", second),
+        ]
+        assert [s["scrapId"] for s in shown["scraps"]] == [first, second]
+        listed = (await http.get("/api/days")).json()["days"]
+        assert [(d["day"], d["status"], d["hasQuestions"]) for d in listed] == [
+            (day, "COMPLETED", True)
+        ]
+
+        again = await http.post(f"/api/days/{day}/generate")
+        assert again.status_code == 202, again.text
+        assert web.service.job(again.json()["noteJobId"]).request_id == f"til:_:{day}:2"
+        assert web.service.job(again.json()["questionsJobId"]).request_id == f"recall:_:{day}:2"
+        # The first making's answers still shown until the second's arrive.
+        assert (await day_of(http, day))["note"]["title"] == "Queues"
+
+
+async def _completed(http: httpx.AsyncClient, day: str) -> dict[str, Any] | None:
+    shown = await day_of(http, day)
+    return shown if shown["status"] == "COMPLETED" and shown["questions"] else None
+
+
+async def test_a_card_still_running_is_a_dependency_and_its_failure_cancels_the_day(
+    web: Web,
+) -> None:
+    day = today()
+    async with web.login("") as http:
+        await carded(web, http, "Queues", "Queues hold jobs.")
+        running = await web.save(http, "Workers")
+        card_job = (await http.get(f"/api/scraps/{running}")).json()["jobId"]
+        made = await http.post(f"/api/days/{day}/generate")
+        assert made.status_code == 202, made.text
+        note = web.service.job(made.json()["noteJobId"])
+        assert list(note.til_generation_input.notes) == ["Queues hold jobs."]
+        assert list(note.depends_on) == [card_job]
+        assert list(note.waiting_for.job_ids) == [card_job]
+        questions = web.service.job(made.json()["questionsJobId"])
+        assert list(questions.depends_on) == [note.id, card_job]
+
+        web.service.fail(card_job, "the provider answered 500")
+        shown = await eventually(
+            lambda: _status(http, day, "CANCELLED"), "the day told of the failed card"
+        )
+        assert shown["error"] == f"Dependency {card_job} FAILED"
+        assert shown["note"] is None
+        # The card is done again; generate makes the day with it.
+        retried = web.service.retry_failed(pb.RetryFailedRequest(job_ids=[card_job]))
+        assert list(retried.job_ids) == [card_job]
+        await web.complete(http, running, [0.0, 1.0], summary="Workers claim jobs.")
+        again = await http.post(f"/api/days/{day}/generate")
+        assert again.status_code == 202, again.text
+        note = web.service.job(again.json()["noteJobId"])
+        assert list(note.til_generation_input.notes) == ["Queues hold jobs.", "Workers claim jobs."]
+        assert list(note.depends_on) == []
+
+
+async def _status(http: httpx.AsyncClient, day: str, status: str) -> dict[str, Any] | None:
+    shown = await day_of(http, day)
+    return shown if shown["status"] == status else None
+
+
+async def test_a_day_is_made_again_a_bounded_number_of_times(web: Web) -> None:
+    """Each making is a note and questions on the provider's budget: a careless or
+    hostile page cannot loop on generate for ever."""
+    day = today()
+    async with web.login("") as http:
+        await carded(web, http, "Queues", "Queues hold jobs.")
+        for _ in range(MAX_GENERATIONS):
+            made = await http.post(f"/api/days/{day}/generate")
+            assert made.status_code == 202, made.text
+            finish_day(web, made.json()["noteJobId"], made.json()["questionsJobId"], 1)
+            await eventually(lambda: _completed(http, day), "the making came home")
+        refused = await http.post(f"/api/days/{day}/generate")
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "RESOURCE_EXHAUSTED"
+        assert f"made {MAX_GENERATIONS} times" in refused.json()["error"]["message"]
+    assert len(web.service.jobs) == 1 + 2 * MAX_GENERATIONS
+
+
+async def test_a_second_user_never_sees_or_makes_the_first_ones_day(web_login: Web) -> None:
+    web, day = web_login, today()
+    async with web.login("ann") as ann, web.login("bob") as bob:
+        await carded(web, ann, "Ann's queues", "Queues hold jobs.")
+        made = await ann.post(f"/api/days/{day}/generate")
+        assert made.status_code == 202, made.text
+        note_job = made.json()["noteJobId"]
+        assert web.service.job(note_job).request_id == f"til:ann:{day}"
+
+        assert (await bob.get("/api/days")).json()["days"] == []
+        for answer in (
+            await bob.get(f"/api/days/{day}"),
+            await bob.post(f"/api/days/{day}/generate"),
+            await bob.get(f"/api/async-jobs/{note_job}"),
+        ):
+            assert answer.status_code == 404, answer.text
+            assert "Ann" not in answer.text and "Queues" not in answer.text
+        assert (await ann.get(f"/api/async-jobs/{note_job}")).status_code == 200
+        await carded(web, bob, "Bob's workers", "Workers claim jobs.")
+        bobs = await bob.post(f"/api/days/{day}/generate")
+        assert bobs.status_code == 202, bobs.text  # Ann's day being made does not block his
+        bobs_note = web.service.job(bobs.json()["noteJobId"])
+        assert list(bobs_note.til_generation_input.notes) == ["Workers claim jobs."]
+        shown = await day_of(ann, day)
+        assert [s["title"] for s in shown["scraps"]] == ["Ann's queues"]
+
+
+async def test_an_ended_day_is_made_once_by_every_san_web_that_looks(web: Web) -> None:
+    day = today()
+    async with web.login("") as http:
+        await carded(web, http, "Queues", "Queues hold jobs.")
+        await carded(web, http, "Workers", "Workers claim jobs.")
+        store: ScrapStore = web.app.state.store
+        live: Days = web.app.state.days
+        assert await live.plan_ended_days() == []  # the day is open
+
+        after_the_end = datetime.now(UTC) + timedelta(days=1)
+
+        def instance() -> Days:  # another san-web on the same database, a day later
+            client = web.service.async_client()
+            return Days(store, client, web.app.state.outbox, QUIET, now=lambda: after_the_end)
+
+        made = await asyncio.gather(*(instance().plan_ended_days() for _ in range(3)))
+        assert sum(len(m) for m in made) >= 1
+        assert await instance().plan_ended_days() == []  # already made
+        days_jobs = [j for j in web.service.jobs if j.job_type != pb.JOB_TYPE_CARD_ANALYSIS]
+        assert sorted(j.request_id for j in days_jobs) == [f"recall:_:{day}", f"til:_:{day}"]
+        note = next(j for j in days_jobs if j.job_type == pb.JOB_TYPE_TIL_GENERATION)
+        assert list(note.til_generation_input.notes) == ["Queues hold jobs.", "Workers claim jobs."]
+        assert all(j.priority == 4 for j in days_jobs)  # bulk work, behind the page's
+        async with store.engine.connect() as conn:
+            assert (
+                await conn.execute(sa.select(sa.func.count()).select_from(daily_notes))
+            ).scalar_one() == 1
+
+
+async def test_the_callers_time_zone_is_theirs_to_set(web_login: Web) -> None:
+    async with web_login.login("ann") as ann:
+        assert (await ann.get("/api/me")).json() == {
+            "user": "ann",
+            "timeZone": "UTC",
+            "tilAt": "21:00",
+        }
+        for body, field in (
+            ({"timeZone": "Mars/Olympus"}, "timeZone"),
+            ({"timeZone": "../../etc/passwd"}, "timeZone"),
+            ({"timeZone": 3}, "timeZone"),
+            ({}, "timeZone"),
+        ):
+            answer = await ann.put("/api/me", json=body)
+            assert answer.status_code == 422, (body, answer.text)
+            assert _violations(answer) == [field]
+        ann.headers.pop("X-CSRF-Token")
+        forged = await ann.put("/api/me", json={"timeZone": "Asia/Tokyo"})
+        assert forged.status_code == 403, forged.text  # another site's form cannot
+        ann.headers["X-CSRF-Token"] = (await ann.get("/api/session")).json()["csrfToken"]
+        set_zone = await ann.put("/api/me", json={"timeZone": "Asia/Tokyo"})
+        assert set_zone.status_code == 200, set_zone.text
+        assert set_zone.json()["timeZone"] == "Asia/Tokyo"
+        await web_login.save(ann, "Queues")
+        shown = (await ann.get("/api/days")).json()["days"][0]
+        tokyo = Calendar(time(21, 0), ZoneInfo("Asia/Tokyo"))
+        assert shown["day"] == tokyo.day_of(datetime.now(UTC)).isoformat()
+        assert shown["endsAt"] == tokyo.window(tokyo.day_of(datetime.now(UTC)))[1].isoformat()
+    async with web_login.login("bob") as bob:
+        assert (await bob.get("/api/me")).json()["timeZone"] == "UTC"  # Ann's is hers
+
+
+async def test_the_shared_space_keeps_san_webs_time_zone(web: Web) -> None:
+    async with web.login("") as shared:
+        refused = await shared.put("/api/me", json={"timeZone": "Asia/Tokyo"})
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "FAILED_PRECONDITION"
+        assert (await shared.get("/api/me")).json()["timeZone"] == "UTC"
+
+
+def test_users_set_time_zone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'web.db'}"
+
+    async def add_ann() -> None:
+        store = await ScrapStore.open(url)
+        await store.add_user("ann", "argon2-hash")
+        await store.close()
+
+    async def zones() -> dict[str, str | None]:
+        store = await ScrapStore.open(url)
+        try:
+            return await store.time_zones()
+        finally:
+            await store.close()
+
+    asyncio.run(add_ann())
+    run = lambda *argv: users_main(list(argv), default_database_url=url)  # noqa: E731
+    assert run("set-time-zone", "ann", "Europe/Paris") == 0
+    assert "Europe/Paris" in capsys.readouterr().out
+    assert asyncio.run(zones()) == {"ann": "Europe/Paris"}
+    assert run("set-time-zone", "ann", "Nowhere/City") == 2
+    error = capsys.readouterr().err
+    assert "'Nowhere/City' is not an IANA time zone name" in error and "Traceback" not in error
+    assert run("set-time-zone", "zoe", "UTC") == 1
+    assert "no user 'zoe'" in capsys.readouterr().err
+    assert run("set-time-zone", "ann", "default") == 0
+    assert asyncio.run(zones()) == {"ann": None}
+
+
+async def test_a_change_applied_twice_or_of_an_older_making_changes_nothing(web: Web) -> None:
+    day = today()
+    days: Days = web.app.state.days
+    store: ScrapStore = web.app.state.store
+    async with web.login("") as http:
+        await carded(web, http, "Queues", "Queues hold jobs.")
+        made = (await http.post(f"/api/days/{day}/generate")).json()
+        finish_day(web, made["noteJobId"], made["questionsJobId"], questions=1)
+        await eventually(lambda: _completed(http, day), "the first making came home")
+        first = web.service.job(made["noteJobId"])
+        again = await http.post(f"/api/days/{day}/generate")  # generation 2, active
+        assert again.status_code == 202, again.text
+
+    async def note() -> tuple[Any, ...]:
+        async with store.engine.connect() as conn:
+            row = (await conn.execute(sa.select(daily_notes))).one()
+        return (row.generation, row.title, row.til_status, row.til_job_id)
+
+    before = await note()
+    assert before[:3] == (2, "Queues", None)  # generation 2 is being made
+    stale = web.service.job(first.id)
+    stale.til_generation_result.title = "Stale"
+    for _ in range(2):
+        async with store.engine.begin() as conn:
+            await days.apply_job_change(conn, stale)
+    assert await note() == before  # the older making's news is not the day's
+    current = web.service.job(before[3])
+    current.status = pb.JOB_STATUS_COMPLETED
+    current.til_generation_result.CopyFrom(TilGenerationResult(title="Two", body="B2", model="m"))
+    current.complete_time.FromSeconds(1_900_000_000)
+    for _ in range(2):
+        async with store.engine.begin() as conn:
+            await days.apply_job_change(conn, current)
+        assert await note() == (2, "Two", "COMPLETED", before[3])
+    foreign = pb.Job(id="x", request_id=f"til:_:{day}:2", requested_by="someone-else")
+    async with store.engine.begin() as conn:
+        await days.apply_job_change(conn, foreign)  # not san-web's
+    assert await note() == (2, "Two", "COMPLETED", before[3])
+
+
+def test_a_day_is_the_span_between_two_ends_of_day_in_its_zone() -> None:
+    paris = Calendar(parse_til_at("21:00"), ZoneInfo("Europe/Paris"))
+    # 20:59 in Paris (summer, UTC+2) is still 1 July; 21:00 is 2 July's first minute.
+    assert paris.day_of(datetime(2026, 7, 1, 18, 59, tzinfo=UTC)) == date(2026, 7, 1)
+    assert paris.day_of(datetime(2026, 7, 1, 19, 0, tzinfo=UTC)) == date(2026, 7, 2)
+    start, end = paris.window(date(2026, 7, 2))
+    assert (start, end) == (
+        datetime(2026, 7, 1, 19, 0, tzinfo=UTC),
+        datetime(2026, 7, 2, 19, 0, tzinfo=UTC),
+    )
+    # Across the change to winter time the day is 25 hours long, and none falls between.
+    start, end = paris.window(date(2026, 10, 25))
+    assert end - start == timedelta(hours=25)
+    assert paris.window(date(2026, 10, 26))[0] == end
+    assert paris.ended(datetime(2026, 7, 1, 19, 0, tzinfo=UTC), back=2) == [
+        date(2026, 6, 30),
+        date(2026, 7, 1),
+    ]
+    assert parse_til_at("00:00:30") == time(0, 0, 30)
+    for bad in ("24:00", "9:00", "21:00 ", "21h", ""):
+        with pytest.raises(ValueError, match="is not HH:MM"):
+            parse_til_at(bad)
