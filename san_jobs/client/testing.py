@@ -1008,13 +1008,17 @@ def _template_violations(template: pb.EnqueueRequest) -> list[tuple[str, str]]:
         violations.append(("schedule.template.request_id", "must be empty: the schedule sets it"))
     if template.HasField("schedule_time"):
         violations.append(("schedule.template.schedule_time", "must be unset"))
+    if template.depends_on:
+        violations.append(
+            ("schedule.template.depends_on", "must be empty: periods cannot wait for other jobs")
+        )
     try:
         _check_enqueue(template)
     except InvalidRequestError as error:
         violations.extend(
             (f"schedule.template.{v.field}", v.description)
             for v in error.field_violations
-            if v.field != "request_id"  # named above
+            if v.field != "request_id" and not v.field.startswith("depends_on")  # named above
         )
     return violations
 

@@ -119,6 +119,12 @@ def decode_create(
     )
 
 
+TEMPLATE_DEPENDS_ON = (
+    "must be empty: a schedule's periods cannot wait for other jobs (enqueue the"
+    " dependent job yourself, with depends_on, once they exist)"
+)
+
+
 def _template(
     given: pb.Schedule, limits: EnqueueLimits, default_max_attempts: int, out: list[FieldViolation]
 ) -> tuple[ScheduleTemplate | None, str]:
@@ -136,12 +142,17 @@ def _template(
             out.append(
                 FieldViolation(f"{_TEMPLATE}.schedule_time", "must be unset: periods set the time")
             )
-        # Enqueue's rules, field names under schedule.template (request_id and
-        # schedule_time are cleared: reported above, not twice).
+        if given.template.depends_on:
+            # Issue 42: it was dropped, silently (a TIL template with no notes but a
+            # depends_on was accepted, and every period's job then failed).
+            out.append(FieldViolation(f"{_TEMPLATE}.depends_on", TEMPLATE_DEPENDS_ON))
+        # Enqueue's rules, field names under schedule.template (request_id,
+        # schedule_time and depends_on are cleared: reported above, not twice).
         checked = pb.EnqueueRequest()
         checked.CopyFrom(given.template)
         checked.ClearField("request_id")
         checked.ClearField("schedule_time")
+        checked.ClearField("depends_on")
         try:
             new, on_duplicate = requests.enqueue(checked, limits, default_max_attempts)
         except InvalidRequestError as error:

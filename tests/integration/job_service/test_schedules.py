@@ -145,6 +145,34 @@ async def test_period_request_ids_are_jobservices_own(service: Service) -> None:
     assert [job.request_id for job in await list_all(stub)] == ["schedules:mine"]
 
 
+async def test_a_template_with_dependencies_is_refused(service: Service) -> None:
+    # Issue 42, point 9: depends_on in a template was dropped silently; a TIL with no
+    # notes of its own was accepted, and every period's job then failed.
+    stub = service.stub
+    root = (await stub.Enqueue(card_request("root", "text"))).job
+    til = pb.EnqueueRequest(
+        job_type=pb.JOB_TYPE_TIL_GENERATION,
+        target_id="day",
+        til_generation_input=pb.TilGenerationInput(day="2026-12-07"),
+        depends_on=[root.id],
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.CreateSchedule(pb.CreateScheduleRequest(schedule=schedule(template=til)))
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    fields = rich_error(caught.value).field_violations
+    # Both named: the dependencies, and the notes they would have stood in for.
+    assert "wait for other jobs" in fields.pop("schedule.template.depends_on")
+    assert list(fields) == ["schedule.template.til_generation_input.notes"]
+    with_notes = pb.EnqueueRequest()
+    with_notes.CopyFrom(til)
+    with_notes.til_generation_input.notes.append("a note")
+    with pytest.raises(grpc.aio.AioRpcError) as noted:
+        await stub.CreateSchedule(pb.CreateScheduleRequest(schedule=schedule(template=with_notes)))
+    assert set(rich_error(noted.value).field_violations) == {"schedule.template.depends_on"}
+    listed = await stub.ListSchedules(pb.ListSchedulesRequest())
+    assert list(listed.schedules) == []
+
+
 async def test_list_schedules_pages_by_schedule_id(service: Service) -> None:
     stub = service.stub
     for name in ("c-daily", "a-daily", "b-daily"):

@@ -137,6 +137,9 @@ def test_bad_schedules_name_their_fields() -> None:
     keyed = _schedule()
     keyed.template.request_id = "mine"
     assert _refused(keyed) == ["schedule.template.request_id"]
+    dependent = _schedule()
+    dependent.template.depends_on.append("0190a1b2-0000-7000-8000-000000000001")
+    assert _refused(dependent) == ["schedule.template.depends_on"]
     untyped = _schedule()
     untyped.template.job_type = pb.JOB_TYPE_UNSPECIFIED
     assert _refused(untyped) == ["schedule.template.job_type"]
