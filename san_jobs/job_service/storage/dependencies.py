@@ -6,6 +6,8 @@ trigger, in the statement that ends the dependency.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -41,6 +43,7 @@ from san_jobs.job_service.domain.model import (
 )
 from san_jobs.job_service.domain.ports import FailParams
 from san_jobs.job_service.domain.transitions import CANCELLED_CODE
+from san_jobs.job_service.storage.errors import sqlstate
 from san_jobs.job_service.storage.rows import chunks
 from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
 from san_jobs.job_service.storage.transition_sql import Rows, time_params
@@ -50,6 +53,11 @@ _jobs = async_jobs.c
 _deps = job_dependencies.c
 # error_reason of a dependent its dependency ended (the trigger writes the same).
 DEPENDENCY_ENDED_REASON = "DEPENDENCY_ENDED"
+
+
+# SQLSTATEs of a transaction the database rolled back whole (deadlock_detected,
+# serialization_failure): safe to write again.
+_ROLLED_BACK = frozenset({"40P01", "40001"})
 
 
 class _Conflict(Exception):
@@ -66,11 +74,19 @@ class JobDependencies(JobWrites):
         job_dependencies rows, and end it at once if one already FAILED or was
         CANCELLED. A request_id or active target already held: answered as any
         Enqueue's conflict (`_conflict_answer`)."""
-        for _ in range(5):
+        for attempt in range(5):
             try:
                 return await self._insert_dependent(new), False
             except _Conflict:
                 pass
+            except StorageUnavailableError as error:
+                # Rolled back whole by the database (a deadlock with a writer that
+                # locks in another order, a serialization failure): nothing of it was
+                # stored, so it is written again here rather than failing the call.
+                if sqlstate(error) not in _ROLLED_BACK or attempt == 4:
+                    raise
+                await asyncio.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
+                continue
             async with self._db.single() as conn:
                 winner = await self._conflict_answer(conn, new, on_duplicate)
             if winner is not None:
@@ -137,7 +153,18 @@ class JobDependencies(JobWrites):
         back)."""
         found: dict[str, tuple[JobType, JobStatus]] = {}
         depths: dict[str, int] = {}
-        for chunk in chunks(list(new.depends_on)):
+        ordered = sorted(new.depends_on)
+        # Every dependent's transaction locks its dependencies in one order, by id:
+        # two enqueues naming the same jobs in other orders wait for each other
+        # instead of deadlocking (on PostgreSQL; SQLite writes one at a time).
+        for chunk in chunks(ordered):
+            await conn.execute(
+                select(_jobs.id)
+                .where(and_(_jobs.id.in_(list(chunk)), _jobs.tenant == new.tenant))
+                .order_by(_jobs.id)
+                .with_for_update()
+            )
+        for chunk in chunks(ordered):
             marked = await conn.execute(
                 update(async_jobs)
                 .where(and_(_jobs.id.in_(list(chunk)), _jobs.tenant == new.tenant))

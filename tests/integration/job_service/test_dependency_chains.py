@@ -88,7 +88,7 @@ async def test_a_chain_the_trigger_cannot_end_still_ends_at_its_first_attempt(
 
     held[root].fail = Fail(grpc.StatusCode.INVALID_ARGUMENT, "the provider refused the text")
     held.release(root, bystander)
-    ended = await wait_terminal(service.stub, [root, bystander], timeout=60)
+    ended = await wait_terminal(service.stub, [root, bystander], timeout=120)
     failed = ended[root]
     assert failed.status == pb.JOB_STATUS_FAILED
     assert failed.error_code == "INTERNAL"
