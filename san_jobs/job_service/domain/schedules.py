@@ -38,6 +38,8 @@ MAX_CATCHUP_WINDOW = timedelta(days=366)
 # count runs on the event loop, inside the round's transaction: 10,000 cronsim
 # steps take about 0.1 s.
 MAX_COUNTED_PERIODS = 10_000
+# cronsim gives up a search for the next match after this many years (check_cron).
+CRON_SEARCH_YEARS = 50
 
 # The firing round (storage/schedules.py says how; issue 42): a period that waits for
 # its previous job is not due, but is looked at again this often (to pass over the
@@ -205,9 +207,22 @@ def check_cron(field: str, cron: str, out: list[FieldViolation]) -> bool:
         )
         return False
     try:
-        CronSim(cron, datetime(2026, 1, 1, tzinfo=UTC))
+        periods = CronSim(cron, datetime(2026, 1, 1, tzinfo=UTC))
     except (CronSimError, ValueError) as error:
         out.append(FieldViolation(field, f"not a crontab expression: {error}"))
+        return False
+    try:
+        # Its first period: a cron that never matches ("0 0 */8 * MON#5": the 5th
+        # Monday on a 1st, 9th, 17th or 25th) is refused here, not met as INTERNAL
+        # ("coroutine raised StopIteration") when its schedule is stored (issue 42).
+        # The search is bounded by cronsim: CRON_SEARCH_YEARS years, a month at a time
+        # (about 10 ms); a cron that matches at all matches at least every 40 years
+        # or so (Feb 29 on a given weekday), so none that can fire is refused.
+        next(periods)
+    except StopIteration:
+        out.append(
+            FieldViolation(field, f"never matches: no period in the next {CRON_SEARCH_YEARS} years")
+        )
         return False
     return True
 

@@ -104,6 +104,13 @@ async def test_bad_schedules_name_their_fields(service: Service) -> None:
             pb.CreateScheduleRequest(schedule=schedule(interval=Duration(nanos=5)))
         )
     assert set(rich_error(no_period.value).field_violations) == {"schedule.interval"}
+    # A cron that never matches (issue 42, point 10: it was INTERNAL, StopIteration).
+    never = schedule("never")
+    never.cron = "0 0 */8 * MON#5"
+    with pytest.raises(grpc.aio.AioRpcError) as no_match:
+        await stub.CreateSchedule(pb.CreateScheduleRequest(schedule=never))
+    assert no_match.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "never matches" in rich_error(no_match.value).field_violations["schedule.cron"]
     await stub.CreateSchedule(
         pb.CreateScheduleRequest(schedule=schedule("nightly", interval=Duration(seconds=86400)))
     )

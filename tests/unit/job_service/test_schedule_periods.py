@@ -153,6 +153,20 @@ def test_validation_names_the_field() -> None:
     ]
 
 
+def test_a_cron_that_never_matches_is_refused_naming_the_field() -> None:
+    # Issue 42, point 10: these passed, then CreateSchedule answered INTERNAL
+    # ("coroutine raised StopIteration") after cronsim's whole search.
+    for never in ("0 0 */8 * MON#5", "0 0 */31 * 1L"):
+        out: list[FieldViolation] = []
+        assert not check_cron("schedule.cron", never, out)
+        assert [(v.field, "never matches" in v.description) for v in out] == [
+            ("schedule.cron", True)
+        ]
+    # Rare but real: Feb 29 (every 4 years), a Monday on the 1st or 29th of February.
+    for rare in ("0 0 29 2 *", "0 0 */28 2 MON"):
+        assert check_cron("schedule.cron", rare, [])
+
+
 def test_a_very_long_outage_stops_counting_but_fires_the_latest_period() -> None:
     # A per-minute cron down for a year: the count stops at MAX_COUNTED_PERIODS, and
     # the round still fires the latest started minute, not the 100,000th one.
