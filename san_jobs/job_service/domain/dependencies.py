@@ -28,6 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from san_jobs.job_service.domain.limits import (
+    DEFAULT_MAX_TEXT_CHARS,
+    MAX_RECALL_SOURCES,
+    MAX_TIL_NOTES,
+)
 from san_jobs.job_service.domain.model import JobStatus, JobType, JsonDict
 
 # At most this many dependencies per job (EnqueueRequest.depends_on).
@@ -97,25 +102,72 @@ class Finished:
     input: JsonDict
 
 
-def merged_input(job_type: JobType, params: JsonDict, dependencies: Sequence[Finished]) -> JsonDict:
+def merged_input(
+    job_type: JobType,
+    params: JsonDict,
+    dependencies: Sequence[Finished],
+    max_chars: int = DEFAULT_MAX_TEXT_CHARS,
+) -> JsonDict:
     """`params` (the job's input as enqueued) with its dependencies' results added, in
     the order they completed (ties by id): a TIL's notes take the cards' summaries; a
-    recall's sources take a card's title (from its input) and summary, a TIL's title and body, each
-    with job_id. Other types take nothing."""
+    recall's sources take a card's title (from its input) and summary, a TIL's title
+    and body, each with job_id. Other types take nothing.
+
+    Bounded as an Enqueue's own input is: at most `max_chars` characters of notes (of
+    sources' text) in all, MAX_TIL_NOTES notes, MAX_RECALL_SOURCES sources. What does
+    not fit is left out, in completion order (the one that meets the bound is cut to
+    what is left, if that is worth sending): forty TILs of 120 KB each made a recall's
+    stored input 4.75 MB, which no page of ListJobs could carry."""
     ordered = sorted(dependencies, key=lambda d: (d.completed_at, d.job_id))
     merged: dict[str, Any] = dict(params)
     if job_type is JobType.TIL_GENERATION:
         notes = list(params.get("notes", []))
-        notes += [_text(d.result.get("summary")) for d in ordered]
+        room = _Room(max_chars - sum(len(n) for n in notes), MAX_TIL_NOTES - len(notes))
+        for dependency in ordered:
+            note = room.take(_text(dependency.result.get("summary")))
+            if note is not None:
+                notes.append(note)
         merged["notes"] = [n for n in notes if n.strip()] or notes
     elif job_type is JobType.RECALL_GENERATION:
         sources = list(params.get("sources", []))
+        used = sum(len(str(s.get("text", ""))) for s in sources)
+        room = _Room(max_chars - used, MAX_RECALL_SOURCES - len(sources))
         for dependency in ordered:
             source = _source(dependency)
-            if source is not None:
-                sources.append(source)
+            if source is None:
+                continue
+            text = room.take(source["text"])
+            if text is not None:
+                sources.append(source | {"text": text})
         merged["sources"] = sources
     return merged
+
+
+# A dependency's text cut to fewer characters than this is left out instead.
+MIN_USEFUL_CHARS = 200
+
+
+@dataclass(slots=True)
+class _Room:
+    """What is left of the merged input's bounds: characters and items."""
+
+    chars: int
+    items: int
+
+    def take(self, text: str) -> str | None:
+        """`text`, or as much of it as fits; None once nothing useful fits."""
+        if not text.strip():
+            return None
+        if self.items <= 0 or self.chars <= 0:
+            return None
+        if len(text) > self.chars:
+            if self.chars < MIN_USEFUL_CHARS:
+                self.chars = 0
+                return None
+            text = text[: self.chars]
+        self.chars -= len(text)
+        self.items -= 1
+        return text
 
 
 def _text(value: Any) -> str:
