@@ -51,6 +51,10 @@ function problemText(body, fallback) {
 // A PENDING job whose type is paused (its AI provider fails or throttles) says so
 // rather than just "PENDING". Times are UTC, as in the timeline.
 function waitingText(waiting) {
+  if (waiting.reason === "DEPENDENCIES") {
+    const count = (waiting.jobIds || []).length;
+    return `Waiting for ${count} job${count === 1 ? "" : "s"} it depends on`;
+  }
   const since = waiting.since.slice(11, 16);
   const until = waiting.until.slice(11, 19);
   if (waiting.reason === "RATE_LIMITED") {
@@ -336,20 +340,29 @@ async function learnStates(items) {
   }));
 }
 
+// A list the page polls: its body, or null with the reason shown in `errorId` (the
+// caller tries again later).
+async function readListing(url, errorId, what) {
+  try {
+    const response = await fetch(url);
+    const body = await response.json();
+    if (!response.ok) throw new Error(problemText(body, `HTTP ${response.status}`));
+    $(errorId).hidden = true;
+    return body;
+  } catch (error) {
+    $(errorId).textContent = `Could not read your ${what}: ${error.message}`;
+    $(errorId).hidden = false;
+    return null;
+  }
+}
+
 async function loadScraps() {
   listTimer = null;
-  let body;
-  try {
-    const response = await fetch("/api/scraps?pageSize=20");
-    body = await response.json();
-    if (!response.ok) throw new Error(problemText(body, `HTTP ${response.status}`));
-  } catch (error) {
-    $("scraps-error").textContent = `Could not read your scraps: ${error.message}`;
-    $("scraps-error").hidden = false;
+  const body = await readListing("/api/scraps?pageSize=20", "scraps-error", "scraps");
+  if (!body) {
     listTimer = setTimeout(loadScraps, 5000);
     return;
   }
-  $("scraps-error").hidden = true;
   listed = body.scraps;
   // A new card can be anyone's nearest: related lists are asked again when cards change.
   const key = listed.map((item) => (item.card ? item.card.jobId : "")).join(",");
@@ -409,9 +422,136 @@ async function openScrap(scrapId) {
   $("status").className = `status ${body.card ? "COMPLETED" : ""}`;
 }
 
+// The days: each one's "today I learned" note and its recall quiz (GET /api/days).
+let shownDay = null;
+let dayTimer = null;
+let daysTimer = null;
+const DAY_BUSY = new Set(["MAKING", "OPEN"]);
+
+async function loadDays() {
+  daysTimer = null;
+  const body = await readListing("/api/days", "days-error", "days");
+  if (!body) {
+    daysTimer = setTimeout(loadDays, 5000);
+    return;
+  }
+  $("days-when").textContent = `Your days end at ${body.tilAt} (${body.timeZone}).`;
+  $("days-empty").hidden = body.days.length > 0;
+  $("day-list").replaceChildren(...body.days.map((day) => {
+    const item = element("li");
+    const button = element("button", day.day === shownDay ? "current" : "", `${day.day} · ${day.note ? day.note.title : day.status}`);
+    button.dataset.day = day.day;
+    button.addEventListener("click", () => openDay(day.day));
+    item.appendChild(button);
+    return item;
+  }));
+  daysTimer = setTimeout(loadDays, body.days.some((day) => DAY_BUSY.has(day.status)) ? 3000 : 15000);
+}
+
+function quizItem(question) {
+  const item = element("li");
+  item.appendChild(element("p", "question", question.question));
+  const answer = element("p", "answer", question.answer);
+  answer.hidden = true;
+  const reveal = element("button", "reveal", "Show the answer");
+  reveal.type = "button";
+  reveal.addEventListener("click", () => { answer.hidden = false; reveal.hidden = true; });
+  item.appendChild(reveal);
+  item.appendChild(answer);
+  const source = element("p", "source", "From: ");
+  if (question.scrapId) {
+    const link = element("a", "", question.sourceTitle || "the scrap");
+    link.href = scrapLink(question.scrapId);
+    source.appendChild(link);
+  } else {
+    source.appendChild(document.createTextNode(question.sourceTitle || "the day's note"));
+  }
+  item.appendChild(source);
+  return item;
+}
+
+// The quiz shows one question at a time: its answer on request, then the next.
+let quiz = [];
+let quizAt = 0;
+let quizKey = "";
+
+function showQuestion() {
+  $("quiz-count").textContent = `Question ${quizAt + 1} of ${quiz.length}`;
+  $("quiz").replaceChildren(quizItem(quiz[quizAt]));
+  $("quiz-next").hidden = quiz.length < 2;
+}
+
+$("quiz-next").addEventListener("click", () => {
+  quizAt = (quizAt + 1) % quiz.length;
+  showQuestion();
+});
+
+async function openDay(day) {
+  shownDay = day;
+  if (dayTimer) { clearTimeout(dayTimer); dayTimer = null; }
+  for (const button of $("day-list").querySelectorAll("button")) button.classList.toggle("current", button.dataset.day === day);
+  const response = await fetch(`/api/days/${encodeURIComponent(day)}`);
+  const body = await response.json();
+  if (shownDay !== day) return;
+  $("day").hidden = false;
+  $("day-heading").textContent = day;
+  if (!response.ok) {
+    $("day-status").textContent = "";
+    $("day-error").textContent = problemText(body, `HTTP ${response.status}`);
+    return;
+  }
+  $("day-status").textContent = body.status;
+  $("day-status").className = `status ${body.status}`;
+  $("day-error").textContent = body.status === "OPEN" ? ` ends at ${body.endsAt.slice(11, 16)} UTC` : (body.error || "");
+  $("day-note").hidden = !body.note;
+  if (body.note) {
+    $("day-note-title").textContent = body.note.title;
+    $("day-note-body").textContent = body.note.body;
+  }
+  $("day-generate").textContent = body.status === "OPEN" ? "Make it now" : "Make it again";
+  $("day-generate").disabled = body.status === "MAKING";
+  $("quiz-box").hidden = body.questions.length === 0;
+  // The same questions polled again keep the one shown (and its answer, if revealed).
+  const key = day + JSON.stringify(body.questions);
+  if (key !== quizKey) {
+    quizKey = key;
+    quiz = body.questions;
+    quizAt = 0;
+    if (quiz.length) showQuestion(); else $("quiz").replaceChildren();
+  }
+  $("day-scraps").replaceChildren(...body.scraps.map((scrap) => {
+    const item = element("li");
+    const link = element("a", "", scrap.title || scrap.scrapId);
+    link.href = scrapLink(scrap.scrapId);
+    item.appendChild(link);
+    return item;
+  }));
+  if (body.status === "MAKING") dayTimer = setTimeout(() => openDay(day), 1500);
+}
+
+$("day-generate").addEventListener("click", async () => {
+  if (!shownDay) return;
+  const day = shownDay;
+  $("day-generate").disabled = true;
+  try {
+    const response = await fetch(`/api/days/${encodeURIComponent(day)}/generate`, { method: "POST", headers: await writeHeaders() });
+    const body = await response.json();
+    $("day-generate-error").hidden = response.ok;
+    if (!response.ok) $("day-generate-error").textContent = problemText(body, `HTTP ${response.status}`);
+  } finally {
+    $("day-generate").disabled = false;
+  }
+  await openDay(day);
+  if (daysTimer) clearTimeout(daysTimer);
+  loadDays();
+});
+
 session.then((current) => {
   if (!current) return;  // on the way to /login
   const wanted = new URLSearchParams(window.location.search).get("scrap");
   if (wanted) openScrap(wanted);
   loadScraps();
+  loadDays();
+  const day = new URLSearchParams(window.location.search).get("day");
+  if (day) openDay(day);
 });
