@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,11 +82,23 @@ FIRST_DAY, LAST_DAY = date(1970, 1, 2), date(9998, 12, 31)
 PLANNED_PRIORITY = 4
 REQUESTED_PRIORITY = 1
 # What one day's jobs may carry (JobService's limits: 1,000 notes, 100 sources and 100
-# dependencies; 100,000 characters of text by default, of which half is used here).
+# dependencies).
 MAX_NOTES = 1000
 MAX_DEPENDENCIES = 99  # the recall depends on the note too
 MAX_SOURCES = 100
-MAX_TEXT_CHARS = 50_000
+# The gateway refuses, for good, a call whose input it estimates above its
+# --max-input-tokens (8,192 by default): a TIL of 150 cards' summaries failed. What
+# san-web sends is condensed to INPUT_TOKENS by the gateway's own estimate (the notes;
+# apart, the recall's titles and texts), less DEPENDENCY_TOKENS for each card still
+# being made (JobService adds its summary) and, for the recall, NOTE_TOKENS for the
+# day's note (JobService adds it as a source).
+INPUT_TOKENS = 6000
+DEPENDENCY_TOKENS = 40
+NOTE_TOKENS = 1500
+MIN_BUDGET_TOKENS = 1000
+# A card cut below this many tokens says nothing: fewer cards are taken instead.
+MIN_CARD_TOKENS = 32
+SOURCE_TITLE_TOKENS = 12  # a recall source's title: 48 characters or so
 MIN_QUESTIONS, MAX_QUESTIONS = 5, 20
 ACTIVE = (JobStatus.JOB_STATUS_PENDING, JobStatus.JOB_STATUS_PROCESSING)
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -199,14 +212,55 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _within(texts: list[str], count: int, chars: int) -> int:
-    """How many of ``texts`` (from the first) fit ``count`` items and ``chars``."""
-    used = 0
-    for taken, text in enumerate(texts[:count]):
-        used += len(text)
-        if used > chars:
-            return taken
-    return min(len(texts), count)
+_WIDE = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f\u4e00-\u9fff\u3040-\u30ff]")
+_ELLIPSIS = "\u2026"
+
+
+def estimate_tokens(text: str) -> int:
+    """The gateway's estimate (san_jobs.ai_gateway.tokens, not imported by san-web): a
+    Hangul, CJK or kana character is a token, four other characters are one."""
+    wide = len(_WIDE.findall(text))
+    return wide + math.ceil((len(text) - wide) / 4)
+
+
+def _cut(text: str, tokens: int) -> str:
+    """``text`` cut to at most ``tokens`` estimated tokens, the ellipsis included, at a
+    space when one is near the end."""
+    if estimate_tokens(text) <= tokens:
+        return text
+    quarters = (tokens - 1) * 4  # the ellipsis is a token
+    end = 0
+    for end, char in enumerate(text):  # noqa: B007 (end is used after the loop)
+        quarters -= 4 if _WIDE.match(char) else 1
+        if quarters < 0:
+            break
+    kept = text[:end]
+    space = kept.rfind(" ")
+    if space > len(kept) * 3 // 4:
+        kept = kept[:space]
+    return kept.rstrip() + _ELLIPSIS
+
+
+def _shares(costs: list[int], budget: int) -> list[int]:
+    """Each cost's share of ``budget``: the small ones whole, the others one same share."""
+    shares = [0] * len(costs)
+    left = budget
+    for placed, index in enumerate(sorted(range(len(costs)), key=costs.__getitem__)):
+        shares[index] = min(costs[index], left // (len(costs) - placed))
+        left -= shares[index]
+    return shares
+
+
+def condense(texts: list[str], budget: int) -> list[str]:
+    """``texts`` within ``budget`` estimated tokens together: all of them whole when they
+    fit; else as many of the first as leave each MIN_CARD_TOKENS, each cut to its fair
+    share (the short ones whole)."""
+    costs = [estimate_tokens(text) for text in texts]
+    if sum(costs) <= budget:
+        return list(texts)
+    taken = max(1, min(len(texts), budget // MIN_CARD_TOKENS))
+    shares = _shares(costs[:taken], budget)
+    return [_cut(text, share) for text, share in zip(texts[:taken], shares, strict=True)]
 
 
 class Days:
@@ -533,11 +587,32 @@ class Days:
                 job_id = entry.job_id
             if job_id and job_id not in depends_on:
                 depends_on.append(job_id)
+        total = len(cards) + len(depends_on)
         depends_on = depends_on[:MAX_DEPENDENCIES]
-        texts = [card["text"] for card in cards]
-        notes = texts[: _within(texts, MAX_NOTES, MAX_TEXT_CHARS)]
-        sources = cards[: _within(texts, MAX_SOURCES - 1 - len(depends_on), MAX_TEXT_CHARS)]
-        return {"notes": notes, "sources": sources, "depends_on": depends_on}
+        waiting = DEPENDENCY_TOKENS * len(depends_on)
+        notes = condense(
+            [card["text"] for card in cards[:MAX_NOTES]],
+            max(MIN_BUDGET_TOKENS, INPUT_TOKENS - waiting),
+        )
+        # Each source costs its title and at least MIN_CARD_TOKENS of its text.
+        budget = max(MIN_BUDGET_TOKENS, INPUT_TOKENS - NOTE_TOKENS - waiting)
+        asked: list[dict[str, str]] = []
+        titles = 0
+        for card in cards[: MAX_SOURCES - 1 - len(depends_on)]:
+            title = _cut(card["title"], SOURCE_TITLE_TOKENS)
+            if titles + estimate_tokens(title) + MIN_CARD_TOKENS * (len(asked) + 1) > budget:
+                break
+            asked.append({**card, "title": title})
+            titles += estimate_tokens(title)
+        texts = condense([card["text"] for card in asked], budget - titles)
+        sources = [{**card, "text": text} for card, text in zip(asked, texts, strict=True)]
+        return {
+            "notes": notes,
+            "sources": sources,
+            "depends_on": depends_on,
+            # How many of the day's cards the note covers (the others did not fit).
+            "cards": {"covered": len(notes) + len(depends_on), "of": total},
+        }
 
     async def _scrap_ids(self, owner: str | None, calendar: Calendar, day: date) -> list[str]:
         start, end = calendar.window(day)
@@ -601,6 +676,7 @@ class Days:
             "note": None,
             "hasQuestions": False,
             "error": None,
+            "cards": None,
         }
 
     async def day(self, owner: str | None, day: date) -> dict[str, Any] | None:
@@ -831,4 +907,7 @@ def _day_view(row: Any, *, has_questions: bool) -> dict[str, Any]:
         "error": row.til_error or row.recall_error,
         "noteJobId": row.til_job_id,
         "questionsJobId": row.recall_job_id,
+        # {"covered": n, "of": m}: the note covers n of the day's m cards (null until
+        # the day is planned).
+        "cards": (row.plan or {}).get("cards"),
     }

@@ -20,14 +20,25 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from san_jobs.ai_gateway.tokens import estimate_tokens as gateway_estimate
 from san_jobs.client import (
     RecallGenerationResult,
     RecallQuestion,
     TilGenerationResult,
 )
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
-from san_jobs.web._days import MAX_GENERATIONS, Calendar, Days, DaySettings, parse_til_at
-from san_jobs.web._store import ScrapStore, daily_notes
+from san_jobs.web._days import (
+    INPUT_TOKENS,
+    MAX_GENERATIONS,
+    NOTE_TOKENS,
+    Calendar,
+    Days,
+    DaySettings,
+    condense,
+    estimate_tokens,
+    parse_til_at,
+)
+from san_jobs.web._store import ScrapStore, daily_notes, knowledge_cards
 from san_jobs.web._users_cli import users_main
 from tests.support.web_in_process import Web, web_app
 
@@ -443,3 +454,80 @@ def test_a_day_is_the_span_between_two_ends_of_day_in_its_zone() -> None:
     for bad in ("24:00", "9:00", "21:00 ", "21h", ""):
         with pytest.raises(ValueError, match="is not HH:MM"):
             parse_til_at(bad)
+
+
+async def test_a_day_of_150_long_cards_fits_the_gateways_token_limit(web: Web) -> None:
+    """Issue 43's big day: 150 cards of 600-character summaries (about 22,500 tokens
+    by the gateway's estimate, its limit 8,192) are all in the note, each condensed to
+    a fair share of INPUT_TOKENS; the recall's titles and texts fit too, and the day
+    says how many cards its note covers."""
+    day = today()
+    store = web.store()
+    summaries = [
+        f"Card {i}: " + " ".join(["queues hold jobs for the workers"] * 18) for i in range(150)
+    ]
+    saved = [
+        await store.add(url="", title=f"Scrap {i} " + "long title " * 50, text="t")
+        for i in range(150)
+    ]
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            knowledge_cards.insert(),
+            [
+                {
+                    "scrap_id": scrap.id,
+                    "job_id": f"job-{i}",
+                    "job_created_ns": i,
+                    "summary": summary,
+                    "tags": [],
+                    "embedding": b"",
+                    "model": "m",
+                    "created_at": datetime.now(UTC),
+                }
+                for i, (scrap, summary) in enumerate(zip(saved, summaries, strict=True))
+            ],
+        )
+    assert sum(map(estimate_tokens, summaries)) > 20_000
+    async with web.login("") as http:
+        made = await http.post(f"/api/days/{day}/generate")
+        assert made.status_code == 202, made.text
+        notes = list(web.service.job(made.json()["noteJobId"]).til_generation_input.notes)
+        assert len(notes) == 150
+        assert sum(map(estimate_tokens, notes)) <= INPUT_TOKENS
+        for note, summary in zip(notes, summaries, strict=True):
+            assert note.endswith("…") and summary.startswith(note[:-1].rstrip())
+            assert estimate_tokens(note) >= INPUT_TOKENS // 150 * 9 // 10  # cut at a space
+        recall = web.service.job(made.json()["questionsJobId"]).recall_generation_input
+        sources = [(s.title, s.text) for s in recall.sources]
+        assert len(sources) == 99  # MAX_SOURCES, one left for the note
+        assert all(len(title) <= 48 for title, _ in sources)
+        assert sum(estimate_tokens(t) + estimate_tokens(x) for t, x in sources) <= (
+            INPUT_TOKENS - NOTE_TOKENS
+        )
+        shown = await day_of(http, day)
+        assert shown["cards"] == {"covered": 150, "of": 150}
+
+
+def test_condense_keeps_what_fits_and_shares_the_rest_fairly() -> None:
+    assert condense(["a" * 40, "b" * 40], 20) == ["a" * 40, "b" * 40]  # 10 tokens each
+    short, long = "short note", "word " * 400  # 3 and 500 tokens
+    kept = condense([short, long, long], 203)
+    assert kept[0] == short and all(95 <= estimate_tokens(k) <= 100 for k in kept[1:])
+    assert kept[1].endswith("…") and long.startswith(kept[1][:-1])
+    # Korean costs a token a character, as the gateway counts it.
+    korean = condense(["가" * 500, "나" * 500], 200)
+    assert [estimate_tokens(k) for k in korean] == [100, 100]  # no spaces to cut at
+    # Too many cards for a useful share each: the first ones, MIN_CARD_TOKENS at least.
+    many = condense(["word " * 100] * 1000, 3200)
+    assert len(many) == 100 and sum(map(estimate_tokens, many)) <= 3200
+
+
+def test_san_webs_token_estimate_is_the_gateways() -> None:
+    for text in (
+        "",
+        "abc",
+        "Queues hold jobs. " * 40,
+        "큐는 작업을 담는다 " * 30,
+        "日本語とEnglish",
+    ):
+        assert estimate_tokens(text) == gateway_estimate(text)

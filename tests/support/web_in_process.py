@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import sqlalchemy as sa
 from starlette.applications import Starlette
 
 from san_jobs.client import CardAnalysisResult
@@ -19,7 +20,7 @@ from san_jobs.web._auth import AuthSettings
 from san_jobs.web._cards import apply_job_change
 from san_jobs.web._days import DaySettings
 from san_jobs.web._passwords import hash_password
-from san_jobs.web._store import ScrapStore
+from san_jobs.web._store import ScrapStore, scrap_jobs
 from san_jobs.web.app import OutboxSettings, create_app
 
 PASSWORD = "lemon tree at sunrise"
@@ -48,15 +49,22 @@ class Web:
             yield http
 
     async def save(self, http: httpx.AsyncClient, title: str, text: str = "Some text.") -> str:
-        """A scrap saved through the API; its job id once the outbox delivered it."""
+        """A scrap saved through the API, once the outbox delivered it and san-web
+        recorded its job in scrap_jobs (record_delivery sets the scrap's jobId first,
+        then records it: a change applied in between raced that insert)."""
         answer = await http.post("/api/scraps", json={"title": title, "text": text})
         assert answer.status_code == 202, answer.text
         scrap_id: str = answer.json()["scrapId"]
         deadline = time.monotonic() + 10
-        while not (await http.get(f"/api/scraps/{scrap_id}")).json()["jobId"]:
+        while True:
+            job_id = (await http.get(f"/api/scraps/{scrap_id}")).json()["jobId"]
+            if job_id:
+                async with self.store().engine.connect() as conn:
+                    query = sa.select(scrap_jobs.c.job_id).where(scrap_jobs.c.job_id == job_id)
+                    if (await conn.execute(query)).first() is not None:
+                        return scrap_id
             assert time.monotonic() < deadline, "the outbox never delivered"
             await asyncio.sleep(0.02)
-        return scrap_id
 
     async def complete(
         self, http: httpx.AsyncClient, scrap_id: str, embedding: list[float], summary: str = "S."

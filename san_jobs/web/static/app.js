@@ -508,6 +508,10 @@ async function openDay(day) {
     $("day-note-title").textContent = body.note.title;
     $("day-note-body").textContent = body.note.body;
   }
+  // A big day's note is made from the cards that fit the AI gateway's limit.
+  const cards = body.cards;
+  $("day-cards").hidden = !cards || cards.covered >= cards.of;
+  if (cards) $("day-cards").textContent = `This note covers ${cards.covered} of the day's ${cards.of} cards.`;
   $("day-generate").textContent = body.status === "OPEN" ? "Make it now" : "Make it again";
   $("day-generate").disabled = body.status === "MAKING";
   $("quiz-box").hidden = body.questions.length === 0;
