@@ -38,6 +38,9 @@ MAX_CATCHUP_WINDOW = timedelta(days=366)
 # count runs on the event loop, inside the round's transaction: 10,000 cronsim
 # steps take about 0.1 s.
 MAX_COUNTED_PERIODS = 10_000
+# next_period's bound on cronsim's matches that fall before `after` (a repeated
+# hour gives one; the bound only stops a loop that cannot happen).
+_DST_STEPS = 4
 # cronsim gives up a search for the next match after this many years (check_cron).
 CRON_SEARCH_YEARS = 50
 
@@ -274,11 +277,20 @@ def next_period(definition: ScheduleDefinition, anchor: datetime, after: datetim
         return anchor + k * step
     assert definition.cron is not None
     zone = ZoneInfo(definition.time_zone or "UTC")
-    # cronsim returns the first match strictly after its start, in the start's zone
-    # (fold set for a repeated hour), which astimezone turns into the instant.
+    # cronsim returns the first match strictly after its start in WALL-CLOCK time, in
+    # the start's zone (fold set for a repeated hour), which astimezone turns into
+    # the instant. From the second pass of a repeated hour that match may be the
+    # first pass's, an instant before `after` (issue 42: `30 1 * * *` in
+    # America/New_York after 06:10 UTC on 2026-11-01, 01:10 EST, gave 05:30 UTC,
+    # 01:30 EDT): the next match is taken then. Wall-clock time only moves on, so
+    # the second is after `after` (a repeated hour is passed over at most once).
     start = after.astimezone(zone)
-    moment: datetime = next(iter(CronSim(definition.cron, start)))
-    return moment.astimezone(UTC)
+    matches = CronSim(definition.cron, start)
+    for _ in range(_DST_STEPS):
+        moment: datetime = next(matches).astimezone(UTC)
+        if moment > after:
+            return moment
+    raise AssertionError(f"no period of {definition.cron!r} after {after} in {_DST_STEPS} steps")
 
 
 def period_request_id(schedule_id: str, period_start: datetime) -> str:
@@ -376,8 +388,16 @@ def _latest_before(definition: ScheduleDefinition, moment: datetime) -> datetime
     assert definition.cron is not None
     zone = ZoneInfo(definition.time_zone or "UTC")
     start = moment.astimezone(zone)
-    found: datetime = next(iter(CronSim(definition.cron, start, reverse=True)))
-    return found.astimezone(UTC)
+    found: datetime = next(iter(CronSim(definition.cron, start, reverse=True))).astimezone(UTC)
+    # Backwards in wall-clock time from the second pass of a repeated hour, cronsim
+    # may pass over a period of its first pass: the periods after it (forwards,
+    # as next_period counts them) are looked at too.
+    for _ in range(_DST_STEPS):
+        later = next_period(definition, found, found)
+        if later >= moment:
+            break
+        found = later
+    return found
 
 
 def _before(moment: datetime) -> datetime:

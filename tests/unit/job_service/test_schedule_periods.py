@@ -74,6 +74,30 @@ def test_paris_0230_fires_once_the_first_time_in_october() -> None:
     ]
 
 
+def test_new_york_0130_from_the_second_pass_of_the_repeated_hour() -> None:
+    # Issue 42, point 11: 2026-11-01, at 02:00 EDT the clock goes back to 01:00 EST.
+    # After 06:10 UTC (01:10 EST, the second pass) the next period was 05:30 UTC
+    # (01:30 EDT), before `after`: a schedule created or resumed then fired at once.
+    daily = cron("30 1 * * *", "America/New_York")
+    after = utc(2026, 11, 1, 6, 10)
+    assert next_period(daily, anchor_of(after), after) == utc(2026, 11, 2, 6, 30)
+    assert periods(daily, utc(2026, 10, 31, 12), 3) == [
+        utc(2026, 11, 1, 5, 30),  # 01:30 EDT, the first pass: once
+        utc(2026, 11, 2, 6, 30),  # 01:30 EST
+        utc(2026, 11, 3, 6, 30),
+    ]
+    # An hourly cron fires in both passes; from the second, the next is after it.
+    hourly = cron("30 * * * *", "America/New_York")
+    assert next_period(hourly, anchor_of(after), after) == utc(2026, 11, 1, 6, 30)
+    # A round missed that morning: the latest period before 06:20 UTC is 05:30.
+    plan = plan_fire(daily, anchor_of(after), utc(2026, 10, 31, 5, 30), utc(2026, 11, 1, 6, 20))
+    assert (plan.skipped, plan.fire, plan.next_fire_at) == (
+        1,
+        utc(2026, 11, 1, 5, 30),
+        utc(2026, 11, 2, 6, 30),
+    )
+
+
 def test_interval_periods_start_at_the_creation_second_plus_k_intervals() -> None:
     every = ScheduleDefinition(template=TEMPLATE, interval=timedelta(seconds=10))
     anchor = anchor_of(utc(2026, 12, 4, 21, 0, 3) + timedelta(microseconds=500))
