@@ -17,6 +17,9 @@ so a pause another instance opens stops this one within a second.
   told us); a transient failure of a type already paused (a call in flight when the
   pause opened, or a probe that failed) is given back uncharged, as at shutdown. So
   an outage charges about `failures` attempts per instance, whatever its length.
+- A call that cannot even reach the gateway for UNREACHABLE_AFTER seconds (its
+  channel not connected) opens the circuit at once (`on_unreachable`), charging
+  nothing: an outage is seen within seconds, not after a deadline.
 - Past `max_pause` since the pause began the type is claimed again and failures are
   charged as without the breaker, their message saying since when the provider
   has been unavailable.
@@ -278,16 +281,33 @@ class DispatchBreaker:
             await self._open(job_type, job_id, PauseReason.CIRCUIT_OPEN, error, failure)
         return Verdict.CHARGE, failure
 
+    async def on_unreachable(self, job_type: JobType, job_id: str, message: str) -> None:
+        """A call of `job_type` has waited UNREACHABLE_AFTER seconds for a connection
+        to the gateway (gateway_client.wait_connected): the circuit opens now, not when
+        the call's deadline has passed, so an outage is shown (stats, /ops, metrics)
+        within seconds. Nothing is charged: the call goes on waiting, and if its
+        deadline passes first it fails while the type is paused, given back."""
+        await self.refresh()
+        if job_type in self.skip_types() or job_type in self._opening:
+            return
+        failure = Failure(
+            code="UNAVAILABLE",
+            reason="",
+            message=truncate_error_message(UNAVAILABLE_PREFIX + message),
+            transient=True,
+        )
+        await self._open(job_type, job_id, PauseReason.CIRCUIT_OPEN, None, failure)
+
     async def _open(
         self,
         job_type: JobType,
         job_id: str,
         reason: PauseReason,
-        error: GatewayCallError,
+        error: GatewayCallError | None,
         failure: Failure,
     ) -> None:
         now = self._clock()
-        if reason is PauseReason.RATE_LIMITED:
+        if reason is PauseReason.RATE_LIMITED and error is not None:
             delay = bounded_retry_after(
                 error.retry_delay_seconds, self._config.longest_rate_limit_pause
             )

@@ -7,6 +7,7 @@ calls over StreamCalls."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,6 +22,7 @@ from san_jobs.job_service.domain.failures import REQUEST_TOO_LARGE, GatewayCallE
 from san_jobs.job_service.domain.job_types import JOB_TYPES
 from san_jobs.job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES, MAX_RESULT_BYTES
 from san_jobs.job_service.domain.model import AttemptUsage, GatewayAnswer, Job, JobType
+from san_jobs.job_service.domain.ports import UnreachableHook, WatchesConnection
 from san_jobs.job_service.message_dicts import message_from_dict, message_to_dict
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2_grpc as gw_grpc
@@ -206,8 +208,20 @@ def open_channel(
     return grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
 
 
+# A call that has waited this long for a connection tells `on_unreachable` (the
+# dispatch breaker pauses its type at once, issue 42 point 7): an outage is seen within
+# seconds, not when the first call's deadline (30 s by default) has passed. Long enough
+# for a gateway's restart or a reconnect between two attempts (well under a second
+# here) not to pause anything.
+UNREACHABLE_AFTER = 3.0
+
+
 async def wait_connected(
-    channel: grpc.aio.Channel, address: str, wait: float, deadline: float
+    channel: grpc.aio.Channel,
+    address: str,
+    wait: float,
+    deadline: float,
+    on_unreachable: Callable[[str], Awaitable[None]] | None = None,
 ) -> None:
     """Wait up to `wait` seconds (what is left of the call's `deadline`) for a usable
     connection; then UNAVAILABLE, the call not sent.
@@ -222,6 +236,16 @@ async def wait_connected(
         return
     try:
         async with asyncio.timeout(max(wait, 0.0)):
+            if on_unreachable is not None and wait > UNREACHABLE_AFTER:
+                try:
+                    async with asyncio.timeout(UNREACHABLE_AFTER):
+                        await channel.channel_ready()
+                        return
+                except TimeoutError:
+                    state = channel.get_state().name
+                    await on_unreachable(
+                        f"cannot connect to {address} for {UNREACHABLE_AFTER:g}s (channel {state})"
+                    )
             await channel.channel_ready()
     except TimeoutError:
         raise GatewayCallError(
@@ -230,6 +254,16 @@ async def wait_connected(
             message=f"cannot connect to {address} (no connection within {deadline:g}s)",
             deadline_seconds=deadline,
         ) from None
+
+
+def unreachable_hook(
+    gateway: WatchesConnection, job: Job
+) -> Callable[[str], Awaitable[None]] | None:
+    """`gateway.on_unreachable` for `job`'s call, if set."""
+    hook = gateway.on_unreachable
+    if hook is None:
+        return None
+    return functools.partial(hook, job)
 
 
 class GrpcAiGateway:
@@ -251,6 +285,8 @@ class GrpcAiGateway:
         self._owns_channel = channel is None
         self._channel = channel or open_channel(address)
         self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
+        # Set by the worker's executor: told when a call cannot reach the gateway.
+        self.on_unreachable: UnreachableHook | None = None
 
     async def close(self) -> None:
         if self._owns_channel:
@@ -260,7 +296,9 @@ class GrpcAiGateway:
         request = gateway_request(job)
         check_call_size(request.ByteSize(), self._max_call_bytes, deadline)
         started = time.monotonic()
-        await wait_connected(self._channel, self.address, deadline, deadline)
+        await wait_connected(
+            self._channel, self.address, deadline, deadline, unreachable_hook(self, job)
+        )
         timeout = max(deadline - (time.monotonic() - started), 0.001)
         method: Callable[..., Awaitable[Message]] = getattr(self._stub, _KINDS[job.job_type][0])
         metadata = (

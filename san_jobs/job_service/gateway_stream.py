@@ -54,6 +54,7 @@ from opentelemetry import context as otel_context
 from san_jobs.job_service.domain.failures import GatewayCallError
 from san_jobs.job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES
 from san_jobs.job_service.domain.model import GatewayAnswer, Job
+from san_jobs.job_service.domain.ports import UnreachableHook
 from san_jobs.job_service.gateway_client import (
     GrpcAiGateway,
     caller_metadata,
@@ -64,6 +65,7 @@ from san_jobs.job_service.gateway_client import (
     open_channel,
     retry_details,
     stream_field,
+    unreachable_hook,
     wait_connected,
 )
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
@@ -317,6 +319,8 @@ class StreamingAiGateway:
         self._channel = open_channel(address, credentials)
         self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
         self._unary = GrpcAiGateway(address, self._channel, max_message_bytes, token)
+        # Set by the worker's executor: told when a call cannot reach the gateway.
+        self.on_unreachable: UnreachableHook | None = None
         self._metadata = caller_metadata(token)
         self._unary_only = False
         self._session: _Session | None = None
@@ -380,7 +384,9 @@ class StreamingAiGateway:
         pause = RESEND_PAUSE
         while True:
             left = deadline - (loop.time() - started)
-            await wait_connected(self._channel, self.address, left, deadline)
+            await wait_connected(
+                self._channel, self.address, left, deadline, unreachable_hook(self, job)
+            )
             remaining = max(deadline - (loop.time() - started), 0.001)
             call.timeout.CopyFrom(_duration(remaining))
             try:
@@ -406,6 +412,7 @@ class StreamingAiGateway:
                     log.warning(
                         "AI gateway at %s has no StreamCalls: using its unary RPCs", self.address
                     )
+                self._unary.on_unreachable = self.on_unreachable
                 return await self._unary.run(job, max(deadline - (loop.time() - started), 0.001))
         outcome = result.WhichOneof("outcome")
         if outcome == "error":

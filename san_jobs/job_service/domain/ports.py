@@ -3,11 +3,11 @@ and the servicers depend on this Protocol, never on a session or an engine."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from san_jobs.job_service.domain.changes import ChangeFilter, FeedState, JobChange
 from san_jobs.job_service.domain.claim_limits import LimitedClaim, TypeLimit
@@ -421,6 +421,20 @@ class ChangeStore(Protocol):
         changes made before `cutoff`, moving the feed's pruned_through with them in
         one transaction; how many were deleted."""
         ...
+
+
+# Called with a job and what is wrong when its call has not reached the gateway for a
+# few seconds (gateway_client.UNREACHABLE_AFTER); the call goes on waiting.
+UnreachableHook = Callable[[Job, str], Awaitable[None]]
+
+
+@runtime_checkable
+class WatchesConnection(Protocol):
+    """A gateway whose calls wait for a connection and say so while they do (both
+    of ours): the worker's executor sets the hook (its dispatch breaker pauses the
+    job's type)."""
+
+    on_unreachable: UnreachableHook | None
 
 
 class AiGateway(Protocol):

@@ -120,14 +120,18 @@ class Completer:
             return
         except Exception:  # anything at all: the details go to the log, under an id
             error_id = uuid.uuid4().hex[:12]
-            log.exception("job_id=%s: recording the outcome failed (error id %s)", job.id, error_id)
+            log.exception(
+                "job_id=%s: recording the outcome (%s) failed (error id %s)",
+                job.id,
+                _described(outcome),
+                error_id,
+            )
         self._stop_renewing(job.id)  # whatever happens next, stop renewing the lease
         failure = Failure(
             code="INTERNAL",
             reason="",
             message=truncate_error_message(
-                f"Internal error: the outcome ({_described(outcome)}) could not be recorded"
-                f" (error id {error_id})"
+                f"Internal error: the outcome could not be recorded (error id {error_id})"
             ),
             transient=False,
         )

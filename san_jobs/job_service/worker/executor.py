@@ -18,7 +18,7 @@ from san_jobs.job_service.domain.failures import (
     unexpected_failure,
 )
 from san_jobs.job_service.domain.model import Claim, Failure, Job
-from san_jobs.job_service.domain.ports import AiGateway
+from san_jobs.job_service.domain.ports import AiGateway, WatchesConnection
 from san_jobs.job_service.domain.priorities import AgeShare
 from san_jobs.job_service.worker.config import DEFAULT_DEADLINES, WorkerConfig, log
 from san_jobs.job_service.worker.outcome import (
@@ -88,6 +88,9 @@ class Executor:
         self.gateway = gateway
         self.config = config
         self._breaker = breaker
+        if isinstance(gateway, WatchesConnection):
+            # A call that cannot reach the gateway pauses its type within seconds.
+            gateway.on_unreachable = self._unreachable
         self._call_slots = CallSlots(config.concurrency)
         # Jobs claimed ahead and waiting for a call slot (stop() gives them back).
         self.waiting: set[str] = set()
@@ -140,6 +143,16 @@ class Executor:
         finally:
             self.waiting.discard(job.id)
         return True
+
+    async def _unreachable(self, job: Job, message: str) -> None:
+        """The gateway's word that `job`'s call cannot connect: the breaker's to act on
+        (a failure of its own must not break the call, which goes on waiting)."""
+        try:
+            await self._breaker.on_unreachable(job.job_type, job.id, message)
+        except Exception:
+            log.exception(
+                "job_id=%s: the dispatch breaker failed on an unreachable gateway", job.id
+            )
 
     def _paused_meanwhile(self, job: Job, probe: bool) -> bool:
         """The job's type was paused after the claim that took it (the claim skipped

@@ -103,3 +103,35 @@ async def test_a_job_claimed_while_the_gateway_is_down_completes_when_it_is_back
         await asyncio.to_thread(link.restart_gateway, stack)
         job = (await wait_terminal(link.stub, [job_id], 30))[job_id]
     assert_completed_on_its_one_attempt(job, link)
+
+
+async def test_an_unreachable_gateway_is_shown_paused_within_seconds_charging_nothing(
+    tmp_path: Path,
+) -> None:
+    """Issue 42, point 7: the first pause came when a call's deadline (30 s by
+    default) had passed, so `jobsctl stats` 25 s into an outage showed none. Now a
+    call that cannot connect for gateway_client.UNREACHABLE_AFTER (3 s) opens it."""
+    async with linked(tmp_path) as (link, stack):
+        loop = asyncio.get_running_loop()
+        link.kill_gateway()
+        killed = loop.time()
+        job_id = await enqueue(link, "while-down")
+        pause = None
+        while pause is None and loop.time() - killed < 10:
+            await asyncio.sleep(0.2)
+            stats = await link.stub.GetJobStats(pb.GetJobStatsRequest(), timeout=10)
+            pause = next((p for p in stats.paused if p.job_type == pb.JOB_TYPE_CARD_ANALYSIS), None)
+        shown_after = loop.time() - killed
+        assert pause is not None, link.job_service.log_tail()
+        assert shown_after < 5, shown_after
+        assert pause.reason == pb.PAUSE_REASON_CIRCUIT_OPEN
+        assert "cannot connect to" in pause.last_error, pause.last_error
+        waiting = (await link.stub.GetJob(pb.GetJobRequest(job_id=job_id), timeout=10)).job
+        assert waiting.status in (pb.JOB_STATUS_PROCESSING, pb.JOB_STATUS_PENDING)
+        assert not [a for a in waiting.attempts if a.error_code], waiting.attempts
+
+        await asyncio.to_thread(link.restart_gateway, stack)
+        job = (await wait_terminal(link.stub, [job_id], 30))[job_id]
+        assert_completed_on_its_one_attempt(job, link)
+        stats = await link.stub.GetJobStats(pb.GetJobStatsRequest(), timeout=10)
+        assert not stats.paused, stats.paused

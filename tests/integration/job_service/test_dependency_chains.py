@@ -73,7 +73,7 @@ async def test_a_chain_deeper_than_the_bound_is_refused_naming_depends_on(
 
 
 async def test_a_chain_the_trigger_cannot_end_still_ends_at_its_first_attempt(
-    start_service: StartService, monkeypatch: pytest.MonkeyPatch
+    start_service: StartService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """12 s on SQLite, 25 s on PostgreSQL: 1,100 jobs enqueued one by one, as a caller
     made them before the bound (the chain must pass the trigger's recursion limit),
@@ -92,8 +92,13 @@ async def test_a_chain_the_trigger_cannot_end_still_ends_at_its_first_attempt(
     failed = ended[root]
     assert failed.status == pb.JOB_STATUS_FAILED
     assert failed.error_code == "INTERNAL"
-    assert "(FAILED: INVALID_ARGUMENT: the provider refused the text)" in failed.error_message
-    assert "could not be recorded" in failed.error_message
+    assert failed.error_message.startswith(
+        "Internal error: the outcome could not be recorded (error id "
+    ), failed.error_message
+    error_id = failed.error_message.rsplit(" ", 1)[-1].rstrip(")")
+    # The outcome it could not record is in the log line that names the error id.
+    logged = [r.getMessage() for r in caplog.records if error_id in r.getMessage()]
+    assert any("FAILED: INVALID_ARGUMENT: the provider refused the text" in m for m in logged)
     assert len(failed.attempts) == 1  # not given back and claimed again
     assert service.gateway.calls[root] == 1
     assert ended[bystander].status == pb.JOB_STATUS_COMPLETED

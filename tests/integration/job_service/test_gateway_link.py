@@ -260,7 +260,8 @@ async def test_when_no_outcome_can_be_written_the_job_is_given_back(
 ) -> None:
     service = await start_service()
     store = service.runtime.store
-    with failing(store, "complete", times=1), failing(store, "fail", times=1):
+    # complete() fails, then the fallback that fails the job (end_unsettled) too.
+    with failing(store, "complete", times=1), failing(store, "end_unsettled", times=1):
         final = await run_card(service, "o-2")
     assert final.status == pb.JOB_STATUS_COMPLETED, "given back as PENDING, then run again"
 
@@ -298,7 +299,8 @@ async def test_a_gateway_back_after_an_outage_takes_the_next_job_at_once(
     port = free_port()
     address = f"127.0.0.1:{port}"
     server, _ = await start_scripted_gateway(ScriptedGateway(), address)
-    # A call waits for a connection as long as its deadline: "during" fails after 5 s.
+    # A call waits for a connection as long as its deadline (5 s); after 3 s of it the
+    # type is paused, so "during" is given back uncharged and runs once it is back.
     service = await start_service(gateway=address, max_attempts=1, deadline=5.0)
     before = await run_card(service, "before")
     assert before.status == pb.JOB_STATUS_COMPLETED
@@ -312,9 +314,11 @@ async def test_a_gateway_back_after_an_outage_takes_the_next_job_at_once(
     black_hole = await asyncio.start_server(hold, "127.0.0.1", port)
     back: ScriptedGateway | None = None
     try:
-        during = await run_card(service, "during")  # makes the channel try to connect
-        assert during.status == pb.JOB_STATUS_FAILED
-        assert during.error_code == "UNAVAILABLE"
+        # Its call makes the channel try to connect; it cannot, so within seconds its
+        # type is paused (issue 42, point 7) and nothing is charged.
+        during = (await service.stub.Enqueue(card_request("during", "Some text."))).job.id
+        pause = await wait_paused(service, within=10)
+        assert "cannot connect to" in pause.last_error
         assert held, "the channel tried to connect during the outage"
         black_hole.close()  # the gateway is back; the attempts made meanwhile stay hung
         back = ScriptedGateway()
@@ -330,3 +334,19 @@ async def test_a_gateway_back_after_an_outage_takes_the_next_job_at_once(
     ]
     assert after.attempt_count == 1
     assert back is not None and back.calls[after.id] == 1
+    # The job of the outage ran once the gateway was back, charged nothing for it.
+    ended = (await wait_terminal(service.stub, [during], timeout=20))[during]
+    assert ended.status == pb.JOB_STATUS_COMPLETED
+    assert [a.error_code for a in ended.attempts] == [""]
+
+
+async def wait_paused(service: Service, within: float) -> pb.DispatchPause:
+    """The pause of CARD_ANALYSIS, once GetJobStats shows it."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        stats = await service.stub.GetJobStats(pb.GetJobStatsRequest())
+        for pause in stats.paused:
+            if pause.job_type == pb.JOB_TYPE_CARD_ANALYSIS:
+                return pause
+        assert asyncio.get_running_loop().time() < deadline, "no pause shown"
+        await asyncio.sleep(0.1)
