@@ -195,6 +195,31 @@ async def test_two_instances_racing_for_a_period_make_one_job(
     assert stored.next_fire_at == due + timedelta(seconds=60)
 
 
+async def test_instances_racing_for_a_catch_up_round_count_its_skips_once(
+    stores: list[Store],
+) -> None:
+    # Issue 42, point 14: the claim's `next_fire_at = <the value read>` condition.
+    # Ten minutes of 60 s periods missed, a window of 150 s: one round skips the
+    # periods older than the window and fires the oldest within it. An instance
+    # that read the schedule before another's round committed must claim nothing:
+    # without the condition it claimed the same round again (no second job, the
+    # request id stops that) and counted its skipped periods twice or more.
+    a, b = stores
+    await a.create_schedule(new_schedule(interval=60, catchup=150))
+    due = await move_back(a, "nightly", 600 + 10)
+    rounds = await asyncio.gather(*(s.fire_due_schedules() for s in (a, b) * 4))
+    outcomes = [o for r in rounds for o in r]
+    assert len(outcomes) == 1, outcomes
+    (outcome,) = outcomes
+    assert outcome.job is not None and outcome.period is not None
+    skipped = (outcome.period - due) // timedelta(seconds=60)
+    assert outcome.skipped == skipped >= 7
+    (stored,) = await a.find_schedules("nightly", "")
+    assert stored.skipped_count == skipped and stored.last_job_id == outcome.job.id
+    assert stored.next_fire_at == outcome.period + timedelta(seconds=60)
+    assert await job_count(a) == 1
+
+
 async def test_overlap_is_skipped_and_counted(stores: list[Store]) -> None:
     store = stores[0]
     await store.create_schedule(new_schedule(interval=60))
