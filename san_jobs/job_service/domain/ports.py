@@ -488,10 +488,13 @@ class ScheduleStore(Protocol):
         ...
 
     async def next_schedule_fire_at(self) -> datetime | None:
-        """The earliest next_fire_at of a running schedule."""
+        """The earliest next_fire_at of a running schedule whose period does not
+        wait for its previous job."""
         ...
 
     async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
-        """One round of each due running schedule (at most `limit`): the rounds this
-        store won, each committed."""
+        """One round of each due running schedule (at most `limit`, at most
+        PER_OWNER_IN_ROUND of one owner, every owner's first before anyone's
+        second; a period waiting for its previous job is not due, but looked at
+        every WAITING_RECHECK): the rounds this store won, each committed."""
         ...
