@@ -1,8 +1,9 @@
 """The days' HTTP API (the days themselves are :mod:`san_jobs.web._days`):
 
-- ``GET /api/days``: the caller's days newest first (their note, whether questions
-  exist, how far they are), the open day first while it has scraps; the caller's time
-  zone and end of day.
+- ``GET /api/days``: the caller's days newest first (their note, their numbers of
+  questions and scraps, how far they are), the open day first while it has scraps;
+  ``pageSize`` (30, at most 100) and ``pageToken`` (the previous page's
+  ``nextPageToken``; "" after the last page); the caller's time zone and end of day.
 - ``GET /api/days/{day}``: one day (``YYYY-MM-DD``): its note, its questions (each
   with the scrap it came from), the scraps saved in it. 404 for a day with neither,
   422 naming ``day`` for one that is no date (also for generate).
@@ -28,8 +29,10 @@ from starlette.routing import Route
 from san_jobs.web._auth import current_user
 from san_jobs.web._body_guard import UNREADABLE_JSON
 from san_jobs.web._days import (
+    DAYS_PAGE_SIZE,
     FIRST_DAY,
     LAST_DAY,
+    MAX_DAYS_PAGE_SIZE,
     DayBusy,
     DayProblem,
     Days,
@@ -38,7 +41,7 @@ from san_jobs.web._days import (
     parse_day,
     time_zone,
 )
-from san_jobs.web._errors import error_response, invalid
+from san_jobs.web._errors import error_document, error_response, invalid
 
 
 def _days(request: Request) -> Days:
@@ -65,9 +68,38 @@ async def _settings_view(request: Request) -> dict[str, str | None]:
     }
 
 
+def _bad_parameter(parameter: str, description: str) -> JSONResponse:
+    """400 INVALID_ARGUMENT naming the query parameter (as GET /api/scraps does)."""
+    body = error_document(
+        "INVALID_ARGUMENT",
+        f"invalid {parameter}",
+        fieldViolations=[{"field": parameter, "description": description}],
+    )
+    return JSONResponse(body, status_code=400)
+
+
 async def list_days(request: Request) -> Response:
-    found = await _days(request).list_days(current_user(request))
-    return JSONResponse({"days": found, **await _settings_view(request)})
+    raw_size = request.query_params.get("pageSize", "")
+    size = DAYS_PAGE_SIZE
+    if raw_size:
+        if not raw_size.isascii() or not raw_size.isdigit() or len(raw_size) > 3:
+            size = 0
+        else:
+            size = int(raw_size)
+        if not 1 <= size <= MAX_DAYS_PAGE_SIZE:
+            return _bad_parameter(
+                "pageSize", f"must be a whole number from 1 to {MAX_DAYS_PAGE_SIZE}"
+            )
+    raw_token = request.query_params.get("pageToken", "")
+    before = None
+    if raw_token:
+        before = parse_day(raw_token)
+        if before is None:
+            return _bad_parameter("pageToken", "is not a token this API gave")
+    found, next_token = await _days(request).list_days(current_user(request), size, before)
+    return JSONResponse(
+        {"days": found, "nextPageToken": next_token, **await _settings_view(request)}
+    )
 
 
 async def get_day(request: Request) -> Response:

@@ -100,8 +100,10 @@ MIN_BUDGET_TOKENS = 1000
 MIN_CARD_TOKENS = 32
 SOURCE_TITLE_TOKENS = 12  # a recall source's title: 48 characters or so
 MIN_QUESTIONS, MAX_QUESTIONS = 5, 20
+DAYS_PAGE_SIZE, MAX_DAYS_PAGE_SIZE = 30, 100
 ACTIVE = (JobStatus.JOB_STATUS_PENDING, JobStatus.JOB_STATUS_PROCESSING)
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_FAILED_DEPENDENCY = re.compile(r"Dependency ([0-9a-f-]{1,64}) (?:FAILED|CANCELLED)")
 _REQUEST_ID = re.compile(
     r"(til|recall):([A-Za-z0-9._@-]{1,64}|_):([0-9]{4}-[0-9]{2}-[0-9]{2})(?::([0-9]{1,9}))?"
 )
@@ -645,28 +647,63 @@ class Days:
 
     # -- reading -------------------------------------------------------------------------
 
-    async def list_days(self, owner: str | None, limit: int = 60) -> list[dict[str, Any]]:
-        """The owner's made days newest first, and the open day if it has scraps."""
+    async def list_days(
+        self, owner: str | None, limit: int = DAYS_PAGE_SIZE, before: date | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The owner's made days newest first (only those before ``before``, when
+        given), the open day first if it has scraps (on the first page), each with its
+        numbers of questions and scraps; and the next page's token ("": none)."""
         key = owner_key(owner)
         calendar = await self.calendar(owner)
         today = calendar.day_of(self._now())
-        asked = sa.select(recall_questions.c.day).where(
-            recall_questions.c.owner_key == key, recall_questions.c.day == daily_notes.c.day
+        counted = (
+            sa.select(sa.func.count())
+            .select_from(recall_questions)
+            .where(recall_questions.c.owner_key == key, recall_questions.c.day == daily_notes.c.day)
+            .scalar_subquery()
         )
-        query = (
-            sa.select(daily_notes, sa.exists(asked).label("has_questions"))
-            .where(daily_notes.c.owner_key == key)
-            .order_by(daily_notes.c.day.desc())
-            .limit(limit)
+        query = sa.select(daily_notes, counted.label("question_count")).where(
+            daily_notes.c.owner_key == key
         )
+        if before is not None:
+            query = query.where(daily_notes.c.day < before.isoformat())
+        query = query.order_by(daily_notes.c.day.desc()).limit(limit + 1)
         async with self._store.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        days = [_day_view(row, has_questions=bool(row.has_questions)) for row in rows]
-        if today.isoformat() not in {row.day for row in rows} and await self._scrap_ids(
-            owner, calendar, today
+        more, rows = len(rows) > limit, rows[:limit]
+        days = [
+            _day_view(row, has_questions=row.question_count > 0)
+            | {"questionCount": int(row.question_count)}
+            for row in rows
+        ]
+        if (
+            before is None
+            and today.isoformat() not in {row.day for row in rows}
+            and await self._scrap_ids(owner, calendar, today)
         ):
-            days.insert(0, self._open_day(today, calendar))
-        return days
+            days.insert(0, self._open_day(today, calendar) | {"questionCount": 0})
+        counts = await self._scrap_counts(owner, calendar, [d["day"] for d in days])
+        for shown in days:
+            shown["scrapCount"] = counts.get(shown["day"], 0)
+        return days, rows[-1].day if more else ""
+
+    async def _scrap_counts(
+        self, owner: str | None, calendar: Calendar, days: list[str]
+    ) -> dict[str, int]:
+        """How many scraps the owner saved in each of ``days``."""
+        if not days:
+            return {}
+        start = calendar.window(date.fromisoformat(min(days)))[0]
+        end = calendar.window(date.fromisoformat(max(days)))[1]
+        query = sa.select(scraps.c.created_at).where(
+            scraps.c.created_at >= start, scraps.c.created_at < end, _owned_by(owner)
+        )
+        counts: dict[str, int] = {}
+        async with self._store.engine.connect() as conn:
+            for (created_at,) in await conn.execute(query):
+                saved_on = calendar.day_of(_aware(created_at)).isoformat()
+                counts[saved_on] = counts.get(saved_on, 0) + 1
+        return counts
 
     def _open_day(self, day: date, calendar: Calendar) -> dict[str, Any]:
         return {
@@ -716,6 +753,7 @@ class Days:
             "timeZone": calendar.zone.key,
             "questions": [
                 {
+                    "id": f"{q.job_id}:{q.position}",
                     "question": q.question,
                     "answer": q.answer,
                     "sourceTitle": q.source_title,
@@ -728,7 +766,23 @@ class Days:
                 for s in saved
             ],
         }
+        view["failedScrap"] = await self._failed_scrap(owner, view.get("error"))
         return view
+
+    async def _failed_scrap(self, owner: str | None, error: str | None) -> dict[str, str] | None:
+        """The owner's scrap whose card job the day's note or questions were cancelled
+        for (JobService says ``Dependency <job id> FAILED``), or None."""
+        found = _FAILED_DEPENDENCY.search(error or "")
+        if found is None:
+            return None
+        query = (
+            sa.select(scraps.c.id, scraps.c.title)
+            .join(scrap_jobs, scrap_jobs.c.scrap_id == scraps.c.id)
+            .where(scrap_jobs.c.job_id == found[1], _owned_by(owner))
+        )
+        async with self._store.engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return None if row is None else {"scrapId": str(row.id), "title": str(row.title)}
 
     # -- results coming home ----------------------------------------------------------------
 

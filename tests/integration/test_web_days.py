@@ -38,7 +38,7 @@ from san_jobs.web._days import (
     estimate_tokens,
     parse_til_at,
 )
-from san_jobs.web._store import ScrapStore, daily_notes, knowledge_cards
+from san_jobs.web._store import ScrapStore, daily_notes, knowledge_cards, scraps
 from san_jobs.web._users_cli import users_main
 from tests.support.web_in_process import Web, web_app
 
@@ -191,11 +191,14 @@ async def test_a_day_made_on_request_comes_home_and_is_409_while_made(web: Web) 
             ("Q0?", first),
             ("Q1?", second),
         ]
+        assert [q["id"] for q in shown["questions"]] == [f"{questions_job}:0", f"{questions_job}:1"]
+        assert shown["failedScrap"] is None
         assert [s["scrapId"] for s in shown["scraps"]] == [first, second]
         listed = (await http.get("/api/days")).json()["days"]
-        assert [(d["day"], d["status"], d["hasQuestions"]) for d in listed] == [
-            (day, "COMPLETED", True)
-        ]
+        assert [
+            (d["day"], d["status"], d["hasQuestions"], d["questionCount"], d["scrapCount"])
+            for d in listed
+        ] == [(day, "COMPLETED", True, 2, 2)]
 
         again = await http.post(f"/api/days/{day}/generate")
         assert again.status_code == 202, again.text
@@ -232,6 +235,7 @@ async def test_a_card_still_running_is_a_dependency_and_its_failure_cancels_the_
             lambda: _status(http, day, "CANCELLED"), "the day told of the failed card"
         )
         assert shown["error"] == f"Dependency {card_job} FAILED"
+        assert shown["failedScrap"] == {"scrapId": running, "title": "Workers"}
         assert shown["note"] is None
         # The card is done again; generate makes the day with it.
         retried = web.service.retry_failed(pb.RetryFailedRequest(job_ids=[card_job]))
@@ -531,3 +535,48 @@ def test_san_webs_token_estimate_is_the_gateways() -> None:
         "日本語とEnglish",
     ):
         assert estimate_tokens(text) == gateway_estimate(text)
+
+
+async def test_days_are_listed_newest_first_a_page_at_a_time(web: Web) -> None:
+    store = web.store()
+    open_day = date.fromisoformat(today())
+    past = [(open_day - timedelta(days=n)).isoformat() for n in (1, 2, 3)]
+    async with web.login("") as http:
+        for n, day in enumerate(past, start=1):
+            for title in [f"Scrap {day} {i}" for i in range(n)]:
+                scrap_id = await carded(web, http, title, f"About {title}.")
+                async with store.engine.begin() as conn:  # saved that day, at noon
+                    noon = datetime.fromisoformat(f"{day}T12:00:00+00:00")
+                    await conn.execute(
+                        scraps.update().where(scraps.c.id == scrap_id).values(created_at=noon)
+                    )
+            made = await http.post(f"/api/days/{day}/generate")
+            assert made.status_code == 202, made.text
+        await carded(web, http, "Today's", "About today.")
+
+        first = (await http.get("/api/days", params={"pageSize": "2"})).json()
+        assert [(d["day"], d["status"], d["scrapCount"]) for d in first["days"]] == [
+            (open_day.isoformat(), "OPEN", 1),
+            (past[0], "MAKING", 1),
+            (past[1], "MAKING", 2),
+        ]
+        assert all(d["questionCount"] == 0 for d in first["days"])
+        assert first["nextPageToken"]
+        second = (
+            await http.get(
+                "/api/days", params={"pageSize": "2", "pageToken": first["nextPageToken"]}
+            )
+        ).json()
+        assert [(d["day"], d["scrapCount"]) for d in second["days"]] == [(past[2], 3)]
+        assert second["nextPageToken"] == ""
+        whole = (await http.get("/api/days")).json()
+        assert [d["day"] for d in whole["days"]] == [open_day.isoformat(), *past]
+        for params, field in (
+            ({"pageSize": "0"}, "pageSize"),
+            ({"pageSize": "101"}, "pageSize"),
+            ({"pageSize": "two"}, "pageSize"),
+            ({"pageToken": "not-a-day"}, "pageToken"),
+        ):
+            answer = await http.get("/api/days", params=params)
+            assert answer.status_code == 400, (params, answer.text)
+            assert _violations(answer) == [field]

@@ -503,6 +503,12 @@ async function openDay(day) {
   $("day-status").textContent = body.status;
   $("day-status").className = `status ${body.status}`;
   $("day-error").textContent = body.status === "OPEN" ? ` ends at ${body.endsAt.slice(11, 16)} UTC` : (body.error || "");
+  if (body.failedScrap) {
+    // The scrap whose card failed: retry it, then make the day again.
+    const link = element("a", "", body.failedScrap.title || "a scrap");
+    link.href = scrapLink(body.failedScrap.scrapId);
+    $("day-error").append(": the card of ", link, " failed");
+  }
   $("day-note").hidden = !body.note;
   if (body.note) {
     $("day-note-title").textContent = body.note.title;

@@ -217,6 +217,7 @@ def test_a_failed_card_cancels_the_day_until_it_is_retried_and_the_day_generated
             cancelled = wait_for_day(base, day, {"CANCELLED", "FAILED", "COMPLETED"})
             assert cancelled["status"] == "CANCELLED", cancelled
             assert cancelled["error"] == f"Dependency {card_job} FAILED"
+            assert cancelled["failedScrap"] == {"scrapId": failed, "title": "Comets"}
             assert cancelled["note"] is None and cancelled["questions"] == []
             gateway = start_gateway(tmp_path, "--listen", gateway_port)
             with JobsClient(service.address) as client:
