@@ -721,8 +721,32 @@ class Days:
         key, text = owner_key(owner), day.isoformat()
         calendar = await self.calendar(owner)
         start, end = calendar.window(day)
-        row = await self._row(key, text)
+        # The day's row and its questions in one statement: read apart, the questions
+        # could be home (they and the recall's status are committed together) while the
+        # row read just before still said MAKING, and the page showed a quiz of a day
+        # being made.
+        found = sa.and_(
+            recall_questions.c.owner_key == daily_notes.c.owner_key,
+            recall_questions.c.day == daily_notes.c.day,
+        )
+        joined = (
+            sa.select(
+                daily_notes,
+                recall_questions.c.position.label("q_position"),
+                recall_questions.c.job_id.label("q_job_id"),
+                recall_questions.c.question.label("q_question"),
+                recall_questions.c.answer.label("q_answer"),
+                recall_questions.c.source_title.label("q_source_title"),
+                recall_questions.c.scrap_id.label("q_scrap_id"),
+            )
+            .select_from(daily_notes.outerjoin(recall_questions, found))
+            .where(daily_notes.c.owner_key == key, daily_notes.c.day == text)
+            .order_by(recall_questions.c.position)
+        )
         async with self._store.engine.connect() as conn:
+            rows = (await conn.execute(joined)).all()
+            row = rows[0] if rows else None
+            questions = [q for q in rows if q.q_position is not None]
             saved = (
                 await conn.execute(
                     sa.select(scraps.c.id, scraps.c.title, scraps.c.url, knowledge_cards.c.summary)
@@ -731,13 +755,6 @@ class Days:
                         scraps.c.created_at >= start, scraps.c.created_at < end, _owned_by(owner)
                     )
                     .order_by(scraps.c.created_at, scraps.c.id)
-                )
-            ).all()
-            questions = (
-                await conn.execute(
-                    sa.select(recall_questions)
-                    .where(recall_questions.c.owner_key == key, recall_questions.c.day == text)
-                    .order_by(recall_questions.c.position)
                 )
             ).all()
         if row is None and not saved:
@@ -753,11 +770,11 @@ class Days:
             "timeZone": calendar.zone.key,
             "questions": [
                 {
-                    "id": f"{q.job_id}:{q.position}",
-                    "question": q.question,
-                    "answer": q.answer,
-                    "sourceTitle": q.source_title,
-                    "scrapId": q.scrap_id,
+                    "id": f"{q.q_job_id}:{q.q_position}",
+                    "question": q.q_question,
+                    "answer": q.q_answer,
+                    "sourceTitle": q.q_source_title,
+                    "scrapId": q.q_scrap_id,
                 }
                 for q in questions
             ],

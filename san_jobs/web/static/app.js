@@ -424,6 +424,7 @@ async function openScrap(scrapId) {
 
 // The days: each one's "today I learned" note and its recall quiz (GET /api/days).
 let shownDay = null;
+let dayReading = 0;
 let dayTimer = null;
 let daysTimer = null;
 const DAY_BUSY = new Set(["MAKING", "OPEN"]);
@@ -490,9 +491,11 @@ async function openDay(day) {
   shownDay = day;
   if (dayTimer) { clearTimeout(dayTimer); dayTimer = null; }
   for (const button of $("day-list").querySelectorAll("button")) button.classList.toggle("current", button.dataset.day === day);
+  // Only the latest reading is shown: an older one answered late would undo it.
+  const reading = ++dayReading;
   const response = await fetch(`/api/days/${encodeURIComponent(day)}`);
   const body = await response.json();
-  if (shownDay !== day) return;
+  if (shownDay !== day || reading !== dayReading) return;
   $("day").hidden = false;
   $("day-heading").textContent = day;
   if (!response.ok) {

@@ -78,7 +78,8 @@ def test_a_day_its_note_and_a_question_revealed(browser: object, web_of_days: st
     WebDriverWait(page, 5).until(lambda _d: answer.is_displayed())
     assert answer.text
     assert not first.find_element(By.CSS_SELECTOR, "button.reveal").is_displayed()
-    assert page.find_element(By.ID, "day-status").text == "COMPLETED"
+    status = page.find_element(By.ID, "day-status").text
+    assert status == "COMPLETED", httpx.get(f"{base}/api/days/{day['day']}").text
     assert page.find_element(By.ID, "day-generate").text == "Make it again"
 
     # Next shows the second question, its answer hidden; then on until a question
