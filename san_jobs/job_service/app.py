@@ -251,7 +251,9 @@ class JobApplication:
         try:
             ended, seen = list(job_ids), set(job_ids)
             while ended:  # a dependent the trigger cancelled ended its own dependents
-                dependents = [i for i in await self.store.dependents_of(ended) if i not in seen]
+                dependents = [
+                    i for i in await self.store.dependents_moved_by(ended) if i not in seen
+                ]
                 seen.update(dependents)
                 jobs = await self.store.get_many(dependents)
                 self.hub.publish(jobs)  # watchers by id and by filter, and the change feed

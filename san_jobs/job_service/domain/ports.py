@@ -219,8 +219,9 @@ class JobStore(Protocol):
         """`jobs`, those waiting for dependencies with Job.waiting_on filled in."""
         ...
 
-    async def dependents_of(self, job_ids: Sequence[str]) -> list[str]:
-        """The ids of the jobs that depend on any of `job_ids`."""
+    async def dependents_moved_by(self, job_ids: Sequence[str]) -> list[str]:
+        """The ids of the jobs that depend on any of `job_ids` and that the end of
+        these moved (due now, or CANCELLED), in the statement that ended them."""
         ...
 
     async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.dependencies import (
@@ -357,13 +357,30 @@ class JobDependencies(JobWrites):
             for job in jobs
         ]
 
-    async def dependents_of(self, job_ids: Sequence[str]) -> list[str]:
-        """The jobs that depend on any of `job_ids`."""
+    async def dependents_moved_by(self, job_ids: Sequence[str]) -> list[str]:
+        """The dependents that the end of `job_ids` moved, in the statement that ended
+        them (the trigger writes the ended job's updated_at into each): now due, or
+        CANCELLED. Not those it only counted down (still waiting for others): with
+        100 jobs ending that 1,000 others all wait for, each end loaded all 1,000."""
+        dependent, ended = async_jobs.alias("dependent"), async_jobs.alias("ended")
         found: list[str] = []
         async with self._db.single() as conn:
             for chunk in chunks(list(job_ids)):
                 rows = await conn.execute(
-                    select(_deps.job_id).where(_deps.depends_on_id.in_(list(chunk))).distinct()
+                    select(_deps.job_id)
+                    .join(dependent, dependent.c.id == _deps.job_id)
+                    .join(ended, ended.c.id == _deps.depends_on_id)
+                    .where(
+                        and_(
+                            _deps.depends_on_id.in_(list(chunk)),
+                            dependent.c.updated_at == ended.c.updated_at,
+                            or_(
+                                dependent.c.status != JobStatus.PENDING.value,
+                                dependent.c.dependencies_left == 0,
+                            ),
+                        )
+                    )
+                    .distinct()
                 )
                 found += [row[0] for row in rows]
         return found

@@ -312,7 +312,7 @@ class MemoryJobStore(MemorySchedules):
     async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
         return list(jobs)  # no job here has dependencies (_enqueue_now)
 
-    async def dependents_of(self, job_ids: Sequence[str]) -> list[str]:
+    async def dependents_moved_by(self, job_ids: Sequence[str]) -> list[str]:
         return []
 
     async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:

@@ -34,7 +34,7 @@ FALLBACKS = {"end_unsettled"}
 READS = {
     # What a waiting job waits on (Job.waiting_on), and who waits on these jobs.
     "with_waiting_on",
-    "dependents_of",
+    "dependents_moved_by",
     "get",
     "get_many",
     "list_jobs",
