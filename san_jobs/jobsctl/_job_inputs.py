@@ -66,17 +66,29 @@ def _card_input(args: argparse.Namespace) -> Message:
 
 def _til_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--day", required=True, metavar="YYYY-MM-DD")
-    parser.add_argument("--note", dest="notes", action="append", required=True, help="repeatable")
+    parser.add_argument(
+        "--note", dest="notes", action="append", default=[],
+        help="repeatable; may be left out with --after (the dependencies' results are notes)",
+    )  # fmt: skip
+
+
+def _after(args: argparse.Namespace) -> bool:
+    """Whether the job depends on others (``enqueue``'s --after; a schedule has none),
+    whose results JobService adds to a TIL's notes or a recall's sources."""
+    return bool(getattr(args, "depends_on", None))
 
 
 def _til_input(args: argparse.Namespace) -> Message:
+    if not args.notes and not _after(args):
+        raise InputError("--note is required (or --after JOB_ID: its result is the note)")
     return pb.TilGenerationInput(day=args.day, notes=args.notes)
 
 
 def _recall_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--source-text", dest="source_texts", action="append", required=True, metavar="TEXT",
-        help="a source text (repeatable)",
+        "--source-text", dest="source_texts", action="append", default=[], metavar="TEXT",
+        help="a source text (repeatable; may be left out with --after: the dependencies' "
+        "results are sources)",
     )  # fmt: skip
     parser.add_argument(
         "--source-title", dest="source_titles", action="append", default=[], metavar="TITLE",
@@ -86,6 +98,8 @@ def _recall_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _recall_input(args: argparse.Namespace) -> Message:
+    if not args.source_texts and not _after(args):
+        raise InputError("--source-text is required (or --after JOB_ID: its result is the source)")
     titles = list(args.source_titles)
     if len(titles) > len(args.source_texts):
         raise InputError("more --source-title than --source-text")
