@@ -31,6 +31,11 @@ Several relays may share one PostgreSQL database: a row is claimed with ``FOR UP
 SKIP LOCKED`` in a short transaction that sets a lease, and the network call happens
 after that commit, with no transaction open. With SQLite, run one relay per database
 file (SQLite has no row locks; the lease still stops one relay sending a row twice).
+A relay killed (-9) during a call leaves its row leased. When a relay's probe is
+answered after an outage, it takes over the rows other relays leased before that
+outage began (sent again, a row's request_id returns the same job) instead of
+waiting for their leases to end: a restarted san-web's relay thus sends the row its
+killed predecessor was probing with as soon as JobService is back (issue 42, point 8).
 """
 
 from __future__ import annotations
@@ -237,6 +242,12 @@ class Outbox:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._pause_failures = 0  # consecutive relay-wide failures (JobService away)
+        # When the claim that first found JobService away was made (naive UTC).
+        self._outage_from: datetime | None = None
+        # Set when a probe is answered after an outage: other relays' leases ending at
+        # or before this (naive UTC) were taken before the outage began, and are taken
+        # over rather than waited for (see _pass and _claim).
+        self._take_over_until: datetime | None = None
         self._last_prune = float("-inf")
         # Rows committed (per the hook) that the relay has not seen yet: id -> give-up time.
         self._awaited: dict[str, float] = {}
@@ -405,6 +416,7 @@ class Outbox:
         if time.monotonic() - self._last_prune >= min(_PRUNE_EVERY, self.retention):
             await self.prune()
         probing = self._pause_failures > 0
+        claimed_at = _utcnow()
         claimed = await self._claim(1 if probing else self.batch_size)
         if claimed:
             results = await asyncio.gather(
@@ -415,8 +427,21 @@ class Outbox:
                     raise result  # a database failure: the rows come back when leases end
             outcomes = [bool(result) for result in results]
             if any(outcomes):  # JobService is away: pause the whole relay
+                if self._pause_failures == 0:
+                    self._outage_from = claimed_at
                 self._pause_failures += 1
                 return _backoff(self._pause_failures, self.max_backoff), False
+            if probing and self._outage_from is not None:
+                # JobService answers again. A row another relay still holds from
+                # before this outage began is held by a relay killed in the call (kill
+                # -9 keeps the lease, twice a call's deadline) or by a call that met
+                # the outage too: take it over now rather than wait up to a lease.
+                # Sent twice, a row's request_id returns the same job, and only the
+                # lease holder settles it. With the same lease as ours, such a lease
+                # ends by _outage_from + lease; rows leased later are left to their
+                # relay (a peer's ordinary calls are not sent twice).
+                self._take_over_until = self._outage_from + timedelta(seconds=self.lease)
+            self._outage_from = None
             self._pause_failures = 0
             return 0.0, True
         if self._awaited and await self._catch_up():
@@ -448,6 +473,14 @@ class Outbox:
         UPDATE that sets the lease; committed before any network call.
         """
         now = _utcnow()
+        free = or_(_c.lease_until.is_(None), _c.lease_until < now)
+        if self._take_over_until is not None and self._take_over_until < now:
+            self._take_over_until = None  # every lease it covered has ended by itself
+        if self._take_over_until is not None:
+            free = or_(
+                free,
+                and_(_c.lease_owner != self.relay_id, _c.lease_until <= self._take_over_until),
+            )
         earlier = aliased(_table)
         older_queued = exists().where(
             earlier.c.state == QUEUED,
@@ -456,11 +489,11 @@ class Outbox:
             earlier.c.seq < _c.seq,
         )
         due = (
-            select(_c.id, _c.request, _c.attempts)
+            select(_c.id, _c.request, _c.attempts, _c.lease_owner, _c.lease_until)
             .where(
                 _c.state == QUEUED,
                 or_(_c.next_attempt_at.is_(None), _c.next_attempt_at <= now),
-                or_(_c.lease_until.is_(None), _c.lease_until < now),
+                free,
                 ~older_queued,
             )
             .order_by(_c.seq)
@@ -484,6 +517,15 @@ class Outbox:
             )
         for row_id in ids:
             self._awaited.pop(row_id, None)
+        for row in rows:
+            if row.lease_until is not None and row.lease_until >= now:
+                logger.warning(
+                    "outbox row %s taken over from relay %s, whose lease (until %s UTC) "
+                    "began before JobService went away",
+                    row.id,
+                    row.lease_owner,
+                    row.lease_until.isoformat(timespec="seconds"),
+                )
         return [_Claimed(row.id, row.request, row.attempts + 1) for row in rows]
 
     async def _deliver(self, row: _Claimed) -> bool:
