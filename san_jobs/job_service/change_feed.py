@@ -12,6 +12,11 @@ positions until it catches up. The same task deletes changes past `--retain-chan
 Order and gaps: a stream sends changes by position; positions a reader can see have
 no gap, so "after this cursor" never skips one. A cursor below what retention kept,
 or of another feed, is refused (CursorExpiredError), never silently moved forward.
+
+Tenants: a stream kept to one caller's jobs (a submitter's under --auth token) reads
+that caller's changes only, and its progress marks stand only at that caller's own
+changes its filter skipped, so no message tells it how many changes other tenants
+made (a mark at the feed's last position would).
 """
 
 from __future__ import annotations
@@ -92,6 +97,15 @@ class ChangeFeed:
     def position(self) -> int:
         """The last position this instance has seen (0 before it has read the feed)."""
         return 0 if self._state is None else self._state.last_pos
+
+    @property
+    def mark_interval(self) -> float:
+        """Seconds between a caught-up filtered stream's progress marks, at least."""
+        return self._mark_interval
+
+    @mark_interval.setter
+    def mark_interval(self, seconds: float) -> None:
+        self._mark_interval = seconds
 
     @property
     def streams(self) -> int:
@@ -220,9 +234,13 @@ class ChangeFeed:
         assert self._state is not None
         return self._state
 
-    async def start_position(self, after_cursor: str) -> tuple[int, FeedState]:
+    async def start_position(
+        self, after_cursor: str, *, reveal: bool = True
+    ) -> tuple[int, FeedState]:
         """Where a stream resuming after `after_cursor` starts; InvalidRequestError
-        for a malformed cursor, CursorExpiredError for one whose changes are gone."""
+        for a malformed cursor, CursorExpiredError for one whose changes are gone.
+        `reveal=False` (a stream kept to one caller's jobs): a refusal does not name
+        the feed's last position."""
         # The state as the database holds it now, not as this instance last saw it
         # (another instance may have pruned or moved the feed since).
         await self._advance()
@@ -245,7 +263,12 @@ class ChangeFeed:
             raise CursorExpiredError(
                 after_cursor,
                 state.oldest_cursor,
-                f"it is ahead of this feed (last position {state.last_pos}): a restored database?",
+                (
+                    f"it is ahead of this feed (last position {state.last_pos})"
+                    if reveal
+                    else "it is ahead of this feed"
+                )
+                + ": a restored database?",
             )
         return pos, state
 
@@ -264,19 +287,32 @@ class ChangeFeed:
     async def _follow(
         self, after_cursor: str, change_filter: ChangeFilter
     ) -> AsyncIterator[tuple[str, Job | None]]:
-        pos, state = await self.start_position(after_cursor)
-        sent = pos
+        # A stream kept to one caller's jobs (a submitter's) must not learn how far the
+        # feed moved with others' changes: it reads that caller's changes only, and its
+        # progress marks stand at the caller's own changes that its filter left out (a
+        # position it could see anyway), never at a position others' changes reached.
+        scoped = change_filter.requested_by is not None
+        read_filter = ChangeFilter(requested_by=change_filter.requested_by) if scoped else None
+        pos, state = await self.start_position(after_cursor, reveal=not scoped)
+        sent = markable = pos
         marked = time.monotonic()
         while True:
-            changes, pos = await self._read(pos, change_filter, after_cursor)
+            changes, pos = await self._read(pos, read_filter or change_filter, after_cursor)
             for change in changes:
+                if scoped:
+                    markable = change.pos
+                    if not change_filter.matches(change.job):
+                        continue
                 yield state.cursor(change.pos), change.job
-            if changes:
-                sent, marked = changes[-1].pos, time.monotonic()
+                sent, marked = change.pos, time.monotonic()
+            if not scoped:
+                markable = pos
             caught_up = self._state is not None and pos >= self._state.last_pos
-            if pos > sent and (not caught_up or time.monotonic() - marked >= self._mark_interval):
-                yield state.cursor(pos), None
-                sent, marked = pos, time.monotonic()
+            if markable > sent and (
+                not caught_up or time.monotonic() - marked >= self._mark_interval
+            ):
+                yield state.cursor(markable), None
+                sent, marked = markable, time.monotonic()
             if caught_up:
                 moved = self._moved
                 with contextlib.suppress(TimeoutError):

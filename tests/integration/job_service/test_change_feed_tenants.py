@@ -1,0 +1,117 @@
+"""StreamJobChanges under --auth token (issue 42, point 13), SQLite and PostgreSQL: a
+submitter's stream is kept to its own jobs, and nothing it receives tells it how far
+the feed moved with other tenants' changes (no progress mark at a position another's
+change reached, no last position in a refusal)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import grpc
+import pytest
+
+from san_jobs.job_service.auth.roles import Role
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from tests.integration.job_service.conftest import Service, StartService
+from tests.integration.job_service.scripted_gateway import Hang
+from tests.integration.job_service.test_auth_roles import add_token, bearer
+from tests.support.jobs_api import SAMPLE_TEXT, card_request
+from tests.support.rich_errors import rich_error
+
+Metadata = tuple[tuple[str, str], ...]
+
+
+async def _secured(start_service: StartService) -> tuple[Service, dict[str, Metadata]]:
+    service = await start_service(auth="token", workers=1)
+    service.gateway.script = lambda _job, _attempt: Hang()  # jobs stay cancellable
+    # Marks at once while caught up, so the test needs no 5 s wait.
+    service.runtime.change_feed.mark_interval = 0.05
+    who = {
+        name: bearer(await add_token(service, name, role))
+        for name, role in (
+            ("alice", Role.SUBMITTER),
+            ("bob", Role.SUBMITTER),
+            ("operator", Role.OPERATOR),
+        )
+    }
+    return service, who
+
+
+async def _cancelled(service: Service, who: dict[str, Metadata], name: str) -> str:
+    """A job of `name`, cancelled by the operator: one change in the feed."""
+    request = card_request(f"t-{uuid.uuid4().hex[:12]}", SAMPLE_TEXT)
+    job = (await service.stub.Enqueue(request, metadata=who[name], timeout=10)).job
+    cancel = pb.CancelJobRequest(job_id=job.id)
+    await service.stub.CancelJob(cancel, metadata=who["operator"], timeout=10)
+    return str(job.id)
+
+
+async def _messages(
+    service: Service, md: Metadata, seconds: float, **filters: object
+) -> list[pb.StreamJobChangesResponse]:
+    """Every message a stream from the start sends within `seconds`."""
+    request = pb.StreamJobChangesRequest(**filters)  # type: ignore[arg-type]
+    call = service.stub.StreamJobChanges(request, metadata=md, timeout=seconds + 10)
+    got: list[pb.StreamJobChangesResponse] = []
+    deadline = time.monotonic() + seconds
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                message = await asyncio.wait_for(call.read(), left)
+            except TimeoutError:
+                break
+            assert message is not grpc.aio.EOF
+            got.append(message)
+    finally:
+        call.cancel()
+    return got
+
+
+async def test_a_submitters_marks_stand_only_at_its_own_changes(
+    start_service: StartService,
+) -> None:
+    service, who = await _secured(start_service)
+    own = await _cancelled(service, who, "alice")
+    others = [await _cancelled(service, who, "bob") for _ in range(5)]
+
+    # The operator's feed: every change, and which cursor is whose.
+    everything = await _messages(service, who["operator"], 1.0)
+    cursor_of = {m.job.id: m.cursor for m in everything if m.HasField("job")}
+    assert set(cursor_of) == {own, *others}
+
+    # alice wants COMPLETED changes only: her CANCELLED one is skipped (a mark may
+    # stand at it: she knows it), bob's are not hers to count, then or live.
+    stream = asyncio.ensure_future(
+        _messages(service, who["alice"], 1.5, statuses=[pb.JOB_STATUS_COMPLETED])
+    )
+    await asyncio.sleep(0.5)
+    for _ in range(3):
+        await _cancelled(service, who, "bob")
+    messages = await stream
+    assert not [m for m in messages if m.HasField("job")]
+    marks = [m.cursor for m in messages]
+    assert marks, "a mark over alice's own skipped change keeps her cursor moving"
+    assert set(marks) == {cursor_of[own]}, (
+        f"marks at {marks}: alice's own change is at {cursor_of[own]}, "
+        f"bob's last at {cursor_of[others[-1]]}"
+    )
+    # Resumed from her mark, her next change is the next thing she receives.
+    later = await _cancelled(service, who, "alice")
+    request = pb.StreamJobChangesRequest(after_cursor=marks[-1])
+    call = service.stub.StreamJobChanges(request, metadata=who["alice"], timeout=10)
+    try:
+        first = await call.read()
+    finally:
+        call.cancel()
+    assert first.job.id == later
+
+    # A cursor ahead of the feed is refused without naming the feed's last position.
+    feed_id, _, pos = cursor_of[own].partition(".")
+    request = pb.StreamJobChangesRequest(after_cursor=f"{feed_id}.{int(pos) + 10_000}")
+    call = service.stub.StreamJobChanges(request, metadata=who["alice"], timeout=10)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+    assert rich_error(caught.value).reason == "CURSOR_EXPIRED"
+    assert "last position" not in (caught.value.details() or "")
