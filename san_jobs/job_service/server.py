@@ -323,6 +323,7 @@ class JobServiceRuntime:
                     settings.max_attempts,
                     self.schedule_firer.replan,
                 ),
+                urgent=settings.urgent_priorities(),
             ),
             self.server,
         )

@@ -22,6 +22,7 @@ from san_jobs.job_service.domain.limits import (
     MAX_MAX_MESSAGE_BYTES,
     MIN_MAX_MESSAGE_BYTES,
 )
+from san_jobs.job_service.domain.priorities import UrgentPriorities
 from san_jobs.job_service.domain.retention import RetentionPolicy, format_retention, parse_retention
 from san_jobs.shared.cli_settings import HostPort
 from san_jobs.shared.event_loop import EventLoopName
@@ -125,6 +126,20 @@ class JobServiceSettings(BaseSettings):
     )
     grace: float = Field(30.0, ge=0, description="seconds in-flight jobs get to finish at shutdown")
     max_text_chars: int = Field(100_000, ge=1, description="longest input text accepted")
+    # Who may use the most urgent priorities (domain/priorities.py, UrgentPriorities).
+    submitter_most_urgent_priority: int = Field(
+        1,
+        ge=1,
+        le=3,
+        description="under authentication, the most urgent priority a submitter may give a "
+        "job (1: any; 2: priority 1 is kept for operators and --urgent-callers)",
+    )
+    urgent_callers: str = Field(
+        "",
+        description="callers (token or certificate names, comma-separated) whose jobs may "
+        "take any priority, whatever --submitter-most-urgent-priority says",
+        json_schema_extra={"metavar": "NAME,..."},
+    )
     max_message_bytes: int = Field(
         DEFAULT_MAX_MESSAGE_BYTES,
         ge=MIN_MAX_MESSAGE_BYTES,
@@ -284,6 +299,11 @@ class JobServiceSettings(BaseSettings):
         if self.tls_client_roles and self.tls_client_ca is None:
             raise ValueError("--tls-client-roles needs --tls-client-ca (mutual TLS)")
         return self
+
+    def urgent_priorities(self) -> UrgentPriorities:
+        """--submitter-most-urgent-priority and --urgent-callers, as the rule."""
+        names = frozenset(n.strip() for n in self.urgent_callers.split(",") if n.strip())
+        return UrgentPriorities(self.submitter_most_urgent_priority, names)
 
     def checks_certificates(self) -> bool:
         """True when only the client certificates named by --tls-client-roles are

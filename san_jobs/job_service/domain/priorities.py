@@ -17,12 +17,39 @@ whole backlog.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 MOST_URGENT = 1
 LEAST_URGENT = 5
 # What a request's 0 (unset) means.
 DEFAULT_PRIORITY = 3
 # One claimed job in AGE_SHARE, at least, is taken by age alone.
 AGE_SHARE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class UrgentPriorities:
+    """Who may use the most urgent priorities (--submitter-most-urgent-priority,
+    --urgent-callers): under authentication a submitter's job more urgent than
+    `most_urgent_for_submitters` is refused, naming `priority`, unless the caller is
+    one of `callers`; operators may use any. Otherwise every submitter could mark
+    all of its work 1 and go ahead of every other tenant's (the age share still
+    serves the others, but only a tenth of the claims). 1 (the default): no bound.
+    At most DEFAULT_PRIORITY, so that a request with no priority is always taken."""
+
+    most_urgent_for_submitters: int = MOST_URGENT
+    callers: frozenset[str] = frozenset()
+
+    def problem(self, priority: int, caller: str, submitter: bool) -> str | None:
+        """Why `caller` (a submitter or not) may not enqueue at `priority` (stored
+        value, 1 to 5), or None."""
+        bound = self.most_urgent_for_submitters
+        if not submitter or priority >= bound or caller in self.callers:
+            return None
+        return (
+            f"priority {priority} is reserved; this caller may use {bound} (most urgent)"
+            f" to {LEAST_URGENT}"
+        )
 
 
 def effective_priority(requested: int) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -38,6 +38,7 @@ from san_jobs.job_service.transport.convert import (
     timestamp_of,
 )
 from san_jobs.job_service.transport.errors import item_status, to_rich_status
+from san_jobs.job_service.transport.requests import PRIORITY_FIELD
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 REQUESTS_FIELD = "requests"
@@ -73,6 +74,7 @@ def decode(
     traceparent: str | None,
     answer_budget_bytes: int,
     undecodable: Mapping[int, FieldViolation] | None = None,
+    priority_problem: Callable[[int], str | None] | None = None,
 ) -> DecodedBatch:
     """Each item as Enqueue decodes it; with `requested_by` (the authenticated
     caller, also each item's tenant) and `traceparent` (this call's span) set on
@@ -80,7 +82,8 @@ def decode(
     InvalidRequestError for the whole call, and so is one whose answer might not fit
     in `answer_budget_bytes`. `undecodable`:
     the items that were not valid messages (decoding.PartlyDecodedBatch), each
-    invalid with its violation."""
+    invalid with its violation. `priority_problem`: why the caller may not use an
+    item's (stored) priority, or None (UrgentPriorities.problem)."""
     count = len(request.requests)
     out: list[FieldViolation] = []
     if count == 0:
@@ -97,6 +100,10 @@ def decode(
             new, on_duplicate = requests.enqueue(item, limits, default_max_attempts)
         except InvalidRequestError as error:
             batch.errors[index] = _invalid(index, error.violations)
+            continue
+        problem = None if priority_problem is None else priority_problem(new.priority)
+        if problem is not None:  # the caller may not use this priority (UrgentPriorities)
+            batch.errors[index] = _invalid(index, [FieldViolation(PRIORITY_FIELD, problem)])
             continue
         if requested_by is not None or traceparent is not None:
             new = dataclasses.replace(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -12,10 +13,14 @@ from typing import Any, cast
 import grpc
 
 from san_jobs.job_service.app import JobApplication
-from san_jobs.job_service.auth.roles import current_caller
+from san_jobs.job_service.auth.roles import Role, current_caller
 from san_jobs.job_service.change_feed import ChangeFeed
 from san_jobs.job_service.domain.dispatch import DispatchPause
-from san_jobs.job_service.domain.errors import FieldViolation, JobNotFoundError
+from san_jobs.job_service.domain.errors import (
+    FieldViolation,
+    InvalidRequestError,
+    JobNotFoundError,
+)
 from san_jobs.job_service.domain.failure_groups import MAX_FAILURE_GROUPS
 from san_jobs.job_service.domain.freshness import supersedes
 from san_jobs.job_service.domain.limits import (
@@ -29,6 +34,7 @@ from san_jobs.job_service.domain.ports import (
     ScheduleStore,
     UsageTotalsParams,
 )
+from san_jobs.job_service.domain.priorities import UrgentPriorities
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.pruner import Pruner
 from san_jobs.job_service.transport import batch, requests
@@ -72,8 +78,11 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         pruner: Pruner | None = None,
         change_feed: ChangeFeed | None = None,
         schedules: ScheduleRpcs | None = None,
+        urgent: UrgentPriorities | None = None,
     ) -> None:
         self._app = app
+        # Who may use the most urgent priorities (--submitter-most-urgent-priority).
+        self._urgent = urgent or UrgentPriorities()
         # The schedule RPCs (transport/schedules.py); None: made on first use, on the
         # application's store (a SqlJobStore), with no firing loop to replan (tests).
         self._schedules = schedules
@@ -101,6 +110,9 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
             # Who asks is who authenticated, whatever the request says; and its keys
             # (request_id, the active target) are its own (NewJob.tenant).
             new = dataclasses.replace(new, requested_by=caller.name, tenant=caller.name)
+            problem = self._urgent.problem(new.priority, caller.name, caller.role is Role.SUBMITTER)
+            if problem is not None:
+                raise InvalidRequestError([FieldViolation(requests.PRIORITY_FIELD, problem)])
         traceparent = current_traceparent()
         if traceparent is not None:
             # This call's span, stored with the job: its attempts join the caller's trace.
@@ -126,6 +138,11 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
             self._default_max_attempts,
             requested_by=None if caller is None else caller.name,
             traceparent=current_traceparent(),
+            priority_problem=None
+            if caller is None
+            else functools.partial(
+                self._urgent.problem, caller=caller.name, submitter=caller.role is Role.SUBMITTER
+            ),
             answer_budget_bytes=self._max_message_bytes,
             undecodable=undecodable,
         )

@@ -70,6 +70,8 @@ def test_every_setting_is_read_from_its_environment_variable(
         "batch_interval": ("0.01", 0.01),
         "grace": ("3", 3.0),
         "max_text_chars": ("500", 500),
+        "submitter_most_urgent_priority": ("2", 2),
+        "urgent_callers": ("pager,alerts", "pager,alerts"),
         "max_streams": ("900", 900),
         "max_streams_per_peer": ("90", 90),
         "max_streams_per_connection": ("80", 80),
