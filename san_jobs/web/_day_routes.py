@@ -12,8 +12,10 @@
   404 for a day without scraps, 422 for a day that has not begun, 429 once it was
   made MAX_GENERATIONS (10) times.
 - ``GET /api/me`` / ``PUT /api/me`` ``{"timeZone": "Europe/Paris"}`` (``null``: san-web's
-  default): the caller's time zone, where their days end. Under ``--auth off`` there is
-  one shared space, whose zone is san-web's ``--time-zone``: PUT is 409 there.
+  default): the caller's time zone, where their days end; ``GET``/``PUT
+  /api/me/settings`` ``{"timeZone", "tilAt": "HH:MM"}`` (either or both; ``null``:
+  san-web's --time-zone or --til-at): their zone and end of day. Under ``--auth off``
+  there is one shared space, whose are san-web's own: PUT is 409 there.
 
 Another user's day is never shown: every query is by the caller's name.
 """
@@ -39,6 +41,7 @@ from san_jobs.web._days import (
     MadeTooOften,
     NoSuchDay,
     parse_day,
+    parse_til_at,
     time_zone,
 )
 from san_jobs.web._errors import error_document, error_response, invalid
@@ -64,7 +67,9 @@ async def _settings_view(request: Request) -> dict[str, str | None]:
     return {
         "user": current_user(request),
         "timeZone": calendar.zone.key,
-        "tilAt": days.settings.til_at.isoformat(timespec="minutes"),
+        "tilAt": calendar.til_at.isoformat(
+            timespec="seconds" if calendar.til_at.second else "minutes"
+        ),
     }
 
 
@@ -135,28 +140,52 @@ async def get_me(request: Request) -> Response:
 
 
 async def put_me(request: Request) -> Response:
+    """PUT /api/me: ``{"timeZone"}`` (required)."""
+    return await _put_settings(request, required="timeZone")
+
+
+async def put_settings(request: Request) -> Response:
+    """PUT /api/me/settings: ``{"timeZone", "tilAt"}``, either or both."""
+    return await _put_settings(request, required=None)
+
+
+async def _put_settings(request: Request, *, required: str | None) -> Response:
     user = current_user(request)
     if user is None:
         return error_response(
             409,
             "FAILED_PRECONDITION",
-            "without logins the one shared space uses san-web's --time-zone",
+            "without logins the one shared space uses san-web's --time-zone and --til-at",
         )
     try:
         body = await request.json()
     except UNREADABLE_JSON:
         return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
-    if not isinstance(body, dict) or "timeZone" not in body:
-        return invalid("the body must be a JSON object", ("timeZone", "is required"))
-    name = body["timeZone"]
-    if name is not None:
-        if not isinstance(name, str):
-            return invalid("invalid time zone", ("timeZone", "must be a string or null"))
+    if not isinstance(body, dict):
+        return invalid("the body must be a JSON object", ("body", "is not a JSON object"))
+    if required is not None and required not in body:
+        return invalid("the body must be a JSON object", (required, "is required"))
+    if not {"timeZone", "tilAt"} & set(body):
+        return invalid("nothing to change", ("timeZone", "or tilAt is required"))
+    problems: list[tuple[str, str]] = []
+    for field, check in (("timeZone", time_zone), ("tilAt", parse_til_at)):
+        value = body.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            problems.append((field, "must be a string or null"))
+            continue
         try:
-            time_zone(name)
+            check(value)
         except ValueError as error:
-            return invalid("invalid time zone", ("timeZone", str(error)))
-    await _days(request).set_time_zone(user, name)
+            problems.append((field, str(error)))
+    if problems:
+        return invalid("invalid settings", *problems)
+    days = _days(request)
+    if "timeZone" in body:
+        await days.set_time_zone(user, body["timeZone"])
+    if "tilAt" in body:
+        await days.set_til_at(user, body["tilAt"])
     return JSONResponse(await _settings_view(request))
 
 
@@ -167,4 +196,6 @@ def day_routes() -> list[Route]:
         Route("/api/days/{day}/generate", generate_day, methods=["POST"]),
         Route("/api/me", get_me, methods=["GET"]),
         Route("/api/me", put_me, methods=["PUT"]),
+        Route("/api/me/settings", get_me, methods=["GET"]),
+        Route("/api/me/settings", put_settings, methods=["PUT"]),
     ]

@@ -288,20 +288,31 @@ class Days:
     # -- calendars ------------------------------------------------------------------------
 
     async def calendar(self, owner: str | None) -> Calendar:
-        zones = {} if owner is None else await self._store.time_zones()
-        return self._calendar(zones.get(owner) if owner is not None else None)
+        ends = {} if owner is None else await self._store.day_ends()
+        return self._calendar(ends.get(owner) if owner is not None else None)
 
-    def _calendar(self, stored_zone: str | None) -> Calendar:
+    def _calendar(self, stored: tuple[str | None, str | None] | None) -> Calendar:
+        """The calendar of a user's stored (zone, end of day); None: san-web's own."""
+        stored_zone, stored_til_at = stored or (None, None)
         name = stored_zone or self.settings.default_zone
         try:
             zone = time_zone(name)
         except ValueError:
             log.warning("time zone %r is unknown here; UTC is used", name)
             zone = ZoneInfo("UTC")
-        return Calendar(self.settings.til_at, zone)
+        til_at = self.settings.til_at
+        if stored_til_at:
+            try:
+                til_at = parse_til_at(stored_til_at)
+            except ValueError:
+                log.warning("end of day %r is no time; --til-at is used", stored_til_at)
+        return Calendar(til_at, zone)
 
     async def set_time_zone(self, user: str, name: str | None) -> None:
         await self._store.set_time_zone(user, name)
+
+    async def set_til_at(self, user: str, til_at: str | None) -> None:
+        await self._store.set_til_at(user, til_at)
 
     # -- the planner ----------------------------------------------------------------------
 
@@ -331,7 +342,7 @@ class Days:
         made yet, and send what a previous check could not; the (owner key, day) made."""
         now = self._now()
         since = now - timedelta(days=CATCH_UP_DAYS + 2)
-        zones = await self._store.time_zones()
+        ends = await self._store.day_ends()
         query = sa.select(scraps.c.owner, scraps.c.created_at).where(scraps.c.created_at >= since)
         if not self.settings.shared_space:
             query = query.where(scraps.c.owner.is_not(None))
@@ -341,7 +352,7 @@ class Days:
         due: set[tuple[str, str]] = set()
         for owner, created_at in saved:
             if owner not in calendars:
-                calendar = self._calendar(zones.get(owner) if owner is not None else None)
+                calendar = self._calendar(ends.get(owner) if owner is not None else None)
                 calendars[owner] = calendar, set(calendar.ended(now))
             calendar, ended = calendars[owner]
             saved_on = calendar.day_of(_aware(created_at))

@@ -153,6 +153,8 @@ users = sa.Table(
     # IANA name of the user's time zone (their days end at --til-at there); NULL: the
     # --time-zone san-web runs with (UTC unless told).
     sa.Column("time_zone", sa.String(64), nullable=True),
+    # HH:MM (or HH:MM:SS) at which the user's days end, in their zone; NULL: --til-at.
+    sa.Column("til_at", sa.String(8), nullable=True),
 )
 
 # A session is found by the SHA-256 of its cookie value: the table never holds a value
@@ -352,9 +354,24 @@ class ScrapStore:
 
     async def time_zones(self) -> dict[str, str | None]:
         """Every user's stored time zone (None: the default), by name."""
+        return {name: zone for name, (zone, _) in (await self.day_ends()).items()}
+
+    async def day_ends(self) -> dict[str, tuple[str | None, str | None]]:
+        """Every user's stored time zone and end of day (None: the default), by name."""
         async with self._engine.connect() as connection:
-            rows = await connection.execute(sa.select(users.c.name, users.c.time_zone))
-            return {row.name: row.time_zone for row in rows}
+            rows = await connection.execute(
+                sa.select(users.c.name, users.c.time_zone, users.c.til_at)
+            )
+            return {row.name: (row.time_zone, row.til_at) for row in rows}
+
+    async def set_til_at(self, name: str, til_at: str | None) -> bool:
+        """The user's end of day (HH:MM the caller checked; None: san-web's --til-at);
+        False if there is no such user."""
+        async with self._engine.begin() as connection:
+            result = await connection.execute(
+                users.update().where(users.c.name == name).values(til_at=til_at)
+            )
+        return bool(result.rowcount)
 
     async def list_page(
         self, *, owner: str | None = None, limit: int, after: ScrapCursor | None = None
@@ -538,8 +555,8 @@ def _add_missing_columns(connection: sa.Connection) -> None:
     """A scraps table made by an older san-web gets the columns added since: owner
     (NULL: those scraps belong to no user, so no user sees them under --auth password)
     and outbox_id (NULL: they were handed off before the outbox). A users table gets
-    role, every existing user a plain "user" (no one gains /ops by an upgrade), and
-    time_zone (NULL: san-web's --time-zone)."""
+    role, every existing user a plain "user" (no one gains /ops by an upgrade),
+    time_zone (NULL: san-web's --time-zone) and til_at (NULL: --til-at)."""
     inspector = sa.inspect(connection)
     columns = {column["name"] for column in inspector.get_columns("scraps")}
     for name in ("owner", "outbox_id"):
@@ -549,6 +566,8 @@ def _add_missing_columns(connection: sa.Connection) -> None:
     user_columns = {column["name"] for column in inspector.get_columns("users")}
     if "time_zone" not in user_columns:
         connection.execute(sa.text("ALTER TABLE users ADD COLUMN time_zone VARCHAR(64)"))
+    if "til_at" not in user_columns:
+        connection.execute(sa.text("ALTER TABLE users ADD COLUMN til_at VARCHAR(8)"))
     if "role" not in user_columns:
         connection.execute(
             sa.text(

@@ -580,3 +580,57 @@ async def test_days_are_listed_newest_first_a_page_at_a_time(web: Web) -> None:
             answer = await http.get("/api/days", params=params)
             assert answer.status_code == 400, (params, answer.text)
             assert _violations(answer) == [field]
+
+
+async def test_the_callers_end_of_day_is_theirs_to_set(web_login: Web) -> None:
+    async with web_login.login("ann") as ann, web_login.login("bob") as bob:
+        assert (await ann.get("/api/me/settings")).json()["tilAt"] == "21:00"
+        for body, fields in (
+            ({"tilAt": "25:00"}, ["tilAt"]),
+            ({"tilAt": "7:30"}, ["tilAt"]),
+            ({"tilAt": 730}, ["tilAt"]),
+            ({"tilAt": "26:00", "timeZone": "Mars/Olympus"}, ["timeZone", "tilAt"]),
+            ({}, ["timeZone"]),
+            ([], ["body"]),
+        ):
+            answer = await ann.put("/api/me/settings", json=body)
+            assert answer.status_code == 422, (body, answer.text)
+            assert _violations(answer) == fields
+        set_both = await ann.put(
+            "/api/me/settings", json={"tilAt": "07:30", "timeZone": "Asia/Tokyo"}
+        )
+        assert set_both.status_code == 200, set_both.text
+        assert set_both.json() == {"user": "ann", "timeZone": "Asia/Tokyo", "tilAt": "07:30"}
+        await web_login.save(ann, "Queues")
+        shown = (await ann.get("/api/days")).json()["days"][0]
+        hers = Calendar(time(7, 30), ZoneInfo("Asia/Tokyo"))
+        today = hers.day_of(datetime.now(UTC))
+        assert (shown["day"], shown["endsAt"]) == (
+            today.isoformat(),
+            hers.window(today)[1].isoformat(),
+        )
+        assert (await bob.get("/api/me/settings")).json()["tilAt"] == "21:00"  # hers only
+        only_zone = await ann.put("/api/me/settings", json={"timeZone": None})
+        assert only_zone.json() == {"user": "ann", "timeZone": "UTC", "tilAt": "07:30"}
+        reset = await ann.put("/api/me/settings", json={"tilAt": None})
+        assert reset.json()["tilAt"] == "21:00"
+
+
+async def test_the_planner_ends_each_users_day_at_their_own_time(web_login: Web) -> None:
+    web, store = web_login, web_login.store()
+    now = datetime.now(UTC)
+    async with web.login("ann") as ann, web.login("bob") as bob:
+        await carded(web, ann, "Ann's", "Queues hold jobs.")
+        await carded(web, bob, "Bob's", "Workers claim jobs.")
+        for http, hours in ((ann, 2), (bob, 6)):  # in UTC, to the minute
+            til_at = (now + timedelta(hours=hours)).strftime("%H:%M")
+            assert (await http.put("/api/me/settings", json={"tilAt": til_at})).status_code == 200
+    later = now + timedelta(hours=2, minutes=5)  # Ann's day has ended, Bob's has not
+    settings = DaySettings(check_interval=3600, shared_space=False)
+    planner = Days(
+        store, web.service.async_client(), web.app.state.outbox, settings, now=lambda: later
+    )
+    made = await planner.plan_ended_days()
+    assert [key for key, _ in made] == ["ann"]
+    days_jobs = [j.request_id for j in web.service.jobs if j.job_type != pb.JOB_TYPE_CARD_ANALYSIS]
+    assert len(days_jobs) == 2 and all(":ann:" in r for r in days_jobs)

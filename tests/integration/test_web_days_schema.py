@@ -1,7 +1,7 @@
 """Issue 43: a san-web database made before the days (no ``daily_notes``, no
-``recall_questions``, no ``users.time_zone``) gets them when san-web starts on it,
-on SQLite and PostgreSQL, without losing a row: its users, sessions, scraps, jobs and
-cards are still there and still work."""
+``recall_questions``, no ``users.time_zone`` or ``users.til_at``) gets them when
+san-web starts on it, on SQLite and PostgreSQL, without losing a row: its users,
+sessions, scraps, jobs and cards are still there and still work."""
 
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ async def test_an_older_san_web_database_gets_the_days_without_losing_a_row(
             await conn.execute(sa.text("DROP TABLE recall_questions"))
             await conn.execute(sa.text("DROP TABLE daily_notes"))
             await conn.execute(sa.text("ALTER TABLE users DROP COLUMN time_zone"))
+            await conn.execute(sa.text("ALTER TABLE users DROP COLUMN til_at"))
     finally:
         await store.close()
 
@@ -70,7 +71,7 @@ async def test_an_older_san_web_database_gets_the_days_without_losing_a_row(
             columns = await conn.run_sync(
                 lambda sync: {c["name"] for c in sa.inspect(sync).get_columns("users")}
             )
-            assert "time_zone" in columns
+            assert {"time_zone", "til_at"} <= columns
             summaries = (await conn.execute(sa.select(knowledge_cards.c.summary))).scalars()
             assert list(summaries) == ["Queues."]
             for table in (daily_notes, recall_questions):
@@ -86,6 +87,8 @@ async def test_an_older_san_web_database_gets_the_days_without_losing_a_row(
         assert await store.time_zones() == {"ann": None}
         assert await store.set_time_zone("ann", "Europe/Paris")
         assert await store.time_zones() == {"ann": "Europe/Paris"}
+        assert await store.set_til_at("ann", "07:30")
+        assert await store.day_ends() == {"ann": ("Europe/Paris", "07:30")}
     finally:
         await store.close()
 
