@@ -16,7 +16,8 @@ or of another feed, is refused (CursorExpiredError), never silently moved forwar
 Tenants: a stream kept to one caller's jobs (a submitter's under --auth token) reads
 that caller's changes only, and its progress marks stand only at that caller's own
 changes its filter skipped, so no message tells it how many changes other tenants
-made (a mark at the feed's last position would).
+made (a mark at the feed's last position would). What such streams re-read from the
+database is bounded per caller (SCANS_PER_CALLER, SCAN_POSITIONS_PER_SECOND).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from san_jobs.job_service.domain.changes import ChangeFilter, FeedState, JobChange, parse_cursor
@@ -39,9 +41,21 @@ log = logging.getLogger("job_service.change_feed")
 # Changes a caught-up stream can read from memory; a wake that brings more than this
 # (an instance back from an outage) sends streams to the database instead.
 BUFFER_CHANGES = 2_048
-# Positions one database read of a stream covers, and changes it returns at most.
+# Positions one database read of a stream covers (the rows one look scans at most),
+# and changes it returns at most.
 READ_WINDOW = 5_000
 READ_LIMIT = 500
+# The re-scan a caller's streams may make (a stream kept to one caller's jobs, a
+# submitter's, reading the database because it is behind: resuming from an old cursor,
+# or from "" over everything --retain-changes keeps). Whatever the number of its
+# streams, a caller has at most SCANS_PER_CALLER reads in flight and scans at most
+# SCAN_POSITIONS_PER_SECOND positions a second, all its streams together; a stream
+# over it waits for its turn (it is not refused, and skips nothing). A caught-up
+# stream reads the shared buffer and costs no look. Ten streams re-reading 7 days
+# therefore cost what one bounded reader costs, and other callers' looks never wait
+# for them.
+SCANS_PER_CALLER = 2
+SCAN_POSITIONS_PER_SECOND = 100_000
 # Changes given positions per sequencer transaction.
 SEQUENCE_BATCH = 5_000
 # A filtered stream that skipped changes tells its reader how far it read (a
@@ -58,6 +72,16 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(slots=True)
+class _ScanBudget:
+    """One caller's database looks: how many may be in flight, and when (monotonic)
+    the next may start so that its streams together keep to the scan rate."""
+
+    slots: asyncio.Semaphore
+    free_at: float = 0.0
+    streams: int = 0
+
+
 class ChangeFeed:
     def __init__(
         self,
@@ -69,6 +93,8 @@ class ChangeFeed:
         clock: Callable[[], datetime] = _utc_now,
         buffer_changes: int = BUFFER_CHANGES,
         mark_interval: float = MARK_INTERVAL,
+        scans_per_caller: int = SCANS_PER_CALLER,
+        scan_positions_per_second: float = SCAN_POSITIONS_PER_SECOND,
     ) -> None:
         self._store = store
         self._retention_seconds = retention_seconds
@@ -92,6 +118,10 @@ class ChangeFeed:
         # wake-ups, gives positions once per poll (a batch) and reads nothing into
         # the buffer, so an instance nobody follows pays almost nothing per job.
         self._followers = 0
+        self._scans_per_caller = scans_per_caller
+        self._scan_rate = scan_positions_per_second
+        # The scan budget of each caller with a stream kept to its jobs open here.
+        self._budgets: dict[str, _ScanBudget] = {}
 
     @property
     def position(self) -> int:
@@ -278,11 +308,24 @@ class ChangeFeed:
         """(cursor, job) for each change after `after_cursor` that matches, then live;
         (cursor, None) is a progress mark over changes that did not match."""
         self._followers += 1
+        caller = change_filter.requested_by
+        if caller is not None:
+            budget = self._budgets.get(caller)
+            if budget is None:
+                budget = self._budgets[caller] = _ScanBudget(
+                    asyncio.Semaphore(self._scans_per_caller)
+                )
+            budget.streams += 1
         try:
             async for item in self._follow(after_cursor, change_filter):
                 yield item
         finally:
             self._followers -= 1
+            if caller is not None:
+                budget = self._budgets[caller]
+                budget.streams -= 1
+                if not budget.streams:
+                    del self._budgets[caller]
 
     async def _follow(
         self, after_cursor: str, change_filter: ChangeFilter
@@ -334,9 +377,23 @@ class ChangeFeed:
                         return found, change.pos
             return found, state.last_pos
         through = min(pos + READ_WINDOW, state.last_pos)
-        changes, after = await self._store.read_changes(
-            ReadChangesParams(pos, through, change_filter, READ_LIMIT)
+        params = ReadChangesParams(pos, through, change_filter, READ_LIMIT)
+        budget = (
+            None
+            if change_filter.requested_by is None
+            else self._budgets.get(change_filter.requested_by)
         )
+        if budget is None:
+            changes, after = await self._store.read_changes(params)
+        else:
+            async with budget.slots:
+                wait = budget.free_at - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                budget.free_at = max(budget.free_at, time.monotonic()) + (
+                    (through - pos) / self._scan_rate
+                )
+                changes, after = await self._store.read_changes(params)
         if after.pruned_through > pos:
             raise CursorExpiredError(
                 after_cursor, after.oldest_cursor, "its changes were pruned while it was read"
