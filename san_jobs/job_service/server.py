@@ -322,6 +322,7 @@ class JobServiceRuntime:
                     EnqueueLimits(settings.max_text_chars),
                     settings.max_attempts,
                     self.schedule_firer.replan,
+                    max_per_caller=settings.max_schedules_per_caller,
                 ),
                 urgent=settings.urgent_priorities(),
             ),

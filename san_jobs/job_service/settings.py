@@ -103,6 +103,13 @@ class JobServiceSettings(BaseSettings):
         description="fair share: jobs of one caller (requested_by) running at once, all "
         "instances together, so one caller's backlog does not starve the others",
     )
+    max_schedules_per_caller: int = Field(
+        100,
+        ge=1,
+        description="schedules one authenticated caller (token or certificate name) may "
+        "have; CreateSchedule of another answers RESOURCE_EXHAUSTED naming this cap "
+        "(under --auth off there are no callers to count, and no cap)",
+    )
     breaker_failures: int = Field(
         5,
         ge=1,

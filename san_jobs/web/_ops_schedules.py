@@ -2,7 +2,8 @@
 
 - ``GET /api/ops/schedules``: every schedule JobService shows san-web's token (an
   operator token: everyone's), by id, at most :data:`MAX_SHOWN` (``truncated`` says
-  when there are more): period, paused, next and last fire times, last job, periods
+  when there are more): period, paused (and why, when its owner's token was revoked
+  or expired), next and last fire times, last job, periods
   skipped, the job's type and target, whose it is (ListSchedules).
 - ``POST /api/ops/schedules/pause`` / ``.../resume`` ``{"scheduleId"}``:
   PauseSchedule / ResumeSchedule (operator only); the schedule as it now is. An
@@ -50,6 +51,8 @@ def schedule_dict(schedule: pb.Schedule) -> dict[str, Any]:
         "scheduleId": schedule.schedule_id,
         "period": period_text(schedule),
         "paused": schedule.paused,
+        # Why, when no PauseSchedule paused it (its owner's token revoked or expired).
+        "pausedReason": schedule.paused_reason,
         # A paused schedule fires at no time; the page shows none.
         "nextFireTime": "-" if schedule.paused else format_time(schedule.next_fire_time),
         "lastFireTime": format_time(schedule.last_fire_time),

@@ -458,10 +458,13 @@ class ScheduleStore(Protocol):
     on and enqueues the period's job (request_id `schedule:<id>:<period start>`)
     in one transaction."""
 
-    async def create_schedule(self, new: NewSchedule) -> tuple[Schedule, bool]:
+    async def create_schedule(
+        self, new: NewSchedule, max_per_tenant: int | None = None
+    ) -> tuple[Schedule, bool]:
         """Store `new`: (the schedule, True when created). The same key with an equal
         definition returns the stored one (False); another definition raises
-        ScheduleExistsError."""
+        ScheduleExistsError. A new schedule of a tenant that has `max_per_tenant`
+        already (None: no cap) raises ScheduleQuotaError, racing creates included."""
         ...
 
     async def find_schedules(self, schedule_id: str, tenant: str | None) -> list[Schedule]:
@@ -484,8 +487,10 @@ class ScheduleStore(Protocol):
         ...
 
     async def resume_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
-        """Running from its next period; the periods that started while paused are
-        counted in skipped_count. A no-op when running; None when there is none."""
+        """Running from its next period; the periods that started while paused (or
+        held: its owner token revoked or expired, Schedule.owner_hold) are counted
+        in skipped_count, and a held one is taken over by its tenant's live token.
+        A no-op when running; None when there is none."""
         ...
 
     async def next_schedule_fire_at(self) -> datetime | None:
@@ -494,7 +499,8 @@ class ScheduleStore(Protocol):
         ...
 
     async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
-        """One round of each due running schedule (at most `limit`, at most
+        """One round of each due running schedule whose owner token, if it has one,
+        is live (not revoked, not expired) (at most `limit`, at most
         PER_OWNER_IN_ROUND of one owner, every owner's first before anyone's
         second; a period waiting for its previous job is not due, but looked at
         every WAITING_RECHECK): the rounds this store won, each committed."""

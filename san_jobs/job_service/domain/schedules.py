@@ -68,6 +68,21 @@ class ScheduleNotFoundError(JobServiceError):
         super().__init__(f"schedule {schedule_id} not found")
 
 
+class ScheduleQuotaError(JobServiceError):
+    """CreateSchedule of a new schedule by a tenant that has `limit` already
+    (--max-schedules-per-caller; issue 42: nothing bounded a tenant's schedules)."""
+
+    CAP = "max-schedules-per-caller"
+
+    def __init__(self, tenant: str, limit: int) -> None:
+        self.tenant = tenant
+        self.limit = limit
+        super().__init__(
+            f"{tenant or 'the caller'} has {limit} schedules, the most one caller may have"
+            f" (--{self.CAP}); delete one first"
+        )
+
+
 class ScheduleExistsError(JobServiceError):
     """CreateSchedule with an id the caller uses for a schedule of another definition."""
 
@@ -171,6 +186,36 @@ class Schedule:
     skipped_count: int
     created_at: datetime
     updated_at: datetime
+    # The token that owns it (api_tokens.id; storage/schedules.py says how it is
+    # chosen): None when no token does (--auth off, a client certificate).
+    owner_token_id: str | None = None
+    # Why it does not fire although not paused: its owner's token is revoked or
+    # expired ("" when it is live, or there is none). Read, never stored.
+    owner_hold: str = ""
+
+    @property
+    def held(self) -> bool:
+        return bool(self.owner_hold)
+
+
+def owner_hold(
+    token_name: str,
+    found: bool,
+    revoked_at: datetime | None,
+    expires_at: datetime | None,
+    now: datetime,
+) -> str:
+    """Why a schedule owned by this token does not fire ("" when the token is live):
+    a revoked or expired owner's schedules are paused (issue 42), and a token made
+    again under the same name is another token, which does not own them."""
+    resume = f"ResumeSchedule with a live token named {token_name!r} takes it over"
+    if not found:
+        return f"its owner's token no longer exists; {resume}"
+    if revoked_at is not None:
+        return f"its owner's token {token_name!r} was revoked at {rfc3339(revoked_at)}; {resume}"
+    if expires_at is not None and now >= expires_at:
+        return f"its owner's token {token_name!r} expired at {rfc3339(expires_at)}; {resume}"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from san_jobs.job_service.domain.schedules import (
     NewSchedule,
     Schedule,
     ScheduleExistsError,
+    ScheduleQuotaError,
     anchor_of,
     fires,
     job_of_period,
@@ -51,7 +52,11 @@ class MemorySchedules:
     def _schedules(self) -> dict[Key, Schedule]:
         return self.table.schedules
 
-    async def create_schedule(self, new: NewSchedule) -> tuple[Schedule, bool]:
+    async def create_schedule(
+        self, new: NewSchedule, max_per_tenant: int | None = None
+    ) -> tuple[Schedule, bool]:
+        """No token owns a schedule here (the memory store has no api_tokens): its
+        owner_token_id is None, and it is never held."""
         await asyncio.sleep(0)
         key = (new.tenant, new.schedule_id)
         stored = self._schedules.get(key)
@@ -59,6 +64,10 @@ class MemorySchedules:
             if stored.definition != new.definition:
                 raise ScheduleExistsError(new.schedule_id)
             return stored, False
+        if max_per_tenant is not None:
+            owned = sum(1 for tenant, _ in self._schedules if tenant == new.tenant)
+            if owned >= max_per_tenant:
+                raise ScheduleQuotaError(new.tenant, max_per_tenant)
         now = self._schedule_now()
         created = Schedule(
             schedule_id=new.schedule_id,

@@ -21,6 +21,24 @@ What a round takes (issue 42: one tenant's schedules stopped every other's):
   schedules are ranked by next_fire_at, and the round takes every owner's first
   before anyone's second, at most PER_OWNER_IN_ROUND of one owner; the firing loop
   starts the next round at once while the last one fired anything.
+
+Whose token owns a schedule (issue 42, point 6: schedules kept firing after their
+owner's token was revoked or expired, and a name given a new token inherited them):
+- CreateSchedule records owner_token_id, the api_tokens row of the tenant's name
+  that is live (at most one is: a unique index), or, if none is, the newest of that
+  name (a caller whose token was revoked in the last seconds, still in the
+  verifier's cache, creates a schedule that does not fire). A tenant no token has
+  ever had (--auth off: tenant ""; a client certificate's name): NULL, no owner
+  token, the schedule fires as before.
+- A round takes a schedule only while its owner token is NULL or live: not
+  revoked, and not past its expires_at by the schedule's clock (the due query, the
+  claim and next_schedule_fire_at all ask). A held schedule keeps its row as it
+  was; reads show it with `owner_hold` (why), which GetSchedule/ListSchedules
+  show as paused with that reason.
+- A token made again under the same name is another row (another id): it does
+  not own the old token's schedules. ResumeSchedule (by the new token, or an
+  operator) takes a held schedule over deliberately: it records the name's live
+  token and, as after a pause, counts the periods passed meanwhile as skipped.
 """
 
 from __future__ import annotations
@@ -28,7 +46,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, delete, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -41,23 +59,26 @@ from san_jobs.job_service.domain.schedules import (
     NewSchedule,
     Schedule,
     ScheduleExistsError,
+    ScheduleQuotaError,
     anchor_of,
     fires,
     job_of_period,
     json_definition,
     next_period,
+    owner_hold,
     periods_passed,
     plan_fire,
 )
 from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.rows import as_utc
-from san_jobs.job_service.storage.tables import async_jobs, job_schedules
+from san_jobs.job_service.storage.tables import api_tokens, async_jobs, job_schedules
 from san_jobs.job_service.storage.transition_sql import time_params
 from san_jobs.job_service.storage.writes import enqueue_row
 
 __all__ = ["FireOutcome", "ScheduleQueries", "row_to_schedule"]
 
 S = job_schedules.c
+T = api_tokens.c
 
 _ACTIVE = sorted(status.value for status in ACTIVE_STATUSES)
 # The schedule's previous job, if it still exists (a LEFT JOIN: pruned, or none).
@@ -76,13 +97,65 @@ def _not_waiting() -> ColumnElement[bool]:
     )
 
 
-def row_to_schedule(row: Any) -> Schedule:
+def _owner_live(now: Any) -> ColumnElement[bool]:
+    """The schedule's owner token is none, or live at `now` (the module's docstring)."""
+    return or_(
+        S.owner_token_id.is_(None),
+        exists().where(
+            T.id == S.owner_token_id,
+            T.revoked_at.is_(None),
+            or_(T.expires_at.is_(None), T.expires_at > now),
+        ),
+    )
+
+
+def _owner_token_of(tenant: str) -> Any:
+    """The token that owns what `tenant` creates now: the live one of its name, or
+    the newest (the module's docstring); None for tenant "" (no authentication)."""
+    if not tenant:
+        return None
+    return (
+        select(T.id)
+        .where(T.name == tenant)
+        .order_by(T.revoked_at.is_(None).desc(), T.created_at.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+_OWNER = job_schedules.outerjoin(api_tokens, T.id == S.owner_token_id)
+# A schedule with its owner token's state (row_to_schedule reads the owner_ columns).
+_WITH_OWNER = select(
+    job_schedules,
+    T.id.label("owner_found"),
+    T.revoked_at.label("owner_revoked_at"),
+    T.expires_at.label("owner_expires_at"),
+).select_from(_OWNER)
+
+
+def _live_token_of(tenant: str) -> Any:
+    """The live token of `tenant`'s name (a unique index: at most one), or NULL."""
+    return select(T.id).where(T.name == tenant, T.revoked_at.is_(None)).limit(1).scalar_subquery()
+
+
+def row_to_schedule(row: Any, now: datetime | None = None) -> Schedule:
+    """A schedule row; with `now`, a row of _WITH_OWNER, its owner_hold filled in."""
     next_fire_at, created_at, updated_at = (
         as_utc(row["next_fire_at"]),
         as_utc(row["created_at"]),
         as_utc(row["updated_at"]),
     )
     assert next_fire_at is not None and created_at is not None and updated_at is not None
+    owner_token_id = row.get("owner_token_id")
+    hold = ""
+    if owner_token_id is not None and now is not None:
+        hold = owner_hold(
+            row["tenant"],
+            row["owner_found"] is not None,
+            as_utc(row["owner_revoked_at"]),
+            as_utc(row["owner_expires_at"]),
+            now,
+        )
     return Schedule(
         schedule_id=row["schedule_id"],
         definition=json_definition(row["definition"]),
@@ -95,6 +168,8 @@ def row_to_schedule(row: Any) -> Schedule:
         skipped_count=int(row["skipped_count"]),
         created_at=created_at,
         updated_at=updated_at,
+        owner_token_id=owner_token_id,
+        owner_hold=hold,
     )
 
 
@@ -117,13 +192,20 @@ class ScheduleQueries(StoreParts):
         """`now` in a WHERE: on PostgreSQL the database's clock at that statement."""
         return func.clock_timestamp() if self._db.pg else now
 
-    async def create_schedule(self, new: NewSchedule) -> tuple[Schedule, bool]:
+    async def create_schedule(
+        self, new: NewSchedule, max_per_tenant: int | None = None
+    ) -> tuple[Schedule, bool]:
         """Store `new`; (the stored schedule, True when this call created it). The
         same (tenant, schedule_id) with an equal definition is that schedule (a
-        retry); with another, ScheduleExistsError."""
+        retry); with another, ScheduleExistsError. A new one when its tenant has
+        `max_per_tenant` already: ScheduleQuotaError (counted under a per-tenant
+        lock on PostgreSQL, SQLite's write lock on SQLite: racing creates never
+        pass the cap)."""
         insert = postgresql.insert if self._db.pg else sqlite.insert
         async with self._db.tx() as conn:
             now = await self._schedule_now(conn)
+            if max_per_tenant is not None:
+                await self._check_quota(conn, new, max_per_tenant)
             first = next_period(new.definition, anchor_of(now), now)
             statement = (
                 insert(job_schedules)
@@ -139,40 +221,61 @@ class ScheduleQueries(StoreParts):
                     skipped_count=0,
                     created_at=now,
                     updated_at=now,
+                    owner_token_id=_owner_token_of(new.tenant),
                 )
                 .on_conflict_do_nothing()
-                .returning(*job_schedules.c)
+                .returning(S.schedule_id)
             )
-            created = (await conn.execute(statement)).mappings().first()
-            if created is not None:
-                return row_to_schedule(created), True
-            found = (
-                (await conn.execute(select(job_schedules).where(_key(new.tenant, new.schedule_id))))
-                .mappings()
-                .first()
-            )
-        assert found is not None  # a row conflicted, and schedules are deleted by key only
-        stored = row_to_schedule(found)
+            created = (await conn.execute(statement)).first() is not None
+            stored = await self._one(conn, new.tenant, new.schedule_id)
+        assert stored is not None  # a row conflicted, and schedules are deleted by key only
+        if created:
+            return stored, True
         if stored.definition != new.definition:
             raise ScheduleExistsError(new.schedule_id)
         return stored, False
 
+    async def _check_quota(self, conn: AsyncConnection, new: NewSchedule, limit: int) -> None:
+        """ScheduleQuotaError when `new` would be a new schedule past its tenant's
+        `limit` (a retry of a stored one is not new)."""
+        if self._db.pg:
+            # Creates of one tenant one at a time (the count below is then exact).
+            await conn.execute(
+                select(
+                    func.pg_advisory_xact_lock(
+                        func.hashtextextended("san_jobs.schedules:" + new.tenant, 0)
+                    )
+                )
+            )
+        owned = (
+            await conn.execute(
+                select(
+                    func.count(),
+                    func.coalesce(func.max(case((S.schedule_id == new.schedule_id, 1))), 0),
+                ).where(S.tenant == new.tenant)
+            )
+        ).one()
+        count, exists_already = int(owned[0]), bool(owned[1])
+        if count >= limit and not exists_already:
+            raise ScheduleQuotaError(new.tenant, limit)
+
     async def find_schedules(self, schedule_id: str, tenant: str | None) -> list[Schedule]:
         """The schedules of this id: the tenant's (at most one), or with None every
         tenant's."""
-        query = select(job_schedules).where(S.schedule_id == schedule_id)
+        query = _WITH_OWNER.where(S.schedule_id == schedule_id)
         if tenant is not None:
             query = query.where(S.tenant == tenant)
         async with self._db.single() as conn:
             rows = (await conn.execute(query.order_by(S.tenant))).mappings().all()
-        return [row_to_schedule(row) for row in rows]
+        now = self._now()
+        return [row_to_schedule(row, now) for row in rows]
 
     async def list_schedules(
         self, tenant: str | None, page_size: int, after: tuple[str, str] | None
     ) -> tuple[list[Schedule], tuple[str, str] | None]:
         """A page by (schedule_id, tenant) after `after`; and the last one's key
         when more may follow."""
-        query = select(job_schedules)
+        query = _WITH_OWNER
         if tenant is not None:
             query = query.where(S.tenant == tenant)
         if after is not None:
@@ -186,7 +289,8 @@ class ScheduleQueries(StoreParts):
         query = query.order_by(S.schedule_id, S.tenant).limit(page_size + 1)
         async with self._db.single() as conn:
             rows = (await conn.execute(query)).mappings().all()
-        page = [row_to_schedule(row) for row in rows[:page_size]]
+        now = self._now()
+        page = [row_to_schedule(row, now) for row in rows[:page_size]]
         more = len(rows) > page_size
         return page, (page[-1].schedule_id, page[-1].tenant) if more and page else None
 
@@ -211,10 +315,12 @@ class ScheduleQueries(StoreParts):
 
     async def resume_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
         """Running again from its next period: the periods that started while it
-        was paused are skipped and counted. None: no such schedule."""
+        was paused (or held: its owner token revoked or expired) are skipped and
+        counted. A held one is taken over by its tenant's live token, if there is
+        one (else it stays held). None: no such schedule."""
         async with self._db.tx() as conn:
             stored = await self._one(conn, tenant, schedule_id, for_update=True)
-            if stored is None or not stored.paused:
+            if stored is None or not (stored.paused or stored.held):
                 return stored
             now = await self._schedule_now(conn)
             passed, upcoming = periods_passed(
@@ -228,6 +334,7 @@ class ScheduleQueries(StoreParts):
                     next_fire_at=upcoming,
                     skipped_count=S.skipped_count + passed,
                     updated_at=now,
+                    **({"owner_token_id": _live_token_of(tenant)} if stored.held else {}),
                 )
             )
             return await self._one(conn, tenant, schedule_id)
@@ -235,22 +342,23 @@ class ScheduleQueries(StoreParts):
     async def _one(
         self, conn: AsyncConnection, tenant: str, schedule_id: str, *, for_update: bool = False
     ) -> Schedule | None:
-        query = select(job_schedules).where(_key(tenant, schedule_id))
+        query = _WITH_OWNER.where(_key(tenant, schedule_id))
         if for_update and self._db.pg:
-            query = query.with_for_update()
+            query = query.with_for_update(of=job_schedules)
         row = (await conn.execute(query)).mappings().first()
-        return None if row is None else row_to_schedule(row)
+        return None if row is None else row_to_schedule(row, self._now())
 
     async def next_schedule_fire_at(self) -> datetime | None:
         """The earliest next_fire_at of a running schedule that does not wait for
-        its previous job (None: there is none). A waiting one's look again is left
-        to the firing loop's poll."""
+        its previous job and whose owner token is live (None: there is none). A
+        waiting one's look again is left to the firing loop's poll."""
+        now = self._now()
         async with self._db.single() as conn:
             value = (
                 await conn.execute(
                     select(func.min(S.next_fire_at))
                     .select_from(_WITH_PREVIOUS_JOB)
-                    .where(S.paused.is_(False), _not_waiting())
+                    .where(S.paused.is_(False), _not_waiting(), _owner_live(self._db_now(now)))
                 )
             ).scalar()
         return as_utc(value)
@@ -278,6 +386,7 @@ class ScheduleQueries(StoreParts):
                     S.paused.is_(False),
                     S.next_fire_at <= now,
                     or_(_not_waiting(), S.updated_at <= now - WAITING_RECHECK),
+                    _owner_live(now),
                 )
                 .subquery()
             )
@@ -320,6 +429,7 @@ class ScheduleQueries(StoreParts):
                         S.next_fire_at == due.next_fire_at,
                         S.next_fire_at <= self._db_now(now),
                         S.paused.is_(False),
+                        _owner_live(self._db_now(now)),
                     )
                     .values(
                         # Waiting: only the periods already too old are passed over.

@@ -456,6 +456,9 @@ job_schedules = Table(
     Column("skipped_count", BigInteger, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # Migration 0019: the api_tokens.id that owns it (fires only while that token is
+    # live); NULL: no token does (storage/schedules.py).
+    Column("owner_token_id", String(36), nullable=True),
     # The firing loop's question, every second on every instance: the earliest due.
     Index("ix_job_schedules_next_fire_at", "next_fire_at"),
     # ListSchedules for every caller (an operator's), by schedule_id.

@@ -37,7 +37,11 @@ from san_jobs.job_service.domain.errors import (
     StorageUnavailableError,
     UnauthenticatedError,
 )
-from san_jobs.job_service.domain.schedules import ScheduleExistsError, ScheduleNotFoundError
+from san_jobs.job_service.domain.schedules import (
+    ScheduleExistsError,
+    ScheduleNotFoundError,
+    ScheduleQuotaError,
+)
 from san_jobs.shared import rich_status
 
 log = logging.getLogger("job_service.transport.errors")
@@ -173,21 +177,8 @@ def to_rich_status(error: JobServiceError, error_id: str) -> status_pb2.Status:
                 "CURSOR_EXPIRED",
                 {"oldestCursor": error.oldest_cursor, "afterCursor": clip(error.after_cursor)},
             )
-        case ScheduleNotFoundError():
-            schedule_id = clip(error.schedule_id)
-            return _status(
-                code_pb2.NOT_FOUND,
-                f"schedule {schedule_id} not found",
-                "SCHEDULE_NOT_FOUND",
-                {"scheduleId": schedule_id},
-            )
-        case ScheduleExistsError():
-            return _status(
-                code_pb2.ALREADY_EXISTS,
-                clip(str(error)),
-                "SCHEDULE_EXISTS",
-                {"scheduleId": clip(error.schedule_id)},
-            )
+        case ScheduleNotFoundError() | ScheduleExistsError() | ScheduleQuotaError():
+            return _schedule_status(error)
         case PruneRunningError():
             # ABORTED, not FAILED_PRECONDITION: nothing is wrong with the request or the
             # system, it lost a race with another prune and may simply retry later.
@@ -210,6 +201,39 @@ def to_rich_status(error: JobServiceError, error_id: str) -> status_pb2.Status:
             return _internal(error_id)
 
 
+def _schedule_status(
+    error: ScheduleNotFoundError | ScheduleExistsError | ScheduleQuotaError,
+) -> status_pb2.Status:
+    """A schedule RPC's refusal (NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED)."""
+    match error:
+        case ScheduleNotFoundError():
+            schedule_id = clip(error.schedule_id)
+            return _status(
+                code_pb2.NOT_FOUND,
+                f"schedule {schedule_id} not found",
+                "SCHEDULE_NOT_FOUND",
+                {"scheduleId": schedule_id},
+            )
+        case ScheduleExistsError():
+            return _status(
+                code_pb2.ALREADY_EXISTS,
+                clip(str(error)),
+                "SCHEDULE_EXISTS",
+                {"scheduleId": clip(error.schedule_id)},
+            )
+        case _:
+            # The cap is named (ErrorInfo metadata `cap`, QuotaFailure's description).
+            return _status(
+                code_pb2.RESOURCE_EXHAUSTED,
+                clip(str(error), MAX_MESSAGE_CHARS),
+                "QUOTA_EXCEEDED",  # as every per-tenant cap's
+                {"cap": error.CAP, "limit": str(error.limit)},
+                rich_status.quota_failure(
+                    f"caller:{clip(error.tenant)}", f"{error.CAP}: at most {error.limit}"
+                ),
+            )
+
+
 def item_status(rpc: str, error: JobServiceError) -> status_pb2.Status:
     """The status of one item of a batch call that failed alone (`rpc` names the
     item in the log, as "BatchEnqueue requests[3]"): logged as a whole call's error
@@ -229,7 +253,7 @@ def _log(rpc: str, error: BaseException, error_id: str) -> None:
             return
         case PruneRunningError() | CursorExpiredError():
             return
-        case ScheduleNotFoundError() | ScheduleExistsError():
+        case ScheduleNotFoundError() | ScheduleExistsError() | ScheduleQuotaError():
             return
         case StorageUnavailableError() | StorageDataError():
             log.error("%s failed: error_id=%s %s", rpc, error_id, error)

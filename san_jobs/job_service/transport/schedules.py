@@ -6,6 +6,12 @@ comes from. Ids are scoped as request ids are: under --auth token the caller's n
 is the schedule's tenant; a submitter reaches only its own (another's is NOT_FOUND,
 so ids cannot be probed), an operator or viewer everyone's (its own first when two
 callers use the same id).
+
+Issue 42, point 6: an authenticated caller has at most --max-schedules-per-caller
+schedules (a new one past it: RESOURCE_EXHAUSTED naming the cap; under --auth off
+there is one tenant, everyone's, and no cap); a schedule whose owner's token is
+revoked or expired is shown paused, `paused_reason` saying why (storage/schedules.py
+holds its firing).
 """
 
 from __future__ import annotations
@@ -189,7 +195,9 @@ def schedule_to_pb(schedule: Schedule) -> pb.Schedule:
             priority=template.priority,
             **{input_field: message_from_dict(input_type, template.request_params)},
         ),
-        paused=schedule.paused,
+        # Held (its owner token revoked or expired) is paused to whoever reads it.
+        paused=schedule.paused or schedule.held,
+        paused_reason=schedule.owner_hold,
         next_fire_time=timestamp(schedule.next_fire_at),
         last_fire_time=timestamp(schedule.last_fire_at),
         last_job_id=schedule.last_job_id or "",
@@ -247,8 +255,11 @@ class ScheduleRpcs:
         limits: EnqueueLimits,
         default_max_attempts: int,
         replan: Callable[[], None] = lambda: None,
+        max_per_caller: int | None = None,
     ) -> None:
         self._store = store
+        # --max-schedules-per-caller: each authenticated caller's cap (None: none).
+        self._max_per_caller = max_per_caller
         self._limits = limits
         self._default_max_attempts = default_max_attempts
         self._replan = replan
@@ -256,10 +267,12 @@ class ScheduleRpcs:
     async def create(self, request: pb.CreateScheduleRequest) -> pb.CreateScheduleResponse:
         new = decode_create(request, self._limits, self._default_max_attempts)
         caller = current_caller.get()
+        cap = None
         if caller is not None:
             # Whose schedule it is, and its jobs', is who authenticated.
             new = dataclasses.replace(new, requested_by=caller.name, tenant=caller.name)
-        stored, created = await self._store.create_schedule(new)
+            cap = self._max_per_caller
+        stored, created = await self._store.create_schedule(new, cap)
         if created and not stored.paused:
             self._replan()
         return pb.CreateScheduleResponse(schedule=schedule_to_pb(stored))

@@ -178,7 +178,10 @@ function showSchedules(view) {
     const tr = row(
       cell(s.scheduleId), cell(s.period), cell(`${s.jobType} ${s.targetId}`),
       cell(s.nextFireTime), cell(s.lastFireTime), cell(s.lastJobId || "-"),
-      cell(s.skippedCount, "num"), cell(s.paused ? "paused" : "running"), action,
+      cell(s.skippedCount, "num"),
+      // Paused by no one: its owner's token was revoked or expired (pausedReason says).
+      cell(s.paused ? (s.pausedReason ? `paused: ${s.pausedReason}` : "paused") : "running"),
+      action,
     );
     tr.dataset.scheduleId = s.scheduleId;
     return tr;

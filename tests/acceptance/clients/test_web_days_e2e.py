@@ -110,6 +110,20 @@ def day_jobs(job_service: str) -> dict[int, list[Any]]:
 
 
 TOPICS = ["Lighthouses", "Sourdough", "Volcanoes", "Honeybees", "Glaciers"]
+# A text of its own per scrap: the built-in backend asks one question per sentence, so
+# five scraps sharing one text would give fewer than five questions.
+TEXTS = {
+    "Lighthouses": "Lighthouses guide ships along dangerous coasts at night. Their lamps "
+    "turn behind a large lens, and each lighthouse flashes its own pattern.",
+    "Sourdough": "Sourdough bread rises with a starter of wild yeast. The starter is fed "
+    "flour and water every day, and the dough ferments slowly overnight.",
+    "Volcanoes": "Volcanoes erupt when magma rises through cracks in the crust. Ash "
+    "clouds from an eruption can ground aircraft across a whole continent.",
+    "Honeybees": "Honeybees dance to tell their sisters where flowers grow. A forager "
+    "brings nectar home, and the hive turns it into honey for the winter.",
+    "Glaciers": "Glaciers carve valleys as the ice slowly flows downhill. Meltwater from "
+    "glaciers feeds rivers that cities drink from in the summer.",
+}
 
 
 def test_a_day_of_five_scraps_is_noted_once_by_two_san_webs_across_a_restart(
@@ -127,10 +141,7 @@ def test_a_day_of_five_scraps_is_noted_once_by_two_san_webs_across_a_restart(
             web = start_web(tmp_path, port, "--til-at", "23:59:59", database_url=web_url)
             try:
                 base = f"http://{web.address}"
-                scraps = [
-                    post_scrap(base, topic, f"{topic} are the subject here. {SAMPLE_TEXT}")
-                    for topic in TOPICS
-                ]
+                scraps = [post_scrap(base, topic, TEXTS[topic]) for topic in TOPICS]
                 cards = wait_for_cards(base, scraps, within=60)
             finally:
                 stop_all(web)
@@ -229,13 +240,16 @@ def test_a_failed_card_cancels_the_day_until_it_is_retried_and_the_day_generated
             done = wait_for_day(base, day, {"COMPLETED", "CANCELLED", "FAILED"})
             assert done["status"] == "COMPLETED", done
             assert done["generation"] == 2 and done["error"] is None
-            # Five questions from three sources: the two cards and the day's note
-            # (JobService adds the TIL's result to the recall's sources).
+            # Questions from the two cards and maybe the day's note (JobService adds
+            # the TIL's result to the recall's sources), never two on one sentence: the
+            # note repeats the cards' sentences, which the cards' questions asked first.
             questions = done["questions"]
-            assert len(questions) == 5
+            assert 2 <= len(questions) <= 5
             assert {q["scrapId"] for q in questions} - {None} == {made, failed}
             from_note = [q for q in questions if q["scrapId"] is None]
             assert all(q["sourceTitle"] == "Today I learned" for q in from_note), from_note
+            asked = [q["question"].split(": ", 1)[1].lstrip("- ") for q in questions]
+            assert len(set(asked)) == len(asked), asked
             til_jobs = day_jobs(service.address)[JobType.JOB_TYPE_TIL_GENERATION]
             assert sorted(j.request_id for j in til_jobs) == [f"til:_:{day}", f"til:_:{day}:2"]
         finally:

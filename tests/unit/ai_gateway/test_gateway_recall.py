@@ -1,6 +1,12 @@
 from gateway_texts import EN_QUEUE, KO_BREAD
 
-from san_jobs.ai_gateway.backends.local.recall import BLANK, generate_recall, make_cloze
+from san_jobs.ai_gateway.backends.local.recall import (
+    BLANK,
+    WEAK_WORDS,
+    generate_recall,
+    key_terms,
+    make_cloze,
+)
 
 
 def test_make_cloze_english_blanks_whole_word() -> None:
@@ -41,3 +47,34 @@ def test_source_without_cloze_gets_a_gist_question() -> None:
     assert len(questions) == 1
     assert questions[0].question == "What is the main point of 'Greeting'?"
     assert questions[0].answer == "Hi."
+
+
+FENCING = (
+    "Fencing tokens stop the old worker from writing after its lease expired. A lease "
+    "gives one worker a job for a while. The old worker may still be running when the "
+    "lease ends, so each write carries a fencing token and the store refuses an old token."
+)
+
+
+def test_the_blank_is_the_key_term_not_a_weak_word() -> None:
+    # Issue 43: "Fencing tokens stop the _____ worker ...", answer "old", taught nothing.
+    questions = generate_recall([("Leases and fencing", FENCING)], 10)
+    assert len(questions) == 3  # one per sentence
+    assert questions[0].question.endswith("from writing after its _____ expired.")
+    assert questions[0].answer == "lease"
+    assert all(q.answer.lower() not in WEAK_WORDS for q in questions)
+    # A name inside a sentence ranks before the other keywords.
+    assert key_terms("Jobs wait in the Outbox relay until the relay sends jobs.", "")[0] in {
+        "Outbox",
+        "outbox",
+    }
+
+
+def test_one_question_per_sentence_across_sources() -> None:
+    # A day's note repeats its cards' sentences: each is asked about once, and the
+    # note, whose sentences were all asked, gets no gist question repeating one.
+    note = "- Fencing tokens stop the old worker from writing after its lease expired."
+    questions = generate_recall([("Leases and fencing", FENCING), ("Today I learned", note)], 10)
+    sentences = [q.question.split(": ", 1)[1].replace(BLANK, q.answer, 1) for q in questions]
+    assert len(questions) == 3 and {q.source_index for q in questions} == {0}
+    assert len({s.lstrip("- ").lower() for s in sentences}) == len(sentences)

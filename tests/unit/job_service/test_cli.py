@@ -64,6 +64,7 @@ def test_every_setting_is_read_from_its_environment_variable(
         "rate_limit": ('{"card-analysis": "20/s"}', {"CARD_ANALYSIS": 20.0}),
         "concurrency_limit": ('{"EMBEDDING": 4}', {"EMBEDDING": 4}),
         "max_running_per_caller": ("5", 5),
+        "max_schedules_per_caller": ("7", 7),
         "breaker_failures": ("7", 7),
         "breaker_probe_interval": ("1.5", 1.5),
         "breaker_max_pause": ("60", 60.0),

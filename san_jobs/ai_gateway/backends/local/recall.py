@@ -1,9 +1,11 @@
 """Recall questions: cloze (fill-in-the-blank) questions from each source's key sentences.
 
 For each source, sentences are ranked with the summariser's TextRank and keywords with
-the tagger's; a key sentence becomes a question by blanking its best keyword, which is
-the answer. Questions are taken round-robin across sources so each source is asked
-about. Every question is a sentence of its source: grounded, but only as deep as the
+the tagger's; a key sentence becomes a question by blanking its key term (a name, else
+its best keyword; a weak word like "old" only when nothing else is there), which is the
+answer. Questions are taken round-robin across sources so each source is asked about,
+and a sentence several sources hold (a day's note repeats its cards') is asked about
+once. Every question is a sentence of its source: grounded, but only as deep as the
 text's own wording (no "why" questions, no paraphrase).
 """
 
@@ -57,20 +59,98 @@ def _find_keyword(sentence: str, keyword: str) -> tuple[int, int] | None:
     return None
 
 
+# Words a ranker can score high that make a weak blank ("Fencing tokens stop the
+# _____ worker", answer "old"): blanked only when no key term is in the sentence.
+WEAK_WORDS = frozenset(
+    [
+        "old",
+        "new",
+        "good",
+        "bad",
+        "big",
+        "small",
+        "great",
+        "little",
+        "many",
+        "much",
+        "more",
+        "most",
+        "less",
+        "least",
+        "same",
+        "other",
+        "first",
+        "last",
+        "next",
+        "long",
+        "short",
+        "high",
+        "low",
+        "own",
+        "few",
+        "several",
+        "various",
+        "main",
+        "certain",
+        "whole",
+        "able",
+        "real",
+        "true",
+        "false",
+        "early",
+        "late",
+    ]
+)
+_NAMED = re.compile(r"(?<=[a-z,;:] )[A-Z][A-Za-z0-9-]+")
+
+
+def key_terms(text: str, title: str) -> list[str]:
+    """The source's keywords, the key terms first: those written as names inside a
+    sentence ("the Outbox relay"), then the rest by rank (its title's words rank
+    higher); weak words (WEAK_WORDS, Latin words of three letters or fewer but
+    acronyms) last."""
+    ranked = [w for w, _ in rank_keywords(text, title)[:KEYWORDS_PER_SOURCE]]
+    named = {english_stem(m.group(0).lower()) for m in _NAMED.finditer(text)}
+
+    def weight(keyword: str) -> int:
+        if _HANGUL_START.match(keyword):
+            return 1
+        if keyword.lower() in WEAK_WORDS or (len(keyword) <= 3 and not keyword.isupper()):
+            return 2
+        return 0 if english_stem(keyword.lower()) in named else 1
+
+    return sorted(ranked, key=weight)  # stable: by rank within each weight
+
+
+def _sentence_key(sentence: str) -> str:
+    """A sentence as compared across sources (a note's "- " bullet, case and spacing
+    aside): one question per sentence, however many sources hold it."""
+    return " ".join(_WORD.findall(sentence.lower()))
+
+
+_WORD = re.compile(r"\w+")
+
+
 def source_questions(index: int, title: str, text: str) -> Iterator[Cloze]:
     """Cloze questions for one source, best sentence first, each keyword blanked once."""
-    keywords = [w for w, _ in rank_keywords(text, title)[:KEYWORDS_PER_SOURCE]]
+    for _, cloze in _keyed_questions(index, title, text):
+        yield cloze
+
+
+def _keyed_questions(index: int, title: str, text: str) -> Iterator[tuple[str, Cloze]]:
+    keywords = key_terms(text, title)
     korean = is_mostly_korean(text)
     used: set[str] = set()
     for ranked in rank_sentences(text, title):
         if len(content_keys(ranked.text)) < MIN_SENTENCE_WORDS - 1:
             continue
-        made = make_cloze(clip(ranked.text), [k for k in keywords if k not in used])
+        sentence = clip(ranked.text)
+        made = make_cloze(sentence, [k for k in keywords if k not in used])
         if made is None:
             continue
         cloze, answer, keyword = made
         used.add(keyword)
-        yield Cloze(_prompt(cloze, title, korean), answer, index)
+        yield _sentence_key(sentence), Cloze(_prompt(cloze, title, korean), answer, index)
 
 
 def fallback_question(index: int, title: str, text: str) -> Cloze:
@@ -83,20 +163,26 @@ def fallback_question(index: int, title: str, text: str) -> Cloze:
 
 
 def generate_recall(sources: list[tuple[str, str]], count: int) -> list[Cloze]:
-    """Up to ``count`` questions over ``sources`` ((title, text) pairs), round-robin."""
-    streams = [source_questions(i, title, text) for i, (title, text) in enumerate(sources)]
+    """Up to ``count`` questions over ``sources`` ((title, text) pairs), round-robin,
+    never two on one sentence (a day's note repeats its cards' sentences)."""
+    streams = [_keyed_questions(i, title, text) for i, (title, text) in enumerate(sources)]
     questions: list[Cloze] = []
+    sentences: set[str] = set()
     asked = [False] * len(sources)
     live = list(range(len(sources)))
     while live and len(questions) < count:
         for i in list(live):
             if len(questions) >= count:
                 break
-            question = next(streams[i], None)
-            if question is None:
+            keyed = next(streams[i], None)
+            while keyed is not None and keyed[0] in sentences:
+                asked[i] = True  # its sentence was asked about: no gist question either
+                keyed = next(streams[i], None)
+            if keyed is None:
                 live.remove(i)
                 continue
-            questions.append(question)
+            sentences.add(keyed[0])
+            questions.append(keyed[1])
             asked[i] = True
     # A source with no cloze still gets one question while there is room.
     for i, (title, text) in enumerate(sources):

@@ -2104,6 +2104,7 @@ class Schedule(_message.Message):
     SKIPPED_COUNT_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    PAUSED_REASON_FIELD_NUMBER: _builtins.int
     schedule_id: _builtins.str
     """The caller's name for it; required, 1 to 128 characters of letters,
     digits, '.', '_', '-' and ':'.
@@ -2131,6 +2132,15 @@ class Schedule(_message.Message):
     requested_by: _builtins.str
     """Output only: whose schedule it is (under --auth token, the token name of
     the caller that created it); its jobs' requested_by.
+    """
+    paused_reason: _builtins.str
+    """Output only: why the schedule is paused when no PauseSchedule paused it;
+    empty otherwise. Under --auth token a schedule belongs to the token its
+    owner created it with: once that token is revoked or expired the schedule
+    does not fire and is shown paused, with this reason (a token made again
+    under the same name does not inherit it; ResumeSchedule, by that name's
+    live token or an operator, takes it over, the periods passed meanwhile
+    counted in skipped_count).
     """
     @_builtins.property
     def interval(self) -> _duration_pb2.Duration:
@@ -2181,10 +2191,11 @@ class Schedule(_message.Message):
         skipped_count: _builtins.int = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         requested_by: _builtins.str = ...,
+        paused_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["catchup_window", b"catchup_window", "create_time", b"create_time", "cron", b"cron", "interval", b"interval", "last_fire_time", b"last_fire_time", "next_fire_time", b"next_fire_time", "period", b"period", "template", b"template"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["catchup_window", b"catchup_window", "create_time", b"create_time", "cron", b"cron", "interval", b"interval", "last_fire_time", b"last_fire_time", "last_job_id", b"last_job_id", "next_fire_time", b"next_fire_time", "paused", b"paused", "period", b"period", "requested_by", b"requested_by", "schedule_id", b"schedule_id", "skipped_count", b"skipped_count", "template", b"template", "time_zone", b"time_zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catchup_window", b"catchup_window", "create_time", b"create_time", "cron", b"cron", "interval", b"interval", "last_fire_time", b"last_fire_time", "last_job_id", b"last_job_id", "next_fire_time", b"next_fire_time", "paused", b"paused", "paused_reason", b"paused_reason", "period", b"period", "requested_by", b"requested_by", "schedule_id", b"schedule_id", "skipped_count", b"skipped_count", "template", b"template", "time_zone", b"time_zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_period: _TypeAlias = _typing.Literal["cron", "interval"]  # noqa: Y015
     _WhichOneofArgType_period: _TypeAlias = _typing.Literal["period", b"period"]  # noqa: Y015
