@@ -42,6 +42,14 @@ handler again on them. JobService unreachable or refusing the inbox's credential
 pauses the inbox with growing pauses, ended early when the client's channel connects
 again; the feed is then resumed from the stored cursor.
 
+Defence in depth: given ``requested_by`` (the application's own name as JobService
+records it on the jobs it makes), the inbox passes only those jobs' changes to the
+handler. A change of another caller's job (JobService under ``--auth token`` keeps a
+submitter's feed to its own jobs, but a viewer's token, an instance without
+authentication or a misconfigured one sends every tenant's) is logged at WARNING
+with ``job_id=<id>`` and its ``requested_by``, counted in :meth:`Inbox.health`
+(``ignored``), and only its cursor is stored, as a progress mark's.
+
 A cursor older than the changes JobService keeps (``CURSOR_EXPIRED``: the consumer
 was away longer than ``--retain-changes``) is never skipped silently: the inbox stops
 consuming, logs an ERROR naming the oldest kept cursor, and :meth:`Inbox.health`
@@ -140,6 +148,8 @@ class InboxHealth:
     last_error: str | None
     oldest_cursor: str | None
     last_change_at: datetime | None
+    # Changes of another caller's job this instance did not apply (``requested_by``).
+    ignored: int = 0
 
     @property
     def ok(self) -> bool:
@@ -207,7 +217,10 @@ class Inbox:
     ``max_backoff``: the longest pause between two tries (a failing handler,
     JobService away, the database failing). ``handler_timeout``: seconds a handler
     may run before its call counts as a failure (None: no limit; a hung handler then
-    holds the consumer, since its transaction holds the row).
+    holds the consumer, since its transaction holds the row). ``requested_by``: the
+    caller whose jobs this consumer applies (the application's own identity as
+    JobService records it); a change of another caller's job is logged and skipped
+    (its cursor stored). None (the default): every change the feed sends is applied.
     """
 
     def __init__(
@@ -223,6 +236,7 @@ class Inbox:
         max_failures: int = 5,
         max_backoff: float = 30.0,
         handler_timeout: float | None = 60.0,
+        requested_by: str | None = None,
     ) -> None:
         if not consumer or len(consumer) > 128:
             raise ValueError("consumer must be 1 to 128 characters")
@@ -240,6 +254,8 @@ class Inbox:
         self.max_failures = max_failures
         self.max_backoff = max_backoff
         self.handler_timeout = handler_timeout
+        self.requested_by = requested_by
+        self._ignored = 0
         self.instance_id = f"inbox-{uuid.uuid4().hex[:12]}"
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -269,6 +285,7 @@ class Inbox:
             last_error=self._last_error,
             oldest_cursor=None if self._halt is None else self._halt.oldest_cursor,
             last_change_at=self._last_change_at,
+            ignored=self._ignored,
         )
 
     async def stored_cursor(self) -> str | None:
@@ -514,7 +531,9 @@ class Inbox:
                     self._pause_failures = 0
                     if self._state != "retrying":
                         self._state = "consuming"
-                    if change.HasField("job"):
+                    if change.HasField("job") and self._foreign(change.cursor, change.job):
+                        moved = await self._store_mark(cursor, change.cursor)
+                    elif change.HasField("job"):
                         moved = await self._deliver(cursor, change.cursor, change.job)
                     else:
                         moved = await self._store_mark(cursor, change.cursor)
@@ -534,6 +553,24 @@ class Inbox:
         if not received:
             self._pause_failures += 1
             await asyncio.sleep(_backoff(self._pause_failures, self.max_backoff))
+
+    def _foreign(self, cursor: str, job: pb.Job) -> bool:
+        """True (and logged) when the change is of a job another caller made than
+        the one this consumer applies."""
+        if self.requested_by is None or job.requested_by == self.requested_by:
+            return False
+        self._ignored += 1
+        logger.warning(
+            "inbox %s: change of another caller's job ignored, job_id=%s requested_by=%r "
+            "(expected %r; cursor %s, %d ignored so far)",
+            self.consumer,
+            job.id,
+            job.requested_by,
+            self.requested_by,
+            cursor,
+            self._ignored,
+        )
+        return True
 
     async def _stream_failed(self, error: JobsError) -> None:
         text = _error_text(error)

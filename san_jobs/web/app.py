@@ -641,13 +641,16 @@ def create_app(
     login_throttle: LoginThrottle | None = None,
     outbox_settings: OutboxSettings | None = None,
     day_settings: DaySettings | None = None,
+    job_service_identity: str | None = None,
 ) -> Starlette:
     """The app; JobService at ``job_service`` (HOST:PORT), scraps in ``database_url``;
     request bodies of at most ``max_body_bytes``, all in within ``body_timeout`` s;
     users as ``auth`` says (no login by default); answers only to a ``Host`` in
     ``allowed_hosts``; failed logins limited by ``login_throttle``; scraps handed to
     JobService through the outbox, its relay run as ``outbox_settings`` say; each
-    user's day made at its end as ``day_settings`` say."""
+    user's day made at its end as ``day_settings`` say. ``job_service_identity``:
+    san-web's name as JobService records it on the jobs san-web makes (when known);
+    the inbox then applies only those jobs' changes and logs any other."""
     make_client = client_factory or AsyncJobsClient
     relay = outbox_settings or OutboxSettings()
     auth_settings = auth or AuthSettings()
@@ -699,6 +702,7 @@ def create_app(
                 JobStatus.JOB_STATUS_FAILED,
                 JobStatus.JOB_STATUS_CANCELLED,
             ],
+            requested_by=job_service_identity,
         )
         await app.state.inbox.start()
         await days.start()

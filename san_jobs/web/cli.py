@@ -22,7 +22,7 @@ from san_jobs.web._job_service_link import LinkSettingsError, load_link
 from san_jobs.web._logging import safe_log_config
 from san_jobs.web._protocol import guarded_h11_protocol
 from san_jobs.web._settings import DEFAULT_DATABASE_URL, WebSettings
-from san_jobs.web.app import OutboxSettings, create_app
+from san_jobs.web.app import REQUESTED_BY, OutboxSettings, create_app
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -107,6 +107,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         max_body_bytes=settings.max_body_bytes,
         body_timeout=settings.body_timeout,
         client_factory=link.client_factory(timeout=settings.job_service_timeout),
+        # Without a token or a client certificate JobService records the requested_by
+        # san-web sends; with one it records the credential's name, unknown here.
+        job_service_identity=(
+            REQUESTED_BY if link.token is None and link.tls_cert is None else None
+        ),
         outbox_settings=OutboxSettings(
             poll_interval=settings.outbox_poll_interval,
             max_backoff=settings.outbox_max_backoff,
