@@ -27,6 +27,7 @@ from san_jobs.job_service.domain.ports import (
     ListJobsParams,
     RetryFailedParams,
 )
+from san_jobs.job_service.pending_quota import PendingQuota
 from san_jobs.job_service.updates import UpdateHub
 from san_jobs.job_service.worker import Worker
 from san_jobs.shared.batch_logging import log_each
@@ -81,8 +82,11 @@ class JobApplication:
         worker: Worker,
         instance_id: str,
         attempts_per_round: int,
+        pending_quota: PendingQuota | None = None,
     ) -> None:
         self.store = store
+        # --max-pending-per-caller (pending_quota.py); None: no cap.
+        self.pending_quota = pending_quota
         self.hub = hub
         self.worker = worker
         self.instance_id = instance_id
@@ -92,9 +96,14 @@ class JobApplication:
     # -- commands --------------------------------------------------------------
 
     async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+        quota = self.pending_quota
+        if quota is not None:
+            await quota.check(new.tenant)
         job, deduplicated = await self.store.enqueue(
             EnqueueParams(job=new, on_duplicate=on_duplicate)
         )
+        if quota is not None and not deduplicated and job.status is JobStatus.PENDING:
+            quota.added(new.tenant, 1)
         if not deduplicated:
             # Committed: only now may anyone hear of it.
             log.info(
@@ -117,8 +126,10 @@ class JobApplication:
     async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
         """BatchEnqueue's items, each as `enqueue` would store it: one outcome per
         item, in order (an item's own error as its outcome). The jobs it created are
-        published together and wake the worker once."""
-        outcomes = await self.store.enqueue_many(items)
+        published together and wake the worker once. Items past the caller's
+        --max-pending-per-caller are refused each (QuotaExceededError), the first ones
+        stored."""
+        outcomes = await self._enqueue_within_quota(items)
         created = [o[0] for o in outcomes if isinstance(o, tuple) and not o[1]]
         if created:
             # Committed: only now may anyone hear of them. One line per job, as
@@ -145,6 +156,32 @@ class JobApplication:
             else:
                 self.worker.wake()
         return outcomes
+
+    async def _enqueue_within_quota(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
+        quota = self.pending_quota
+        if quota is None:
+            return await self.store.enqueue_many(items)
+        room = {tenant: await quota.room(tenant) for tenant in {i.job.tenant for i in items}}
+        kept: list[int] = []
+        outcomes: list[EnqueueOutcome | None] = [None] * len(items)
+        for index, item in enumerate(items):
+            tenant = item.job.tenant
+            if room[tenant] > 0:
+                room[tenant] -= 1
+                kept.append(index)
+            else:
+                outcomes[index] = quota.refusal(tenant)
+        if kept:
+            stored = await self.store.enqueue_many([items[i] for i in kept])
+            for index, outcome in zip(kept, stored, strict=True):
+                outcomes[index] = outcome
+                if (
+                    isinstance(outcome, tuple)
+                    and not outcome[1]
+                    and outcome[0].status is JobStatus.PENDING
+                ):
+                    quota.added(items[index].job.tenant, 1)
+        return [outcome for outcome in outcomes if outcome is not None]
 
     async def cancel(
         self, job_id: str, reason: str, *, actor: str = "-", owner: str | None = None

@@ -31,6 +31,7 @@ from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.gateway_stream import StreamingAiGateway
 from san_jobs.job_service.logformat import log_formatter
 from san_jobs.job_service.metrics import JobServiceMetrics
+from san_jobs.job_service.pending_quota import PendingQuota
 from san_jobs.job_service.pruner import Pruner, PrunerConfig
 from san_jobs.job_service.schedule_firer import ScheduleFirer
 from san_jobs.job_service.settings import JobServiceSettings
@@ -276,7 +277,12 @@ class JobServiceRuntime:
         )
         self.count_folder = CountFolder(self.store)
         self.app = JobApplication(
-            self.store, self.hub, self.worker, settings.instance_id, settings.max_attempts
+            self.store,
+            self.hub,
+            self.worker,
+            settings.instance_id,
+            settings.max_attempts,
+            PendingQuota(self.store.pending_count, settings.max_pending_per_caller),
         )
         # Retention: every instance runs one; the store's lock lets one at a time work.
         self.pruner = Pruner(

@@ -19,6 +19,7 @@ from san_jobs.job_service.domain.claim_limits import TypeLimit, parse_rate
 from san_jobs.job_service.domain.job_types import JobType, default_deadlines, job_type_named
 from san_jobs.job_service.domain.limits import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_PENDING_PER_CALLER,
     MAX_MAX_MESSAGE_BYTES,
     MIN_MAX_MESSAGE_BYTES,
 )
@@ -140,6 +141,13 @@ class JobServiceSettings(BaseSettings):
         le=3,
         description="under authentication, the most urgent priority a submitter may give a "
         "job (1: any; 2: priority 1 is kept for operators and --urgent-callers)",
+    )
+    max_pending_per_caller: int = Field(
+        DEFAULT_MAX_PENDING_PER_CALLER,
+        ge=1,
+        description="PENDING jobs (ready, delayed or waiting for dependencies) one "
+        "authenticated caller may have, all instances together; an Enqueue past it "
+        "answers RESOURCE_EXHAUSTED naming this cap (no cap under --auth off)",
     )
     urgent_callers: str = Field(
         "",

@@ -87,6 +87,17 @@ class LeaseLostError(JobServiceError):
         super().__init__(f"job {job_id}: lease lost, the outcome was not written")
 
 
+class QuotaExceededError(JobServiceError):
+    """A caller reached one of its per-tenant caps (`cap` names the setting, e.g.
+    max-pending-per-caller, `limit` its value): RESOURCE_EXHAUSTED naming it."""
+
+    def __init__(self, cap: str, limit: int, tenant: str, message: str) -> None:
+        self.cap = cap
+        self.limit = limit
+        self.tenant = tenant
+        super().__init__(message)
+
+
 class CursorExpiredError(JobServiceError):
     """StreamJobChanges was given a cursor whose changes are gone: older than what
     retention keeps, or of another feed (another database). Resuming anywhere else

@@ -72,3 +72,7 @@ DEFAULT_USAGE_RANGE_SECONDS = 24 * 3600
 MAX_USAGE_RANGE_SECONDS = 366 * 24 * 3600
 # (job type, model, caller) groups in one answer; the rest are left out (truncated).
 MAX_USAGE_GROUPS = 1_000
+
+# PENDING jobs one authenticated caller may have (--max-pending-per-caller,
+# san_jobs/job_service/pending_quota.py).
+DEFAULT_MAX_PENDING_PER_CALLER = 100_000

@@ -215,6 +215,11 @@ class JobStore(Protocol):
         """The jobs that exist among `job_ids` (unknown ids are left out)."""
         ...
 
+    async def pending_count(self, tenant: str, at_most: int) -> int:
+        """How many PENDING jobs (ready, delayed or waiting for dependencies) `tenant`
+        has, counted up to `at_most` (a bigger count reads as `at_most`)."""
+        ...
+
     async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
         """`jobs`, those waiting for dependencies with Job.waiting_on filled in."""
         ...

@@ -309,6 +309,15 @@ class MemoryJobStore(MemorySchedules):
         await asyncio.sleep(0)
         return [_job(self._rows[i]) for i in dict.fromkeys(job_ids) if i in self._rows]
 
+    async def pending_count(self, tenant: str, at_most: int) -> int:
+        await asyncio.sleep(0)
+        pending = sum(
+            1
+            for row in self._rows.values()
+            if row["status"] == "PENDING" and row["tenant"] == tenant
+        )
+        return min(pending, at_most)
+
     async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
         return list(jobs)  # no job here has dependencies (_enqueue_now)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy import and_, func, literal, select
+
 from san_jobs.job_service.domain.errors import JobNotFoundError
 from san_jobs.job_service.domain.model import Job
 from san_jobs.job_service.domain.page_token import decode_page_token, encode_page_token
@@ -11,6 +13,7 @@ from san_jobs.job_service.domain.ports import ListJobsParams
 from san_jobs.job_service.storage import queries
 from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.rows import chunks
+from san_jobs.job_service.storage.tables import async_jobs
 
 
 class JobReads(StoreParts):
@@ -29,6 +32,19 @@ class JobReads(StoreParts):
                 for job in await self._db.jobs(conn, self._sql.by_ids, {"p_ids": list(chunk)}):
                     found[job.id] = job
         return [found[i] for i in unique_ids if i in found]
+
+    async def pending_count(self, tenant: str, at_most: int) -> int:
+        # Counted through ix_async_jobs_pending_created_at (PENDING rows only) and
+        # stopped at `at_most`: the quota asks every few seconds per active tenant.
+        mine = (
+            select(literal(1))
+            .select_from(async_jobs)
+            .where(and_(async_jobs.c.status == "PENDING", async_jobs.c.tenant == tenant))
+            .limit(at_most)
+            .subquery()
+        )
+        async with self._db.single() as conn:
+            return int((await conn.execute(select(func.count()).select_from(mine))).scalar_one())
 
     async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
         page_size = max(1, params.page_size)

@@ -33,6 +33,7 @@ from san_jobs.job_service.domain.errors import (
     JobServiceError,
     PermissionDeniedError,
     PruneRunningError,
+    QuotaExceededError,
     StorageDataError,
     StorageUnavailableError,
     UnauthenticatedError,
@@ -179,6 +180,17 @@ def to_rich_status(error: JobServiceError, error_id: str) -> status_pb2.Status:
             )
         case ScheduleNotFoundError() | ScheduleExistsError() | ScheduleQuotaError():
             return _schedule_status(error)
+        case QuotaExceededError():
+            # The cap is named (ErrorInfo metadata `cap`, QuotaFailure's description).
+            return _status(
+                code_pb2.RESOURCE_EXHAUSTED,
+                clip(str(error), MAX_MESSAGE_CHARS),
+                "QUOTA_EXCEEDED",
+                {"cap": error.cap, "limit": str(error.limit)},
+                rich_status.quota_failure(
+                    f"caller:{clip(error.tenant)}", f"{error.cap}: at most {error.limit}"
+                ),
+            )
         case PruneRunningError():
             # ABORTED, not FAILED_PRECONDITION: nothing is wrong with the request or the
             # system, it lost a race with another prune and may simply retry later.
@@ -251,7 +263,7 @@ def _log(rpc: str, error: BaseException, error_id: str) -> None:
             return
         case InvalidJobStateError() | UnauthenticatedError() | PermissionDeniedError():
             return
-        case PruneRunningError() | CursorExpiredError():
+        case PruneRunningError() | CursorExpiredError() | QuotaExceededError():
             return
         case ScheduleNotFoundError() | ScheduleExistsError() | ScheduleQuotaError():
             return

@@ -1,9 +1,12 @@
 """Per-tenant bounds under --auth token (issue 42, point 6), in-process JobService on
 SQLite and PostgreSQL: an operator bounds who may use the most urgent priorities
 (--submitter-most-urgent-priority, --urgent-callers); before, every submitter could
-mark all its work 1 and go ahead of every other tenant's."""
+mark all its work 1 and go ahead of every other tenant's. And the PENDING jobs one
+caller may have are capped (--max-pending-per-caller)."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -69,3 +72,43 @@ async def test_without_the_setting_any_submitter_may_use_priority_one(
     token = bearer(await add_token(service, "alice", Role.SUBMITTER))
     answer = await service.stub.Enqueue(card_request("a", "x", priority=1), metadata=token)
     assert answer.job.priority == 1
+
+
+def delayed(target_id: str) -> pb.EnqueueRequest:
+    """A job delayed 300 days: PENDING all that time (the attack of point 6)."""
+    request = card_request(target_id, "x")
+    request.schedule_time.FromDatetime(datetime.now(UTC) + timedelta(days=300))
+    return request
+
+
+async def test_pending_jobs_are_capped_per_caller(start_service: StartService) -> None:
+    """--max-pending-per-caller: before, a submitter could keep any number of jobs
+    PENDING (delayed a year ahead, or waiting for a job that never ends)."""
+    service = await start_service(auth="token", max_pending_per_caller=3)
+    service.gateway.script = lambda _job, _attempt: Hang()
+    alice = bearer(await add_token(service, "alice", Role.SUBMITTER))
+    bob = bearer(await add_token(service, "bob", Role.SUBMITTER))
+    stub = service.stub
+    mine = [(await stub.Enqueue(delayed(f"a{i}"), metadata=alice)).job.id for i in range(3)]
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Enqueue(delayed("a3"), metadata=alice)
+    error = rich_error(caught.value)
+    assert error.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.reason == "QUOTA_EXCEEDED"
+    assert error.metadata["cap"] == "max-pending-per-caller"
+    assert error.metadata["limit"] == "3"
+
+    # Another caller has a count of its own; a batch stores what fits, item by item.
+    answer = await stub.BatchEnqueue(
+        pb.BatchEnqueueRequest(requests=[delayed(f"b{i}") for i in range(5)]), metadata=bob
+    )
+    kinds = [r.WhichOneof("outcome") for r in answer.results]
+    assert kinds == ["response"] * 3 + ["error"] * 2
+    assert status_error(answer.results[3].error).reason == "QUOTA_EXCEEDED"
+    assert answer.results[3].error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+
+    # Room again once one of hers is no longer PENDING.
+    await stub.CancelJob(pb.CancelJobRequest(job_id=mine[0]), metadata=alice)
+    again = await stub.Enqueue(delayed("a3"), metadata=alice)
+    assert again.job.status == pb.JOB_STATUS_PENDING

@@ -37,6 +37,8 @@ READS = {
     "dependents_moved_by",
     "get",
     "get_many",
+    # --max-pending-per-caller (pending_quota.py).
+    "pending_count",
     "list_jobs",
     "stats",
     "next_due_at",
