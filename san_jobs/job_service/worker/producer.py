@@ -18,6 +18,12 @@ from san_jobs.job_service.domain.model import Claim, Job, JobType
 from san_jobs.job_service.domain.ports import ClaimParams, JobStore, LimitedClaimParams
 from san_jobs.job_service.worker.config import WorkerConfig, log
 
+# Due times of retries and delayed jobs kept in memory, at most. Only a time before the
+# next due-time query (next_due_at, asked at least once per poll interval while a
+# place is free) needs one: a later time is left to that query, so a tenant's year of
+# delayed jobs costs no memory here; past this many, the next idle asks the database.
+MAX_DUE_TIMES = 1_024
+
 
 class Producer:
     def __init__(
@@ -87,8 +93,21 @@ class Producer:
 
     def retry_scheduled(self, at: datetime) -> None:
         """A retry this worker wrote, or a delayed job this instance enqueued, is due
-        `at`: wake up for it."""
+        `at`: wake up for it. Kept only when the next due-time queries may not see it
+        first (due within two poll intervals: the query runs at most about that far
+        apart), and only MAX_DUE_TIMES of them (past it: ask the database at the next
+        idle)."""
+        if (at - self._clock()).total_seconds() > 2 * self.config.poll_interval:
+            return
+        if len(self._retries_due) >= MAX_DUE_TIMES:
+            self._recheck = True
+            return
         heapq.heappush(self._retries_due, at)
+
+    @property
+    def due_times_kept(self) -> int:
+        """Due times held in memory now (at most MAX_DUE_TIMES)."""
+        return len(self._retries_due)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
