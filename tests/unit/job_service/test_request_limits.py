@@ -150,3 +150,20 @@ def test_a_page_is_cut_where_the_next_job_would_pass_the_budget() -> None:
     # A job alone over the budget still goes out alone, so paging moves on.
     alone = fit_page(jobs, None, 10)
     assert len(alone.jobs) == 1 and alone.next_page_token
+
+
+def test_a_job_too_big_for_any_page_goes_out_without_its_input() -> None:
+    """Issue 42, point 3: one job whose input was bigger than the send limit (a
+    recall's merged input of 4.75 MB, stored before the merge was bounded) made every
+    page reaching it RESOURCE_EXHAUSTED, so `jobsctl list --status failed` stayed broken."""
+    big, small = job(0, "x" * 50_000), job(1, "y" * 100)
+    page = fit_page([big, small], None, 10_000)
+    assert [j.id for j in page.jobs] == [big.id, small.id]
+    assert page.jobs[0].WhichOneof("input") is None  # its input left out, the rest kept
+    assert page.jobs[0].target_id == big.target_id
+    assert page.jobs[1].card_analysis_input.text == "y" * 100  # one that fits keeps it
+    assert page.ByteSize() <= 10_000 + 2
+    # Behind a job that fits, it ends the page and opens the next one, alone.
+    behind = fit_page([small, big], None, 10_000)
+    assert [j.id for j in behind.jobs] == [small.id]
+    assert decode_page_token(behind.next_page_token) == (small.created_at, small.id)
