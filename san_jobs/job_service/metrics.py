@@ -360,7 +360,10 @@ class StatsCollector(Collector):
         )
         yield GaugeMetricFamily(
             f"{PREFIX}_queue_depth",
-            "PENDING jobs by type (due now or waiting for a retry), all instances",
+            "PENDING jobs by type, all instances, ready or not: due now, delayed "
+            "(schedule_time, a retry's backoff) and waiting for dependencies alike, so "
+            "not the ready backlog (san_jobs_oldest_due_job_age_seconds says whether "
+            "due work waits)",
             labels=["job_type"],
         )
         yield GaugeMetricFamily(
