@@ -11,7 +11,8 @@ The schedules stored before this version are given the token of their tenant's
 name that was the newest when the schedule was created (the one that created it);
 none of that name: NULL. Nullable with no default: on PostgreSQL a change of the
 catalog, on SQLite an ALTER TABLE ADD COLUMN (no rebuild). An old instance never
-writes it: a schedule it creates is owned by no token until resumed.
+writes it: a schedule it creates during a rolling upgrade is owned by no token (it
+fires whatever becomes of its owner's token) until it is deleted and created again.
 
 Revision ID: 0019
 Revises: 0018
