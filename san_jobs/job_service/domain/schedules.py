@@ -23,7 +23,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from san_jobs.job_service.domain.errors import FieldViolation, JobServiceError
+from san_jobs.job_service.domain.errors import (
+    FieldViolation,
+    JobServiceError,
+    QuotaExceededError,
+)
 from san_jobs.job_service.domain.model import Job, JobType, JsonDict, NewJob, OnDuplicate
 
 MAX_SCHEDULE_ID_CHARS = 128
@@ -68,18 +72,19 @@ class ScheduleNotFoundError(JobServiceError):
         super().__init__(f"schedule {schedule_id} not found")
 
 
-class ScheduleQuotaError(JobServiceError):
+class ScheduleQuotaError(QuotaExceededError):
     """CreateSchedule of a new schedule by a tenant that has `limit` already
     (--max-schedules-per-caller; issue 42: nothing bounded a tenant's schedules)."""
 
     CAP = "max-schedules-per-caller"
 
     def __init__(self, tenant: str, limit: int) -> None:
-        self.tenant = tenant
-        self.limit = limit
         super().__init__(
+            self.CAP,
+            limit,
+            tenant,
             f"{tenant or 'the caller'} has {limit} schedules, the most one caller may have"
-            f" (--{self.CAP}); delete one first"
+            f" (--{self.CAP}); delete one first",
         )
 
 

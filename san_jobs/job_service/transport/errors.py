@@ -41,7 +41,6 @@ from san_jobs.job_service.domain.errors import (
 from san_jobs.job_service.domain.schedules import (
     ScheduleExistsError,
     ScheduleNotFoundError,
-    ScheduleQuotaError,
 )
 from san_jobs.shared import rich_status
 
@@ -178,9 +177,9 @@ def to_rich_status(error: JobServiceError, error_id: str) -> status_pb2.Status:
                 "CURSOR_EXPIRED",
                 {"oldestCursor": error.oldest_cursor, "afterCursor": clip(error.after_cursor)},
             )
-        case ScheduleNotFoundError() | ScheduleExistsError() | ScheduleQuotaError():
+        case ScheduleNotFoundError() | ScheduleExistsError():
             return _schedule_status(error)
-        case QuotaExceededError():
+        case QuotaExceededError():  # every per-tenant cap: pending jobs, schedules
             # The cap is named (ErrorInfo metadata `cap`, QuotaFailure's description).
             return _status(
                 code_pb2.RESOURCE_EXHAUSTED,
@@ -213,10 +212,8 @@ def to_rich_status(error: JobServiceError, error_id: str) -> status_pb2.Status:
             return _internal(error_id)
 
 
-def _schedule_status(
-    error: ScheduleNotFoundError | ScheduleExistsError | ScheduleQuotaError,
-) -> status_pb2.Status:
-    """A schedule RPC's refusal (NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED)."""
+def _schedule_status(error: ScheduleNotFoundError | ScheduleExistsError) -> status_pb2.Status:
+    """A schedule RPC's refusal (NOT_FOUND, ALREADY_EXISTS)."""
     match error:
         case ScheduleNotFoundError():
             schedule_id = clip(error.schedule_id)
@@ -226,23 +223,12 @@ def _schedule_status(
                 "SCHEDULE_NOT_FOUND",
                 {"scheduleId": schedule_id},
             )
-        case ScheduleExistsError():
+        case _:
             return _status(
                 code_pb2.ALREADY_EXISTS,
                 clip(str(error)),
                 "SCHEDULE_EXISTS",
                 {"scheduleId": clip(error.schedule_id)},
-            )
-        case _:
-            # The cap is named (ErrorInfo metadata `cap`, QuotaFailure's description).
-            return _status(
-                code_pb2.RESOURCE_EXHAUSTED,
-                clip(str(error), MAX_MESSAGE_CHARS),
-                "QUOTA_EXCEEDED",  # as every per-tenant cap's
-                {"cap": error.CAP, "limit": str(error.limit)},
-                rich_status.quota_failure(
-                    f"caller:{clip(error.tenant)}", f"{error.CAP}: at most {error.limit}"
-                ),
             )
 
 
@@ -265,7 +251,7 @@ def _log(rpc: str, error: BaseException, error_id: str) -> None:
             return
         case PruneRunningError() | CursorExpiredError() | QuotaExceededError():
             return
-        case ScheduleNotFoundError() | ScheduleExistsError() | ScheduleQuotaError():
+        case ScheduleNotFoundError() | ScheduleExistsError():
             return
         case StorageUnavailableError() | StorageDataError():
             log.error("%s failed: error_id=%s %s", rpc, error_id, error)
