@@ -160,11 +160,21 @@ def schedules_table(console: Console, schedules: list[pb.Schedule]) -> None:
             format_time(schedule.last_fire_time),
             _render.markup_text(schedule.last_job_id) or "-",
             f"{schedule.skipped_count:,}",
-            "[yellow]paused[/]" if schedule.paused else "no",
+            # A schedule JobService holds (its owner's token revoked) says so in detail.
+            ("[yellow]held[/]" if schedule.paused_reason else "[yellow]paused[/]")
+            if schedule.paused
+            else "no",
             f"{job_type_name(schedule.template.job_type)} "
             f"{_render.markup_text(schedule.template.target_id)}",
         )
     console.print(table)
+
+
+def paused_text(schedule: pb.Schedule) -> str:
+    """ "no", "yes", or why JobService holds it (Schedule.paused_reason)."""
+    if not schedule.paused:
+        return "no"
+    return f"yes: {schedule.paused_reason}" if schedule.paused_reason else "yes"
 
 
 def schedule_detail(console: Console, schedule: pb.Schedule) -> None:
@@ -172,7 +182,7 @@ def schedule_detail(console: Console, schedule: pb.Schedule) -> None:
     rows = [
         ("schedule", schedule.schedule_id),
         ("period", period_text(schedule)),
-        ("paused", "yes" if schedule.paused else "no"),
+        ("paused", paused_text(schedule)),
         ("next fire", "-" if schedule.paused else format_time(schedule.next_fire_time)),
         ("last fire", format_time(schedule.last_fire_time)),
         ("last job", schedule.last_job_id or "-"),
