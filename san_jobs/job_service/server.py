@@ -329,6 +329,7 @@ class JobServiceRuntime:
                     settings.max_attempts,
                     self.schedule_firer.replan,
                     max_per_caller=settings.max_schedules_per_caller,
+                    urgent=settings.urgent_priorities(),
                 ),
                 urgent=settings.urgent_priorities(),
             ),

@@ -25,12 +25,13 @@ from datetime import timedelta
 
 from google.protobuf.duration_pb2 import Duration
 
-from san_jobs.job_service.auth.roles import current_caller
+from san_jobs.job_service.auth.roles import Role, current_caller
 from san_jobs.job_service.domain.errors import FieldViolation, InvalidRequestError
 from san_jobs.job_service.domain.job_types import JOB_TYPES
 from san_jobs.job_service.domain.limits import MAX_PAGE_TOKEN_CHARS
 from san_jobs.job_service.domain.model import OnDuplicate
 from san_jobs.job_service.domain.ports import ScheduleStore
+from san_jobs.job_service.domain.priorities import UrgentPriorities
 from san_jobs.job_service.domain.schedules import (
     MAX_CATCHUP_WINDOW,
     MAX_INTERVAL,
@@ -256,8 +257,12 @@ class ScheduleRpcs:
         default_max_attempts: int,
         replan: Callable[[], None] = lambda: None,
         max_per_caller: int | None = None,
+        urgent: UrgentPriorities | None = None,
     ) -> None:
         self._store = store
+        # Who may use the most urgent priorities: a template's jobs are the caller's
+        # too, so the rule Enqueue applies applies to them.
+        self._urgent = urgent or UrgentPriorities()
         # --max-schedules-per-caller: each authenticated caller's cap (None: none).
         self._max_per_caller = max_per_caller
         self._limits = limits
@@ -272,6 +277,10 @@ class ScheduleRpcs:
             # Whose schedule it is, and its jobs', is who authenticated.
             new = dataclasses.replace(new, requested_by=caller.name, tenant=caller.name)
             cap = self._max_per_caller
+            priority = new.definition.template.priority
+            problem = self._urgent.problem(priority, caller.name, caller.role is Role.SUBMITTER)
+            if problem is not None:
+                raise InvalidRequestError([FieldViolation("schedule.template.priority", problem)])
         stored, created = await self._store.create_schedule(new, cap)
         if created and not stored.paused:
             self._replan()

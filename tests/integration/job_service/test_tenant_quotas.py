@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from san_jobs.job_service.auth.roles import Role
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
@@ -55,6 +56,18 @@ async def test_the_most_urgent_priority_is_kept_for_whom_the_operator_names(
     # The default (0: 3) is always taken.
     plain = await stub.Enqueue(card_request("m4", "x"), metadata=tokens["mallory"])
     assert plain.job.priority == 3
+
+    # A schedule's template is held to the same rule: its jobs are the caller's too.
+    template = card_request("tick", "x", priority=1)
+    request = pb.CreateScheduleRequest(
+        schedule=pb.Schedule(schedule_id="tick", interval=Duration(seconds=60), template=template)
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.CreateSchedule(request, metadata=tokens["mallory"])
+    error = rich_error(caught.value)
+    assert error.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert set(error.field_violations) == {"schedule.template.priority"}
+    assert (await stub.CreateSchedule(request, metadata=tokens["pager"])).schedule.schedule_id
 
     # A named caller and an operator may use 1.
     for name in ("pager", "ops"):
