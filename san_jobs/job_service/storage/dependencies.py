@@ -11,6 +11,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -58,6 +59,22 @@ DEPENDENCY_ENDED_REASON = "DEPENDENCY_ENDED"
 # SQLSTATEs of a transaction the database rolled back whole (deadlock_detected,
 # serialization_failure): safe to write again.
 _ROLLED_BACK = frozenset({"40P01", "40001"})
+
+
+def _ended_by(message: str, now: datetime) -> dict[str, Any]:
+    """The columns of a dependent its dependency ended: CANCELLED, `message` ("Dependency
+    <id> FAILED|CANCELLED") as its reason, as migration 0017's trigger writes them."""
+    return {
+        "status": JobStatus.CANCELLED.value,
+        "cancelled_at": now,
+        "updated_at": now,
+        "next_attempt_at": None,
+        "due_at": None,
+        "cancel_reason": message,
+        "error_message": message,
+        "error_code": CANCELLED_CODE,
+        "error_reason": DEPENDENCY_ENDED_REASON,
+    }
 
 
 class _Conflict(Exception):
@@ -124,21 +141,10 @@ class JobDependencies(JobWrites):
                 ],
             )
             if ended is not None:
-                message = failure_message(*ended)
                 await conn.execute(
                     update(async_jobs)
                     .where(_jobs.id == job_id)
-                    .values(
-                        status=JobStatus.CANCELLED.value,
-                        cancelled_at=now,
-                        updated_at=now,
-                        next_attempt_at=None,
-                        due_at=None,
-                        cancel_reason=message,
-                        error_message=message,
-                        error_code=CANCELLED_CODE,
-                        error_reason=DEPENDENCY_ENDED_REASON,
-                    )
+                    .values(**_ended_by(failure_message(*ended), now))
                 )
             job = await self._job_in(conn, job_id)
         return replace(job, waiting_on=tuple(left) if ended is None else ())
@@ -315,18 +321,7 @@ class JobDependencies(JobWrites):
                     await conn.execute(
                         update(async_jobs)
                         .where(and_(_jobs.id.in_(list(chunk)), _jobs.status == "PENDING"))
-                        .values(
-                            status=JobStatus.CANCELLED.value,
-                            has_dependents=False,
-                            cancelled_at=now,
-                            updated_at=now,
-                            next_attempt_at=None,
-                            due_at=None,
-                            cancel_reason=message,
-                            error_message=message,
-                            error_code=CANCELLED_CODE,
-                            error_reason=DEPENDENCY_ENDED_REASON,
-                        )
+                        .values(has_dependents=False, **_ended_by(message, now))
                     )
             ended += parent_of
             frontier = dict.fromkeys(parent_of, JobStatus.CANCELLED)
