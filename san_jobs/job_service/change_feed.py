@@ -350,6 +350,11 @@ class ChangeFeed:
                 sent, marked = change.pos, time.monotonic()
             if not scoped:
                 markable = pos
+            elif self._state is not None:
+                # What retention deleted is no secret (a refusal names the oldest
+                # cursor): a mark there keeps a quiet caller's cursor from expiring
+                # while others' changes are pruned (its inbox would stop on reconnect).
+                markable = max(markable, min(pos, self._state.pruned_through))
             caught_up = self._state is not None and pos >= self._state.last_pos
             if markable > sent and (
                 not caught_up or time.monotonic() - marked >= self._mark_interval

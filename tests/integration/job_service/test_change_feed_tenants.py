@@ -115,3 +115,38 @@ async def test_a_submitters_marks_stand_only_at_its_own_changes(
         await call.read()
     assert rich_error(caught.value).reason == "CURSOR_EXPIRED"
     assert "last position" not in (caught.value.details() or "")
+
+
+async def test_a_quiet_submitters_cursor_keeps_up_with_retention(
+    start_service: StartService,
+) -> None:
+    """alice makes no change while bob's are pruned: her marks follow what retention
+    deleted (no secret: a refusal names the oldest cursor), so the cursor her inbox
+    stores does not expire on reconnect. Marks at her own changes only, as above,
+    left it behind the pruned changes: CURSOR_EXPIRED, and her inbox stopped."""
+    service = await start_service(auth="token", workers=1, retain_changes="1s")
+    service.gateway.script = lambda _job, _attempt: Hang()
+    feed = service.runtime.change_feed
+    feed.mark_interval = 0.05
+    who = {
+        name: bearer(await add_token(service, name, role))
+        for name, role in (("alice", Role.SUBMITTER), ("bob", Role.SUBMITTER))
+    }
+    who["operator"] = bearer(await add_token(service, "operator", Role.OPERATOR))
+    stream = asyncio.ensure_future(_messages(service, who["alice"], 4.0))
+    await asyncio.sleep(0.3)
+    for _ in range(3):
+        await _cancelled(service, who, "bob")
+    await asyncio.sleep(1.2)
+    assert await feed.prune() >= 3
+    await _cancelled(service, who, "bob")  # the feed's state moves on, pruned_through too
+    messages = await stream
+    assert not [m for m in messages if m.HasField("job")]
+    assert messages, "a mark past the pruned changes"
+    request = pb.StreamJobChangesRequest(after_cursor=messages[-1].cursor)
+    call = service.stub.StreamJobChanges(request, metadata=who["alice"], timeout=10)
+    try:
+        with pytest.raises(TimeoutError):  # resumed: nothing of hers to send, no refusal
+            await asyncio.wait_for(call.read(), 0.5)
+    finally:
+        call.cancel()
