@@ -59,6 +59,9 @@ class BreakerConfig:
     failures: int = 5
     probe_interval: float = 5.0
     max_pause: float = 1800.0
+    # A call waiting this long for a connection pauses its type (0: never): the
+    # gateway's wait (gateway_client.wait_connected) tells the executor.
+    unreachable_after: float = 3.0
     # How old this instance's copy of the pauses may get before a claim.
     refresh_interval: float = 0.5
     instance_id: str = "local"

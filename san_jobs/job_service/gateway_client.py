@@ -222,6 +222,7 @@ async def wait_connected(
     wait: float,
     deadline: float,
     on_unreachable: Callable[[str], Awaitable[None]] | None = None,
+    unreachable_after: float = UNREACHABLE_AFTER,
 ) -> None:
     """Wait up to `wait` seconds (what is left of the call's `deadline`) for a usable
     connection; then UNAVAILABLE, the call not sent.
@@ -236,15 +237,15 @@ async def wait_connected(
         return
     try:
         async with asyncio.timeout(max(wait, 0.0)):
-            if on_unreachable is not None and wait > UNREACHABLE_AFTER:
+            if on_unreachable is not None and wait > unreachable_after:
                 try:
-                    async with asyncio.timeout(UNREACHABLE_AFTER):
+                    async with asyncio.timeout(unreachable_after):
                         await channel.channel_ready()
                         return
                 except TimeoutError:
                     state = channel.get_state().name
                     await on_unreachable(
-                        f"cannot connect to {address} for {UNREACHABLE_AFTER:g}s (channel {state})"
+                        f"cannot connect to {address} for {unreachable_after:g}s (channel {state})"
                     )
             await channel.channel_ready()
     except TimeoutError:
@@ -287,6 +288,7 @@ class GrpcAiGateway:
         self._stub = gw_grpc.AiGatewayServiceStub(self._channel)
         # Set by the worker's executor: told when a call cannot reach the gateway.
         self.on_unreachable: UnreachableHook | None = None
+        self.unreachable_after = UNREACHABLE_AFTER
 
     async def close(self) -> None:
         if self._owns_channel:
@@ -297,7 +299,12 @@ class GrpcAiGateway:
         check_call_size(request.ByteSize(), self._max_call_bytes, deadline)
         started = time.monotonic()
         await wait_connected(
-            self._channel, self.address, deadline, deadline, unreachable_hook(self, job)
+            self._channel,
+            self.address,
+            deadline,
+            deadline,
+            unreachable_hook(self, job),
+            self.unreachable_after,
         )
         timeout = max(deadline - (time.monotonic() - started), 0.001)
         method: Callable[..., Awaitable[Message]] = getattr(self._stub, _KINDS[job.job_type][0])

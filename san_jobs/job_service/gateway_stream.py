@@ -56,6 +56,7 @@ from san_jobs.job_service.domain.limits import DEFAULT_MAX_MESSAGE_BYTES
 from san_jobs.job_service.domain.model import GatewayAnswer, Job
 from san_jobs.job_service.domain.ports import UnreachableHook
 from san_jobs.job_service.gateway_client import (
+    UNREACHABLE_AFTER,
     GrpcAiGateway,
     caller_metadata,
     check_call_size,
@@ -321,6 +322,7 @@ class StreamingAiGateway:
         self._unary = GrpcAiGateway(address, self._channel, max_message_bytes, token)
         # Set by the worker's executor: told when a call cannot reach the gateway.
         self.on_unreachable: UnreachableHook | None = None
+        self.unreachable_after = UNREACHABLE_AFTER
         self._metadata = caller_metadata(token)
         self._unary_only = False
         self._session: _Session | None = None
@@ -385,7 +387,12 @@ class StreamingAiGateway:
         while True:
             left = deadline - (loop.time() - started)
             await wait_connected(
-                self._channel, self.address, left, deadline, unreachable_hook(self, job)
+                self._channel,
+                self.address,
+                left,
+                deadline,
+                unreachable_hook(self, job),
+                self.unreachable_after,
             )
             remaining = max(deadline - (loop.time() - started), 0.001)
             call.timeout.CopyFrom(_duration(remaining))
@@ -413,6 +420,7 @@ class StreamingAiGateway:
                         "AI gateway at %s has no StreamCalls: using its unary RPCs", self.address
                     )
                 self._unary.on_unreachable = self.on_unreachable
+                self._unary.unreachable_after = self.unreachable_after
                 return await self._unary.run(job, max(deadline - (loop.time() - started), 0.001))
         outcome = result.WhichOneof("outcome")
         if outcome == "error":

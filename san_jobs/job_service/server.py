@@ -266,6 +266,7 @@ class JobServiceRuntime:
                     failures=settings.breaker_failures,
                     probe_interval=settings.breaker_probe_interval,
                     max_pause=settings.breaker_max_pause,
+                    unreachable_after=settings.breaker_unreachable_after,
                     instance_id=settings.instance_id,
                     longest_rate_limit_pause=settings.retry_max_delay,
                 ),

@@ -126,6 +126,12 @@ class JobServiceSettings(BaseSettings):
         description="seconds after which a paused job type is claimed again and its jobs "
         "fail as without the breaker",
     )
+    breaker_unreachable_after: float = Field(
+        3.0,
+        ge=0,
+        description="seconds a gateway call may wait for a connection before its job type "
+        "is paused for every instance, charging nothing (0: only --breaker-failures pause)",
+    )
     batch_interval: float = Field(
         0.002,
         ge=0,

@@ -441,6 +441,8 @@ class WatchesConnection(Protocol):
     job's type)."""
 
     on_unreachable: UnreachableHook | None
+    # How long a call waits for a connection before it tells `on_unreachable`.
+    unreachable_after: float
 
 
 class AiGateway(Protocol):

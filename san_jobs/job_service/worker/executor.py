@@ -88,9 +88,11 @@ class Executor:
         self.gateway = gateway
         self.config = config
         self._breaker = breaker
-        if isinstance(gateway, WatchesConnection):
+        after = config.breaker.unreachable_after
+        if isinstance(gateway, WatchesConnection) and after > 0:
             # A call that cannot reach the gateway pauses its type within seconds.
             gateway.on_unreachable = self._unreachable
+            gateway.unreachable_after = after
         self._call_slots = CallSlots(config.concurrency)
         # Jobs claimed ahead and waiting for a call slot (stop() gives them back).
         self.waiting: set[str] = set()

@@ -203,6 +203,8 @@ async def test_gateway_outage_then_one_retry_failed_heals_all(tmp_path: Path) ->
                 # and one RetryFailed heals them (test_breaker_outage.py: with it).
                 "--breaker-failures",
                 "1000000",
+                "--breaker-unreachable-after",
+                "0",
                 gateway=f"127.0.0.1:{port}",
                 database_url=f"sqlite+aiosqlite:///{database}",
             )

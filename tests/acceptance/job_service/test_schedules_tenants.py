@@ -82,6 +82,9 @@ async def test_waiting_schedules_of_one_tenant_do_not_stop_anothers(
     job_service = start_job_service(
         tmp_path,
         *("--auth", "token", "--rate-limit", "TIL_GENERATION=0.01/s"),
+        # Past the default cap of 100 (the cap has its own tests): this one is about
+        # what a round does with more waiting schedules than it takes.
+        *("--max-schedules-per-caller", "200"),
         gateway=gateway.address,
         database_url=database_url,
     )

@@ -73,6 +73,7 @@ def test_every_setting_is_read_from_its_environment_variable(
         "max_text_chars": ("500", 500),
         "submitter_most_urgent_priority": ("2", 2),
         "max_pending_per_caller": ("50", 50),
+        "breaker_unreachable_after": ("0", 0.0),
         "urgent_callers": ("pager,alerts", "pager,alerts"),
         "max_streams": ("900", 900),
         "max_streams_per_peer": ("90", 90),
