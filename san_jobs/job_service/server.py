@@ -331,6 +331,7 @@ class JobServiceRuntime:
                     self.schedule_firer.replan,
                     max_per_caller=settings.max_schedules_per_caller,
                     urgent=settings.urgent_priorities(),
+                    max_message_bytes=settings.max_message_bytes,
                 ),
                 urgent=settings.urgent_priorities(),
             ),

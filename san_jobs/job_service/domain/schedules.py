@@ -31,6 +31,9 @@ from san_jobs.job_service.domain.errors import (
 from san_jobs.job_service.domain.model import Job, JobType, JsonDict, NewJob, OnDuplicate
 
 MAX_SCHEDULE_ID_CHARS = 128
+# A template's serialized size (issue 42, point 4): a schedule is read whole by every
+# firing round and every ListSchedules page; the jobs it makes are small requests.
+MAX_TEMPLATE_BYTES = 64 * 1024
 MAX_CRON_CHARS = 256
 MAX_TIME_ZONE_CHARS = 64
 MIN_INTERVAL = timedelta(seconds=1)

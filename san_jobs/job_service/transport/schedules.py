@@ -28,13 +28,18 @@ from google.protobuf.duration_pb2 import Duration
 from san_jobs.job_service.auth.roles import Role, current_caller
 from san_jobs.job_service.domain.errors import FieldViolation, InvalidRequestError
 from san_jobs.job_service.domain.job_types import JOB_TYPES
-from san_jobs.job_service.domain.limits import MAX_PAGE_TOKEN_CHARS
+from san_jobs.job_service.domain.limits import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    LIST_PAGE_HEADROOM_BYTES,
+    MAX_PAGE_TOKEN_CHARS,
+)
 from san_jobs.job_service.domain.model import OnDuplicate
 from san_jobs.job_service.domain.ports import ScheduleStore
 from san_jobs.job_service.domain.priorities import UrgentPriorities
 from san_jobs.job_service.domain.schedules import (
     MAX_CATCHUP_WINDOW,
     MAX_INTERVAL,
+    MAX_TEMPLATE_BYTES,
     NewSchedule,
     Schedule,
     ScheduleDefinition,
@@ -107,6 +112,13 @@ def decode_create(
         if window is not None:
             check_catchup("schedule.catchup_window", window, out)
             catchup = window
+    if given.template.ByteSize() > MAX_TEMPLATE_BYTES:
+        out.append(
+            FieldViolation(
+                "schedule.template",
+                f"is {given.template.ByteSize():,} bytes; at most {MAX_TEMPLATE_BYTES:,}",
+            )
+        )
     template, requested_by = _template(given, limits, default_max_attempts, out)
     if out:
         raise InvalidRequestError(out)
@@ -258,8 +270,11 @@ class ScheduleRpcs:
         replan: Callable[[], None] = lambda: None,
         max_per_caller: int | None = None,
         urgent: UrgentPriorities | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self._store = store
+        # What a ListSchedules page's schedules may take of the send limit.
+        self._page_budget_bytes = max_message_bytes - LIST_PAGE_HEADROOM_BYTES
         # Who may use the most urgent priorities: a template's jobs are the caller's
         # too, so the rule Enqueue applies applies to them.
         self._urgent = urgent or UrgentPriorities()
@@ -323,8 +338,20 @@ class ScheduleRpcs:
         page, last = await self._store.list_schedules(
             _tenant() if _own_only() else None, request.page_size or DEFAULT_PAGE_SIZE, after
         )
+        # Cut by bytes as ListJobs' pages are (transport/pages.py): 15 templates of
+        # 100,000 characters made the default page RESOURCE_EXHAUSTED for everyone.
+        messages: list[pb.Schedule] = []
+        used = 0
+        for index, schedule in enumerate(page):
+            message = schedule_to_pb(schedule)
+            used += message.ByteSize() + 8  # the field's tag and length, at most
+            if messages and used > self._page_budget_bytes:
+                cut = page[index - 1]
+                last = (cut.schedule_id, cut.tenant)
+                break
+            messages.append(message)
         return pb.ListSchedulesResponse(
-            schedules=[schedule_to_pb(s) for s in page],
+            schedules=messages,
             next_page_token="" if last is None else _encode_token(last),
         )
 

@@ -15,8 +15,9 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
+from san_jobs.job_service.domain.schedules import MAX_TEMPLATE_BYTES
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
-from tests.integration.job_service.conftest import Service
+from tests.integration.job_service.conftest import Service, StartService
 from tests.support.jobs_api import card_request, list_all
 from tests.support.rich_errors import rich_error, status_error
 
@@ -202,3 +203,44 @@ async def test_list_schedules_pages_by_schedule_id(service: Service) -> None:
             await stub.ListSchedules(bad)
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert set(rich_error(caught.value).field_violations) == {field}
+
+
+async def test_list_schedules_pages_fit_the_send_limit(start_service: StartService) -> None:
+    """Issue 42, point 4: 15 schedules with 100,000-character templates made the default
+    page RESOURCE_EXHAUSTED for the operator and the submitter alike. A page is now cut
+    by bytes (as ListJobs' are), and a template is at most MAX_TEMPLATE_BYTES."""
+    service = await start_service(max_message_bytes=256 * 1024)
+    stub = service.stub
+    big = "Lighthouses guide ships. " * 2_400  # 60,000 characters
+    for index in range(15):
+        schedule = pb.Schedule(
+            schedule_id=f"big-{index:02d}",
+            cron="0 21 * * *",
+            template=card_request(f"t{index}", big),
+            paused=True,
+        )
+        await stub.CreateSchedule(pb.CreateScheduleRequest(schedule=schedule))
+    seen: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        page = await stub.ListSchedules(pb.ListSchedulesRequest(page_token=token))
+        assert page.ByteSize() <= 256 * 1024
+        seen += [s.schedule_id for s in page.schedules]
+        pages += 1
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == [f"big-{index:02d}" for index in range(15)]
+    assert pages > 1
+
+    huge = pb.Schedule(
+        schedule_id="huge",
+        cron="0 21 * * *",
+        template=card_request("t", "x" * (MAX_TEMPLATE_BYTES + 1)),
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.CreateSchedule(pb.CreateScheduleRequest(schedule=huge))
+    error = rich_error(caught.value)
+    assert error.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert "schedule.template" in error.field_violations
