@@ -22,12 +22,15 @@ handler answers them.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from san_jobs.web._errors import error_response
+from san_jobs.web._errors import error_response, invalid
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_MEDIA_TYPE = "application/json"
@@ -116,3 +119,14 @@ def is_json(content_type: str | None) -> bool:
     if content_type is None:
         return False
     return content_type.split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE
+
+
+async def json_object(request: Request) -> dict[str, Any] | JSONResponse:
+    """The request's body as a JSON object, or the 422 that says why it is not one."""
+    try:
+        body = await request.json()
+    except UNREADABLE_JSON:
+        return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
+    if not isinstance(body, dict):
+        return invalid("the body must be a JSON object", ("body", "is not a JSON object"))
+    return body

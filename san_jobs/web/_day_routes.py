@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from san_jobs.web._auth import current_user
-from san_jobs.web._body_guard import UNREADABLE_JSON
+from san_jobs.web._body_guard import json_object
 from san_jobs.web._days import (
     DAYS_PAGE_SIZE,
     FIRST_DAY,
@@ -44,7 +44,7 @@ from san_jobs.web._days import (
     parse_til_at,
     time_zone,
 )
-from san_jobs.web._errors import error_document, error_response, invalid
+from san_jobs.web._errors import bad_parameter, error_response, invalid
 
 
 def _days(request: Request) -> Days:
@@ -73,16 +73,6 @@ async def _settings_view(request: Request) -> dict[str, str | None]:
     }
 
 
-def _bad_parameter(parameter: str, description: str) -> JSONResponse:
-    """400 INVALID_ARGUMENT naming the query parameter (as GET /api/scraps does)."""
-    body = error_document(
-        "INVALID_ARGUMENT",
-        f"invalid {parameter}",
-        fieldViolations=[{"field": parameter, "description": description}],
-    )
-    return JSONResponse(body, status_code=400)
-
-
 async def list_days(request: Request) -> Response:
     raw_size = request.query_params.get("pageSize", "")
     size = DAYS_PAGE_SIZE
@@ -92,7 +82,7 @@ async def list_days(request: Request) -> Response:
         else:
             size = int(raw_size)
         if not 1 <= size <= MAX_DAYS_PAGE_SIZE:
-            return _bad_parameter(
+            return bad_parameter(
                 "pageSize", f"must be a whole number from 1 to {MAX_DAYS_PAGE_SIZE}"
             )
     raw_token = request.query_params.get("pageToken", "")
@@ -100,7 +90,7 @@ async def list_days(request: Request) -> Response:
     if raw_token:
         before = parse_day(raw_token)
         if before is None:
-            return _bad_parameter("pageToken", "is not a token this API gave")
+            return bad_parameter("pageToken", "is not a token this API gave")
     found, next_token = await _days(request).list_days(current_user(request), size, before)
     return JSONResponse(
         {"days": found, "nextPageToken": next_token, **await _settings_view(request)}
@@ -157,12 +147,9 @@ async def _put_settings(request: Request, *, required: str | None) -> Response:
             "FAILED_PRECONDITION",
             "without logins the one shared space uses san-web's --time-zone and --til-at",
         )
-    try:
-        body = await request.json()
-    except UNREADABLE_JSON:
-        return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
-    if not isinstance(body, dict):
-        return invalid("the body must be a JSON object", ("body", "is not a JSON object"))
+    body = await json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
     if required is not None and required not in body:
         return invalid("the body must be a JSON object", (required, "is required"))
     if not {"timeZone", "tilAt"} & set(body):

@@ -52,3 +52,13 @@ def invalid(message: str, *violations: tuple[str, str]) -> JSONResponse:
         "fieldViolations": [{"field": f, "description": d} for f, d in violations],
     }
     return JSONResponse({"error": body}, status_code=422)
+
+
+def bad_parameter(parameter: str, description: str) -> JSONResponse:
+    """400 INVALID_ARGUMENT naming the query parameter (GET /api/scraps, /api/days)."""
+    body = error_document(
+        "INVALID_ARGUMENT",
+        f"invalid {parameter}",
+        fieldViolations=[{"field": parameter, "description": description}],
+    )
+    return JSONResponse(body, status_code=400)

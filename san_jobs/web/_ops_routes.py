@@ -55,7 +55,7 @@ from san_jobs.shared.display import (
     status_name,
 )
 from san_jobs.web._auth import current_user
-from san_jobs.web._body_guard import UNREADABLE_JSON
+from san_jobs.web._body_guard import json_object
 from san_jobs.web._errors import error_response, invalid
 from san_jobs.web._store import ScrapStore
 
@@ -248,16 +248,6 @@ async def failures(request: Request) -> Response:
     )
 
 
-async def _json_object(request: Request) -> dict[str, Any] | JSONResponse:
-    try:
-        body = await request.json()
-    except UNREADABLE_JSON:
-        return invalid("the body must be a JSON object", ("body", "is not valid JSON"))
-    if not isinstance(body, dict):
-        return invalid("the body must be a JSON object", ("body", "is not a JSON object"))
-    return body
-
-
 def _text(raw: object, field: str, limit: int, out: list[tuple[str, str]]) -> str:
     if raw is None:
         return ""
@@ -284,7 +274,7 @@ async def retry_failed(request: Request) -> Response:
     role = await _role(request)
     if role not in ACT_ROLES:
         return _denied(role, ACT_ROLES)
-    body = await _json_object(request)
+    body = await json_object(request)
     if isinstance(body, JSONResponse):
         return body
     out: list[tuple[str, str]] = []
@@ -335,7 +325,7 @@ async def cancel(request: Request) -> Response:
     role = await _role(request)
     if role not in ACT_ROLES:
         return _denied(role, ACT_ROLES)
-    body = await _json_object(request)
+    body = await json_object(request)
     if isinstance(body, JSONResponse):
         return body
     out: list[tuple[str, str]] = []

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from san_jobs.client import JobsError
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.shared.display import format_time, job_type_name, period_text
+from san_jobs.web._body_guard import json_object
 from san_jobs.web._errors import invalid
 from san_jobs.web._ops_routes import (
     ACT_ROLES,
@@ -33,7 +34,6 @@ from san_jobs.web._ops_routes import (
     _client,
     _denied,
     _job_service_error,
-    _json_object,
     _role,
     _text,
     log,
@@ -91,7 +91,7 @@ async def _change(request: Request, verb: str, change: Callable[[Request], Chang
     role = await _role(request)
     if role not in ACT_ROLES:
         return _denied(role, ACT_ROLES)
-    body = await _json_object(request)
+    body = await json_object(request)
     if isinstance(body, JSONResponse):
         return body
     out: list[tuple[str, str]] = []

@@ -61,7 +61,7 @@ from san_jobs.web._body_guard import UNREADABLE_JSON, BodyGuard
 from san_jobs.web._cards import apply_job_change, cards_of, related_cards
 from san_jobs.web._day_routes import day_routes
 from san_jobs.web._days import Days, DaySettings
-from san_jobs.web._errors import error_document, invalid
+from san_jobs.web._errors import bad_parameter, invalid
 from san_jobs.web._failures import on_http_error, on_store_error, on_unexpected_error
 from san_jobs.web._login_throttle import LoginThrottle
 from san_jobs.web._ops_routes import ops_routes
@@ -418,16 +418,6 @@ EXCERPT_CHARS = 200
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _bad_parameter(parameter: str, description: str) -> JSONResponse:
-    """400 INVALID_ARGUMENT naming the query parameter."""
-    body = error_document(
-        "INVALID_ARGUMENT",
-        f"invalid {parameter}",
-        fieldViolations=[{"field": parameter, "description": description}],
-    )
-    return JSONResponse(body, status_code=400)
-
-
 def _page_token(scrap: Scrap) -> str:
     """Where the next page starts: the last scrap's creation time (microseconds since
     the epoch) and id, opaque to the caller."""
@@ -452,7 +442,7 @@ async def list_scraps(request: Request) -> Response:
     size = DEFAULT_SCRAPS_PAGE_SIZE
     if raw_size:
         if not raw_size.isdigit() or not 1 <= int(raw_size) <= MAX_SCRAPS_PAGE_SIZE:
-            return _bad_parameter(
+            return bad_parameter(
                 "pageSize", f"must be a whole number from 1 to {MAX_SCRAPS_PAGE_SIZE}"
             )
         size = int(raw_size)
@@ -461,7 +451,7 @@ async def list_scraps(request: Request) -> Response:
     if raw_token:
         after = _read_page_token(raw_token) if len(raw_token) <= 200 else None
         if after is None:
-            return _bad_parameter("pageToken", "is not a token this API gave")
+            return bad_parameter("pageToken", "is not a token this API gave")
     # One more than asked: whether there is a next page, without a count.
     found = await _store(request).list_page(
         owner=current_user(request), limit=size + 1, after=after
