@@ -43,6 +43,11 @@ from hypothesis import strategies as st
 
 from san_jobs.job_service.auth.roles import Role
 from san_jobs.job_service.domain.dependencies import MAX_DEPENDENCY_DEPTH
+from san_jobs.job_service.domain.limits import (
+    DEFAULT_MAX_TEXT_CHARS,
+    MAX_RECALL_SOURCES,
+    MAX_TIL_NOTES,
+)
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Fail, Hang
@@ -363,6 +368,8 @@ def enqueue_requests(draw: st.DrawFn, pool: Pool) -> pb.EnqueueRequest:
                 st.sampled_from(pool.job_ids),
             ),
             st.sampled_from(pool.job_ids).map(lambda job_id: [job_id] * 101),
+            # All the big results at once: merged, far more than an Enqueue may send.
+            st.just(pool.big),
         ),
     }
     chosen = {name: draw(fields[name]) for name in hostile if name in fields}
@@ -592,6 +599,8 @@ class Pool:
     job_ids: list[str]
     targets: list[str]
     page_tokens: list[str]
+    # COMPLETED jobs with big results (also in job_ids): depends_on may merge them all.
+    big: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -899,10 +908,113 @@ def _explicit_examples(pool: Pool) -> dict[str, list[Any]]:
     }
 
 
+# Each seeded big dependency's result text, in characters: a few of them merged into one
+# input pass an Enqueue's own bound (DEFAULT_MAX_TEXT_CHARS) several times over.
+BIG_RESULT_CHARS = 60_000
+
+
+async def _big_dependencies(stub: Any, prefix: str) -> list[str]:
+    """Three CARD_ANALYSIS and three TIL_GENERATION jobs run to COMPLETED, each with a
+    result of about BIG_RESULT_CHARS (the scripted gateway's summary is the text's
+    first sentence, a TIL's body its notes): what a TIL or a recall depending on them
+    takes adds up to about 3 (a TIL) or 6 (a recall) times that (issue 42, point 3)."""
+    words = "word " * (BIG_RESULT_CHARS // 5)  # one sentence: no full stop
+    cards = [
+        (await stub.Enqueue(card_request(f"{prefix}-card-{i}", words))).job.id for i in range(3)
+    ]
+    tils = [
+        (
+            await stub.Enqueue(
+                pb.EnqueueRequest(
+                    job_type=pb.JOB_TYPE_TIL_GENERATION,
+                    target_id=f"{prefix}-til-{i}",
+                    til_generation_input=pb.TilGenerationInput(day="2026-12-07", notes=[words]),
+                )
+            )
+        ).job.id
+        for i in range(3)
+    ]
+    ended = await wait_terminal(stub, cards + tils, timeout=60)
+    assert {job.status for job in ended.values()} == {pb.JOB_STATUS_COMPLETED}, ended
+    return cards + tils
+
+
+def _merged_chars(job: pb.Job) -> tuple[int, int]:
+    """(characters, items) of the notes of a TIL's input or the sources of a recall's."""
+    if job.HasField("til_generation_input"):
+        notes = job.til_generation_input.notes
+        return sum(len(n) for n in notes), len(notes)
+    if job.HasField("recall_generation_input"):
+        sources = job.recall_generation_input.sources
+        return sum(len(s.text) for s in sources), len(sources)
+    return 0, 0
+
+
+def _within_an_enqueues_bounds(job: pb.Job) -> str | None:
+    """Why `job`'s stored input is bigger than an Enqueue may send, or None."""
+    chars, items = _merged_chars(job)
+    most = MAX_TIL_NOTES if job.HasField("til_generation_input") else MAX_RECALL_SOURCES
+    if chars > DEFAULT_MAX_TEXT_CHARS or items > most:
+        return f"job {job.id}: {chars} characters in {items} items"
+    return None
+
+
+async def _merges_stay_within_bounds(service: Service, big: list[str]) -> None:
+    """After the run: every job whose input took its dependencies' results (those the
+    run drew on the seeded big dependencies, and two made here on fresh ones, run to
+    their end) holds no more than an Enqueue may send, and every page of ListJobs,
+    all of them read with the default page size, answers (issue 42, point 3: forty
+    merged TILs made a 4.75 MB input that broke GetJob and every page holding it)."""
+    stub = service.stub
+    fresh = await _big_dependencies(stub, "after")
+    cards = fresh[:3]
+    til = pb.EnqueueRequest(
+        job_type=pb.JOB_TYPE_TIL_GENERATION,
+        target_id="merged-til",
+        til_generation_input=pb.TilGenerationInput(day="2026-12-07", notes=["Own note."]),
+        depends_on=cards,
+    )
+    recall = pb.EnqueueRequest(
+        job_type=pb.JOB_TYPE_RECALL_GENERATION,
+        target_id="merged-recall",
+        recall_generation_input=pb.RecallGenerationInput(
+            sources=[pb.RecallSource(title="Own", text="Own text.")]
+        ),
+        depends_on=fresh,
+    )
+    merged = [(await stub.Enqueue(til)).job.id, (await stub.Enqueue(recall)).job.id]
+    ended = await wait_terminal(stub, merged, timeout=60)
+    for job_id in merged:
+        job = (await stub.GetJob(pb.GetJobRequest(job_id=job_id), timeout=10)).job
+        assert job.status == pb.JOB_STATUS_COMPLETED, ended[job_id]
+        chars, items = _merged_chars(job)
+        # It took something of each dependency it could: the bound is met, not dodged.
+        assert chars > DEFAULT_MAX_TEXT_CHARS - BIG_RESULT_CHARS and items > 1, (chars, items)
+    took_results = (pb.JOB_TYPE_TIL_GENERATION, pb.JOB_TYPE_RECALL_GENERATION)
+    drawn, token, oversized = 0, "", []
+    while True:
+        page = await stub.ListJobs(pb.ListJobsRequest(page_token=token), timeout=30)
+        for job in page.jobs:
+            if job.job_type in took_results and set(job.depends_on) & set(big + fresh):
+                drawn += job.status != pb.JOB_STATUS_PENDING
+                full = (await stub.GetJob(pb.GetJobRequest(job_id=job.id), timeout=10)).job
+                problem = _within_an_enqueues_bounds(full)
+                if problem is not None:
+                    oversized.append(problem)
+        token = page.next_page_token
+        if not token:
+            break
+    assert not oversized, f"merged inputs past an Enqueue's bounds: {oversized}"
+    print(f"jobs that merged the big dependencies' results: {drawn} (2 made after the run)")
+
+
 async def _seed(service: Service) -> Pool:
     """FAILED jobs (for RetryFailed), then active ones that stay active (the gateway
-    hangs), so Enqueue can meet duplicates and CancelJob both outcomes."""
+    hangs), so Enqueue can meet duplicates and CancelJob both outcomes; and COMPLETED
+    jobs with big results, so a drawn depends_on may merge more than an Enqueue may
+    send."""
     stub = service.stub
+    big = await _big_dependencies(stub, "big")
     service.gateway.script = lambda _job, _attempt: Fail(
         grpc.StatusCode.INVALID_ARGUMENT, "seeded failure 제한 %_"
     )
@@ -910,10 +1022,14 @@ async def _seed(service: Service) -> Pool:
         (await stub.Enqueue(card_request(f"failed-{i}", "Seeded text."))).job.id for i in range(3)
     ]
     await wait_terminal(stub, failed, timeout=20)
+    # The seeded active jobs (and the chain below the first) hang; a job the run makes
+    # is answered, so those that merge the big dependencies' results run to their end.
     service.gateway.script = lambda _job, _attempt: Hang()
     active = [
         (await stub.Enqueue(card_request(f"active-{i}", "Seeded text."))).job.id for i in range(3)
     ]
+    hanging = set(active)
+    service.gateway.script = lambda job_id, _attempt: Hang() if job_id in hanging else None
     # The end of a chain as deep as MAX_DEPENDENCY_DEPTH allows (issue 42, point 1):
     # depends_on drawn from the pool may name it, and must be refused, naming it.
     deepest = active[0]
@@ -922,9 +1038,10 @@ async def _seed(service: Service) -> Pool:
         deepest = (await stub.Enqueue(link)).job.id
     page = await stub.ListJobs(pb.ListJobsRequest(page_size=1))
     return Pool(
-        job_ids=failed + active + [deepest],
+        job_ids=failed + active + [deepest] + big,
         targets=[f"failed-{i}" for i in range(3)] + [f"active-{i}" for i in range(3)],
         page_tokens=[page.next_page_token],
+        big=big,
     )
 
 
@@ -963,6 +1080,7 @@ async def test_every_rpc_answers_hostile_requests_with_a_callers_code(
         for (rpc, code, what), example in sorted(found.bad.items())
     )
     assert not found.bad, f"[{database}] answers a caller must never get:\n{wrong}"
+    await _merges_stay_within_bounds(service, pool.big)
 
 
 # -- a second, authenticated tenant (issue 22) ----------------------------------------
