@@ -1,22 +1,25 @@
 """Issue 42, point 1, with real processes (ai-gateway's built-in backend, job-service
-on SQLite): a chain of 1,100 jobs stored before the depth bound (written straight into
-the database file, as an older version let callers make it) hangs on a root card the
-gateway refuses (over its --max-input-tokens). Its FAILED could not be written through
-the dependents' trigger ("too many levels of trigger recursion"), and the root was
-given back and claimed again every few seconds without end; now it ends FAILED on its
-one attempt, and every job of the chain is CANCELLED. About 10 s: two process starts,
-the root's 3 s delay, the refused writes."""
+on SQLite and on PostgreSQL): a chain of 1,100 jobs stored before the depth bound
+(written straight into the database, as an older version let callers make it) hangs
+on a root card the gateway refuses (over its --max-input-tokens). Its FAILED could not
+be written through the dependents' trigger (SQLite: "too many levels of trigger
+recursion"; PostgreSQL: "stack depth limit exceeded" between 600 and 800 levels), and
+the root was given back and claimed again every few seconds without end; now it ends
+FAILED on its one attempt, and every job of the chain is CANCELLED. About 10 s per
+database: two process starts, the root's 3 s delay, the refused writes."""
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import create_async_engine
 
+from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.support.jobs_api import card_request, channel, wait_terminal
@@ -27,38 +30,50 @@ pytestmark = pytest.mark.acceptance
 CHAIN = 1_100
 
 
-def stored_chain(database: Path, first: str) -> list[str]:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'jobs.db'}"
+    return str(request.getfixturevalue("postgres_database"))
+
+
+async def stored_chain(database_url: str, first: str) -> list[str]:
     """CHAIN - 1 more jobs after `first`, each depending on the one before: copies of
-    its row, in one transaction of the file's own."""
-    with sqlite3.connect(database, timeout=30) as db:
-        db.row_factory = sqlite3.Row
-        row = dict(db.execute("SELECT * FROM async_jobs WHERE id = ?", (first,)).fetchone())
-        ids, previous = [], first
-        db.execute("UPDATE async_jobs SET has_dependents = 1 WHERE id = ?", (first,))
-        for index in range(CHAIN - 1):
-            job_id = str(uuid.uuid4())
-            values = row | {
-                "id": job_id,
-                "target_id": f"stored{index}",
-                "depends_on": f'["{previous}"]',
-                "has_dependents": int(index < CHAIN - 2),
-            }
-            names = ", ".join(values)
-            marks = ", ".join("?" for _ in values)
-            db.execute(f"INSERT INTO async_jobs ({names}) VALUES ({marks})", list(values.values()))
-            db.execute(
-                "INSERT INTO job_dependencies (job_id, depends_on_id, position) VALUES (?, ?, 0)",
-                (job_id, previous),
+    its row, in one transaction of the test's own (no JobService in between)."""
+    engine = create_async_engine(database_url)
+    try:
+        async with engine.begin() as conn:
+            found = await conn.execute(select(async_jobs).where(async_jobs.c.id == first))
+            row = dict(found.mappings().one())
+            await conn.execute(
+                update(async_jobs).where(async_jobs.c.id == first).values(has_dependents=True)
             )
-            ids.append(job_id)
-            previous = job_id
+            ids, links, previous = [], [], first
+            for _ in range(CHAIN - 1):
+                job_id = str(uuid.uuid4())
+                ids.append(job_id)
+                links.append({"job_id": job_id, "depends_on_id": previous, "position": 0})
+                previous = job_id
+            rows = [
+                row
+                | {
+                    "id": job_id,
+                    "target_id": f"stored{index}",
+                    "depends_on": [link["depends_on_id"]],
+                    "has_dependents": index < CHAIN - 2,
+                }
+                for index, (job_id, link) in enumerate(zip(ids, links, strict=True))
+            ]
+            await conn.execute(insert(async_jobs), rows)
+            await conn.execute(insert(job_dependencies), links)
+    finally:
+        await engine.dispose()
     return ids
 
 
 async def test_a_root_whose_end_the_trigger_cannot_write_still_fails_once(
-    tmp_path: Path,
+    tmp_path: Path, database_url: str
 ) -> None:
-    database = tmp_path / "jobs.db"
     gateway = start_gateway(tmp_path / "gateway", "--max-input-tokens", "50")
     with running(gateway):
         service = start_job_service(
@@ -66,7 +81,7 @@ async def test_a_root_whose_end_the_trigger_cannot_write_still_fails_once(
             "--max-attempts",
             "1",
             gateway=gateway.address,
-            database_url=f"sqlite+aiosqlite:///{database}",
+            database_url=database_url,
         )
         with running(service):
             async with channel(service.address) as chan:
@@ -78,7 +93,7 @@ async def test_a_root_whose_end_the_trigger_cannot_write_still_fails_once(
                 first = (
                     await stub.Enqueue(card_request("first", "Link. Text.", depends_on=[root.id]))
                 ).job.id
-                chain = [first, *stored_chain(database, first)]
+                chain = [first, *await stored_chain(database_url, first)]
                 ended = (await wait_terminal(stub, [root.id], timeout=60))[root.id]
                 assert ended.status == pb.JOB_STATUS_FAILED, service.log_tail()
                 assert ended.error_code == "INTERNAL"
