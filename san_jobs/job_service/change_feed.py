@@ -30,7 +30,14 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from san_jobs.job_service.domain.changes import ChangeFilter, FeedState, JobChange, parse_cursor
+from san_jobs.job_service.domain.changes import (
+    NOT_A_CURSOR,
+    ChangeFilter,
+    Cursor,
+    FeedState,
+    JobChange,
+    parse_cursor,
+)
 from san_jobs.job_service.domain.errors import CursorExpiredError, InvalidRequestError, StorageError
 from san_jobs.job_service.domain.model import Job, JobStatus
 from san_jobs.job_service.domain.ports import ChangeStore, PruneChangesParams, ReadChangesParams
@@ -265,12 +272,12 @@ class ChangeFeed:
         return self._state
 
     async def start_position(
-        self, after_cursor: str, *, reveal: bool = True
+        self, after_cursor: str, reader: str | None = None
     ) -> tuple[int, FeedState]:
         """Where a stream resuming after `after_cursor` starts; InvalidRequestError
         for a malformed cursor, CursorExpiredError for one whose changes are gone.
-        `reveal=False` (a stream kept to one caller's jobs): a refusal does not name
-        the feed's last position."""
+        `reader`: the caller a stream is kept to (a submitter), whose cursors are
+        sealed for it (domain/changes.py); a refusal then names no position."""
         # The state as the database holds it now, not as this instance last saw it
         # (another instance may have pruned or moved the feed since).
         await self._advance()
@@ -278,29 +285,53 @@ class ChangeFeed:
         if not after_cursor:
             return state.pruned_through, state
         try:
-            feed_id, pos = parse_cursor(after_cursor)
+            cursor = parse_cursor(after_cursor)
         except ValueError as error:
             raise InvalidRequestError([FieldViolation("after_cursor", str(error))]) from None
-        if feed_id != state.feed_id:
+        oldest = state.oldest_cursor(reader)
+        if cursor.feed_id != state.feed_id:
             raise CursorExpiredError(
-                after_cursor, state.oldest_cursor, "it is of another feed (another database)"
+                after_cursor, oldest, "it is of another feed (another database)"
             )
+        pos = await self._position(cursor, reader, state)
         if pos < state.pruned_through:
-            raise CursorExpiredError(
-                after_cursor, state.oldest_cursor, "its changes are past --retain-changes"
-            )
+            raise CursorExpiredError(after_cursor, oldest, "its changes are past --retain-changes")
         if pos > state.last_pos:
             raise CursorExpiredError(
                 after_cursor,
-                state.oldest_cursor,
+                oldest,
                 (
                     f"it is ahead of this feed (last position {state.last_pos})"
-                    if reveal
+                    if reader is None
                     else "it is ahead of this feed"
                 )
                 + ": a restored database?",
             )
         return pos, state
+
+    async def _position(self, cursor: Cursor, reader: str | None, state: FeedState) -> int:
+        """The position `cursor` stands at for `reader` (None: an unfiltered stream)."""
+        if cursor.sealed is not None:
+            if reader is None:
+                why = "a cursor of a stream kept to one caller's jobs, not of this one"
+                raise InvalidRequestError([FieldViolation("after_cursor", why)])
+            try:
+                return state.unseal(cursor.sealed, reader)
+            except ValueError as error:
+                raise InvalidRequestError([FieldViolation("after_cursor", str(error))]) from None
+        assert cursor.pos is not None
+        # A plain cursor from a stream kept to one caller: what an older instance gave
+        # it (a rolling upgrade; migration 0020) stands at that caller's own change or
+        # at the oldest kept position, and is taken there. Any other position is a
+        # crafted one, refused as malformed: its answer must not tell whether it lies
+        # ahead of the feed (how many changes other tenants made).
+        if (
+            reader is None
+            or cursor.pos <= state.pruned_through
+            or await self._store.is_own_change(cursor.pos, reader)
+        ):
+            return cursor.pos
+        raise InvalidRequestError([FieldViolation("after_cursor", NOT_A_CURSOR)])
 
     async def follow(
         self, after_cursor: str, change_filter: ChangeFilter
@@ -336,7 +367,8 @@ class ChangeFeed:
         # position it could see anyway), never at a position others' changes reached.
         scoped = change_filter.requested_by is not None
         read_filter = ChangeFilter(requested_by=change_filter.requested_by) if scoped else None
-        pos, state = await self.start_position(after_cursor, reveal=not scoped)
+        reader = change_filter.requested_by
+        pos, state = await self.start_position(after_cursor, reader)
         sent = markable = pos
         marked = time.monotonic()
         while True:
@@ -346,7 +378,7 @@ class ChangeFeed:
                     markable = change.pos
                     if not change_filter.matches(change.job):
                         continue
-                yield state.cursor(change.pos), change.job
+                yield state.cursor(change.pos, reader), change.job
                 sent, marked = change.pos, time.monotonic()
             if not scoped:
                 markable = pos
@@ -359,7 +391,7 @@ class ChangeFeed:
             if markable > sent and (
                 not caught_up or time.monotonic() - marked >= self._mark_interval
             ):
-                yield state.cursor(markable), None
+                yield state.cursor(markable, reader), None
                 sent, marked = markable, time.monotonic()
             if caught_up:
                 moved = self._moved
@@ -401,7 +433,9 @@ class ChangeFeed:
                 changes, after = await self._store.read_changes(params)
         if after.pruned_through > pos:
             raise CursorExpiredError(
-                after_cursor, after.oldest_cursor, "its changes were pruned while it was read"
+                after_cursor,
+                after.oldest_cursor(change_filter.requested_by),
+                "its changes were pruned while it was read",
             )
         if len(changes) == READ_LIMIT:
             return changes, changes[-1].pos

@@ -2,19 +2,30 @@
 
 A cursor is `<feed_id>.<position>`: the feed (a random id made with the table, so a
 cursor of another database is recognised, not misread) and the position of the
-last change the reader has. Callers treat it as opaque; it is short (at most
+last change the reader has. A stream kept to one caller's jobs (a submitter's) is
+given `<feed_id>~<sealed>` instead: the position sealed for that caller (AES-SIV
+with the feed's key, the caller's name as associated data), so two of its cursors
+do not tell how many changes other tenants made between them, and no other caller
+can resume from it. Callers treat both as opaque; a cursor is short (at most
 MAX_CURSOR_CHARS) so an application can store it in a plain column.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
 from san_jobs.job_service.domain.model import Job, JobStatus, JobType
 
 MAX_CURSOR_CHARS = 128
 _CURSOR = re.compile(r"([0-9a-f]{1,32})\.(0|[1-9][0-9]{0,18})")
+# A sealed position: 8 bytes of position and AES-SIV's 16-byte tag, base64url.
+_SEALED = re.compile(r"([0-9a-f]{1,32})~([A-Za-z0-9_-]{32})")
+NOT_A_CURSOR = "not a cursor of this service (give one a change carried, or empty)"
 # Positions are BIGINT: a cursor beyond it is not one of ours.
 _MAX_POSITION = 2**63 - 1
 
@@ -28,14 +39,37 @@ class FeedState:
     last_pos: int
     # The last position retention deleted: changes after it are kept.
     pruned_through: int
+    # The key (hex, 64 bytes) that seals a reader's cursors (migration 0020).
+    cursor_key: str = ""
 
-    def cursor(self, pos: int) -> str:
-        return f"{self.feed_id}.{pos}"
+    def cursor(self, pos: int, reader: str | None = None) -> str:
+        """The cursor after `pos`: plain, or sealed for `reader` (a stream kept to
+        that caller's jobs)."""
+        if reader is None:
+            return f"{self.feed_id}.{pos}"
+        sealed = self._cipher().encrypt(pos.to_bytes(8, "big"), [reader.encode()])
+        return f"{self.feed_id}~{base64.urlsafe_b64encode(sealed).decode().rstrip('=')}"
 
-    @property
-    def oldest_cursor(self) -> str:
+    def oldest_cursor(self, reader: str | None = None) -> str:
         """Resuming after it reads every change kept (what an empty cursor means)."""
-        return self.cursor(self.pruned_through)
+        return self.cursor(self.pruned_through, reader)
+
+    def unseal(self, sealed: str, reader: str) -> int:
+        """The position `sealed` (a Cursor's) holds for `reader`; ValueError
+        (NOT_A_CURSOR) if it was not sealed by this feed for this reader."""
+        try:
+            data = base64.urlsafe_b64decode(sealed + "==")
+            pos = int.from_bytes(self._cipher().decrypt(data, [reader.encode()]), "big")
+        except (InvalidTag, ValueError):
+            raise ValueError(NOT_A_CURSOR) from None
+        if pos > _MAX_POSITION:
+            raise ValueError(NOT_A_CURSOR)
+        return pos
+
+    def _cipher(self) -> AESSIV:
+        if not self.cursor_key:
+            raise RuntimeError("job_change_feed has no cursor_key: run the migrations (0020)")
+        return AESSIV(bytes.fromhex(self.cursor_key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +98,24 @@ class ChangeFilter:
         )
 
 
-def parse_cursor(text: str) -> tuple[str, int]:
-    """(feed_id, position) of a cursor; ValueError, in words, for anything else."""
-    match = _CURSOR.fullmatch(text) if len(text) <= MAX_CURSOR_CHARS else None
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A cursor as given: its feed, and its position (plain) or sealed text."""
+
+    feed_id: str
+    pos: int | None = None
+    sealed: str | None = None
+
+
+def parse_cursor(text: str) -> Cursor:
+    """A cursor's parts, unchecked against any feed; ValueError, in words
+    (NOT_A_CURSOR), for anything that is not a cursor's shape."""
+    if len(text) > MAX_CURSOR_CHARS:
+        raise ValueError(NOT_A_CURSOR)
+    sealed = _SEALED.fullmatch(text)
+    if sealed is not None:
+        return Cursor(sealed.group(1), sealed=sealed.group(2))
+    match = _CURSOR.fullmatch(text)
     if match is None or int(match.group(2)) > _MAX_POSITION:
-        raise ValueError("not a cursor of this service (give one a change carried, or empty)")
-    return match.group(1), int(match.group(2))
+        raise ValueError(NOT_A_CURSOR)
+    return Cursor(match.group(1), pos=int(match.group(2)))

@@ -422,6 +422,10 @@ class ChangeStore(Protocol):
         them (so a reader sees whether retention deleted some of them meanwhile)."""
         ...
 
+    async def is_own_change(self, pos: int, requested_by: str) -> bool:
+        """Whether the change at `pos` (still kept) is of a job `requested_by` asked for."""
+        ...
+
     async def prune_changes(self, params: PruneChangesParams) -> int:
         """Delete, oldest position first and only as a prefix, at most `limit`
         changes made before `cutoff`, moving the feed's pruned_through with them in

@@ -24,7 +24,9 @@ from san_jobs.job_service.storage.tables import job_change_feed, job_changes
 _feed = job_change_feed.c
 _changes = job_changes.c
 
-FEED_STATE = select(_feed.feed_id, _feed.last_pos, _feed.pruned_through).where(_feed.id == 1)
+FEED_STATE = select(_feed.feed_id, _feed.last_pos, _feed.pruned_through, _feed.cursor_key).where(
+    _feed.id == 1
+)
 
 # One statement under the feed row's lock: number the committed rows that have no
 # position in the order they were written, and move last_pos past them. READ
@@ -43,7 +45,7 @@ SEQUENCE_PG = text(
     UPDATE job_change_feed
     SET last_pos = COALESCE((SELECT max(pos) FROM numbered), last_pos)
     WHERE id = 1
-    RETURNING feed_id, last_pos, pruned_through
+    RETURNING feed_id, last_pos, pruned_through, cursor_key
     """
 )
 _ANY_UNPOSITIONED = select(_changes.id).where(_changes.pos.is_(None)).limit(1)
@@ -64,7 +66,7 @@ def changes_query(params: ReadChangesParams) -> Any:
 
 
 def _state(row: Any) -> FeedState:
-    return FeedState(row.feed_id, int(row.last_pos), int(row.pruned_through))
+    return FeedState(row.feed_id, int(row.last_pos), int(row.pruned_through), row.cursor_key or "")
 
 
 def _change(row: Any) -> JobChange:
@@ -123,6 +125,13 @@ class ChangeQueries(StoreParts):
             # After the rows: a prune that committed before them shows here.
             state = _state((await conn.execute(FEED_STATE)).one())
         return changes, state
+
+    async def is_own_change(self, pos: int, requested_by: str) -> bool:
+        found = select(_changes.pos).where(
+            and_(_changes.pos == pos, _changes.requested_by == requested_by)
+        )
+        async with self._db.single() as conn:
+            return (await conn.execute(found)).first() is not None
 
     async def prune_changes(self, params: PruneChangesParams) -> int:
         async with self._db.tx() as conn:

@@ -434,6 +434,8 @@ job_change_feed = Table(
     Column("feed_id", String(32), nullable=False),
     Column("last_pos", BigInteger, nullable=False),
     Column("pruned_through", BigInteger, nullable=False),
+    # Migration 0020: the key (hex) that seals a submitter's cursors (domain/changes.py).
+    Column("cursor_key", String(128), nullable=True),
     CheckConstraint("id = 1", name="one_row"),
 )
 

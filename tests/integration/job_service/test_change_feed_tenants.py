@@ -1,7 +1,7 @@
 """StreamJobChanges under --auth token (issue 42, point 13), SQLite and PostgreSQL: a
 submitter's stream is kept to its own jobs, and nothing it receives tells it how far
 the feed moved with other tenants' changes (no progress mark at a position another's
-change reached, no last position in a refusal)."""
+change reached, no position in its cursors, no last position in a refusal)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,8 @@ async def test_a_submitters_marks_stand_only_at_its_own_changes(
     everything = await _messages(service, who["operator"], 1.0)
     cursor_of = {m.job.id: m.cursor for m in everything if m.HasField("job")}
     assert set(cursor_of) == {own, *others}
+    # alice's own feed: her change, under a cursor sealed for her.
+    (mine,) = [m.cursor for m in await _messages(service, who["alice"], 1.0) if m.job.id]
 
     # alice wants COMPLETED changes only: her CANCELLED one is skipped (a mark may
     # stand at it: she knows it), bob's are not hers to count, then or live.
@@ -93,10 +95,7 @@ async def test_a_submitters_marks_stand_only_at_its_own_changes(
     assert not [m for m in messages if m.HasField("job")]
     marks = [m.cursor for m in messages]
     assert marks, "a mark over alice's own skipped change keeps her cursor moving"
-    assert set(marks) == {cursor_of[own]}, (
-        f"marks at {marks}: alice's own change is at {cursor_of[own]}, "
-        f"bob's last at {cursor_of[others[-1]]}"
-    )
+    assert set(marks) == {mine}, f"marks at {marks}: alice's own change is at {mine}"
     # Resumed from her mark, her next change is the next thing she receives.
     later = await _cancelled(service, who, "alice")
     request = pb.StreamJobChangesRequest(after_cursor=marks[-1])
@@ -107,14 +106,55 @@ async def test_a_submitters_marks_stand_only_at_its_own_changes(
         call.cancel()
     assert first.job.id == later
 
-    # A cursor ahead of the feed is refused without naming the feed's last position.
+    # A position she could craft, ahead of the feed or at another's change, is refused
+    # as any malformed cursor is: the answer does not tell which (nor the last position).
     feed_id, _, pos = cursor_of[own].partition(".")
-    request = pb.StreamJobChangesRequest(after_cursor=f"{feed_id}.{int(pos) + 10_000}")
-    call = service.stub.StreamJobChanges(request, metadata=who["alice"], timeout=10)
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call.read()
-    assert rich_error(caught.value).reason == "CURSOR_EXPIRED"
-    assert "last position" not in (caught.value.details() or "")
+    for crafted in (f"{feed_id}.{int(pos) + 10_000}", cursor_of[others[-1]]):
+        call = service.stub.StreamJobChanges(
+            pb.StreamJobChangesRequest(after_cursor=crafted), metadata=who["alice"], timeout=10
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, crafted
+        assert set(rich_error(caught.value).field_violations) == {"after_cursor"}
+        assert "last position" not in (caught.value.details() or "")
+
+
+async def test_a_submitters_cursors_hold_no_position(start_service: StartService) -> None:
+    """Two of alice's changes with five of bob's between them: her cursors do not say
+    how far apart they are (a plain `<feed>.<position>` said 6), they resume her
+    stream only (bob's and the operator's refuse them), and a plain cursor an older
+    instance gave her (at her own change) still resumes (a rolling upgrade)."""
+    service, who = await _secured(start_service)
+    first = await _cancelled(service, who, "alice")
+    for _ in range(5):
+        await _cancelled(service, who, "bob")
+    second = await _cancelled(service, who, "alice")
+    everything = await _messages(service, who["operator"], 1.0)
+    plain = {m.job.id: m.cursor for m in everything if m.HasField("job")}
+    got = {m.job.id: m.cursor for m in await _messages(service, who["alice"], 1.0) if m.job.id}
+    assert set(got) == {first, second}
+    feed_id = plain[first].split(".")[0]
+    for cursor in got.values():
+        assert cursor.startswith(f"{feed_id}~"), cursor
+        assert not {c.split(".")[1] for c in plain.values()} & set(cursor.split("~")[1:])
+    assert len(got[first]) == len(got[second]) <= 128
+
+    async def first_answer(cursor: str, name: str) -> pb.StreamJobChangesResponse:
+        request = pb.StreamJobChangesRequest(after_cursor=cursor)
+        call = service.stub.StreamJobChanges(request, metadata=who[name], timeout=10)
+        try:
+            return await call.read()  # type: ignore[no-any-return]
+        finally:
+            call.cancel()
+
+    assert (await first_answer(got[first], "alice")).job.id == second
+    assert (await first_answer(plain[first], "alice")).job.id == second
+    for name in ("bob", "operator"):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await first_answer(got[first], name)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
+        assert set(rich_error(caught.value).field_violations) == {"after_cursor"}
 
 
 async def test_a_quiet_submitters_cursor_keeps_up_with_retention(

@@ -18,7 +18,7 @@ from san_jobs.job_service.domain.ports import PruneChangesParams, ReadChangesPar
 from tests.unit.job_service.test_updates import job
 
 LAST = 20_000  # positions kept: four windows of 5,000
-STATE = FeedState("ab", LAST, 0)
+STATE = FeedState("ab", LAST, 0, cursor_key="00" * 64)
 
 
 def _own_change(caller: str) -> JobChange:
@@ -79,7 +79,7 @@ async def test_ten_streams_of_one_caller_scan_as_one_bounded_reader() -> None:
     firsts = await asyncio.wait_for(asyncio.gather(*mallory), 10)
     took = time.monotonic() - started
 
-    assert all(cursor == f"ab.{LAST}" and j is not None for cursor, j in firsts)
+    assert all(cursor == STATE.cursor(LAST, "mallory") and j is not None for cursor, j in firsts)
     assert victor[1] is not None and victor[1].requested_by == "victor"
     assert store.scanned["mallory"] == 10 * LAST  # nothing skipped: every stream read all
     assert store.most_in_flight["mallory"] <= 2, store.most_in_flight

@@ -441,4 +441,4 @@ WITH fresh AS (
 UPDATE job_change_feed
 SET last_pos = COALESCE((SELECT max(pos) FROM numbered), last_pos)
 WHERE id = 1
-RETURNING feed_id, last_pos, pruned_through;
+RETURNING feed_id, last_pos, pruned_through, cursor_key;

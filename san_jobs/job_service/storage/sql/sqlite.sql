@@ -243,6 +243,6 @@ ORDER BY job_changes.pos
 LIMIT 500 OFFSET 0;
 
 -- name: change_feed_sequence (built per call)
-SELECT job_change_feed.feed_id, job_change_feed.last_pos, job_change_feed.pruned_through
+SELECT job_change_feed.feed_id, job_change_feed.last_pos, job_change_feed.pruned_through, job_change_feed.cursor_key
 FROM job_change_feed
 WHERE job_change_feed.id = 1;
