@@ -5,21 +5,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import URL, event, make_url
-from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import ConnectionPoolEntry
 
-SQLITE_BUSY_TIMEOUT_MS = 10_000
+from san_jobs.shared.sqlite_engine import (
+    SQLITE_BEGIN_OPTION,
+    SQLITE_BUSY_TIMEOUT_MS,
+    configure_sqlite,
+)
+
+__all__ = ["SQLITE_BEGIN_OPTION", "create_engine", "normalize_url"]
 
 # FULL: in WAL mode, every commit syncs the WAL to disk before it returns, so an
 # acknowledged Enqueue survives a power loss or an OS crash (NORMAL syncs only at
 # checkpoints: the last commits could be lost, though never corrupted).
 SQLITE_SYNCHRONOUS = "FULL"
-
-# Execution option read by the SQLite "begin" hook: writers take the write lock at
-# BEGIN (IMMEDIATE) so a read-then-write transaction never fails to upgrade its lock.
-SQLITE_BEGIN_OPTION = "san_sqlite_begin"
 
 
 def normalize_url(database_url: str | URL) -> URL:
@@ -74,25 +74,16 @@ def create_engine(
 
 
 def _setup_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
-        # Take BEGIN away from the driver; the "begin" hook below emits it.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-            cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
-            cursor.execute("PRAGMA foreign_keys=ON")
+    configure_sqlite(
+        engine,
+        [
+            "journal_mode=WAL",
+            f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+            f"synchronous={SQLITE_SYNCHRONOUS}",
+            "foreign_keys=ON",
             # A dependent cancelled by migration 0017's trigger ends its own
             # dependents by the same trigger: SQLite lets a trigger fire itself only so.
-            cursor.execute("PRAGMA recursive_triggers=ON")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        mode = conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "DEFERRED")
-        if mode == "NONE":  # autocommit: each statement is its own transaction
-            return
-        conn.exec_driver_sql(f"BEGIN {mode}")
+            "recursive_triggers=ON",
+        ],
+        begin="DEFERRED",  # readers; writers ask for IMMEDIATE (connections.py)
+    )
