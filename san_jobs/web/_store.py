@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from san_jobs.client.inbox import create_inbox_tables
 from san_jobs.client.outbox import create_outbox_table
+from san_jobs.shared.sqlite_engine import SQLITE_BUSY_TIMEOUT_MS, configure_sqlite
 from san_jobs.shared.sqlite_files import prepare_sqlite_url
 
 metadata = sa.MetaData()
@@ -217,6 +218,18 @@ class UserExistsError(Exception):
     """``users create`` of a name that is taken."""
 
 
+# san-web's SQLite file: WAL (pages read while the outbox, the inbox and the planner
+# write), a wait for the write lock, and each commit on disk before a scrap is
+# acknowledged. Every transaction begins IMMEDIATE: eight scraps posted at once (each a
+# read, then writes) failed 503 "database is locked" when a deferred transaction could
+# not upgrade its lock after another's commit, and so did the outbox relay's claim.
+SQLITE_PRAGMAS = (
+    "journal_mode=WAL",
+    f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+    "synchronous=FULL",
+)
+
+
 class ScrapStore:
     """Every read and write of the scraps table."""
 
@@ -229,6 +242,8 @@ class ScrapStore:
         # (0700 when made here), as job-service's database.
         prepare_sqlite_url(database_url)
         engine = create_async_engine(database_url)
+        if engine.dialect.name == "sqlite":
+            configure_sqlite(engine, SQLITE_PRAGMAS, begin="IMMEDIATE")
         async with engine.begin() as connection:
             await connection.run_sync(metadata.create_all)
             await connection.run_sync(_add_missing_columns)
