@@ -81,21 +81,31 @@ FIRST_DAY, LAST_DAY = date(1970, 1, 2), date(9998, 12, 31)
 # The planner's jobs are bulk work; a day made on request (generate) has a reader.
 PLANNED_PRIORITY = 4
 REQUESTED_PRIORITY = 1
-# What one day's jobs may carry (JobService's limits: 1,000 notes, 100 sources and 100
-# dependencies).
+# What one day's jobs may carry (JobService's limits: 1,000 notes, 100 sources; its 100
+# dependencies are more than MAX_WAITING_CARDS below).
 MAX_NOTES = 1000
-MAX_DEPENDENCIES = 99  # the recall depends on the note too
 MAX_SOURCES = 100
 # The gateway refuses, for good, a call whose input it estimates above its
 # --max-input-tokens (8,192 by default): a TIL of 150 cards' summaries failed. What
 # san-web sends is condensed to INPUT_TOKENS by the gateway's own estimate (the notes;
-# apart, the recall's titles and texts), less DEPENDENCY_TOKENS for each card still
-# being made (JobService adds its summary) and, for the recall, NOTE_TOKENS for the
-# day's note (JobService adds it as a source).
+# apart, the recall's titles and texts), less SUMMARY_TOKENS for each card still
+# being made (JobService adds its summary, whole) and, for the recall, NOTE_TOKENS for
+# the day's note (JobService adds it as a source).
 INPUT_TOKENS = 6000
-DEPENDENCY_TOKENS = 40
 NOTE_TOKENS = 1500
 MIN_BUDGET_TOKENS = 1000
+# The longest summary a card's job adds, by the gateway's estimate: the built-in
+# backend's is at most three sentences of 400 characters (ai_gateway/backends/local/
+# summarize.py); an upstream model is asked for three sentences. At 40 tokens each, a
+# hundred cards still being made at the end of a day came to 22,530 tokens.
+SUMMARY_TOKENS = 300
+# Cards still being made that fit beside the day's note in the recall's input: at most
+# this many go as dependencies. While more are being made, or their room would leave
+# out cards already made (a big day), the day waits for them, at most CARDS_WAIT past
+# its end (a provider's outage); then the newest that fit go (the older are likelier
+# stuck) and the note says how many of the day's cards it covers.
+MAX_WAITING_CARDS = (INPUT_TOKENS - NOTE_TOKENS - MIN_BUDGET_TOKENS) // SUMMARY_TOKENS
+CARDS_WAIT = timedelta(minutes=10)
 # A card cut below this many tokens says nothing: fewer cards are taken instead.
 MIN_CARD_TOKENS = 32
 SOURCE_TITLE_TOKENS = 12  # a recall source's title: 48 characters or so
@@ -545,12 +555,12 @@ class Days:
             return None if row.til_status == "SKIPPED" else dict(row.plan)
         owner = _owner_of(key)
         calendar = await self.calendar(owner)
-        plan = await self._new_plan(owner, calendar, date.fromisoformat(day))
-        if plan is None:
+        plan = await self._new_plan(owner, calendar, date.fromisoformat(day), wait=deferrable)
+        if isinstance(plan, str):
             if deferrable:
-                log.info("day %s of %s waits for a scrap's hand-off to JobService", day, key)
+                log.info("day %s of %s waits: %s", day, key, plan)
                 return None
-            raise DayProblem(f"a scrap of {day} is not yet handed to JobService")
+            raise DayProblem(plan)
         empty = not plan["notes"] and not plan["depends_on"]
         async with self._store.engine.begin() as conn:
             values: dict[str, Any] = {"plan": plan}
@@ -567,8 +577,10 @@ class Days:
         return dict(stored.plan)
 
     async def _new_plan(
-        self, owner: str | None, calendar: Calendar, day: date
-    ) -> dict[str, Any] | None:
+        self, owner: str | None, calendar: Calendar, day: date, *, wait: bool
+    ) -> dict[str, Any] | str:
+        """The day's plan, or why it waits (a scrap not yet handed to JobService; with
+        `wait`, more cards still being made than fit, for CARDS_WAIT past its end)."""
         start, end = calendar.window(day)
         query = (
             sa.select(
@@ -596,17 +608,19 @@ class Days:
             entry = entries.get(row.outbox_id) if row.outbox_id else None
             if not job_id and entry is not None:
                 if entry.state == "queued":
-                    return None
+                    return f"a scrap of {day} is not yet handed to JobService"
                 job_id = entry.job_id
             if job_id and job_id not in depends_on:
                 depends_on.append(job_id)
         total = len(cards) + len(depends_on)
-        depends_on = depends_on[:MAX_DEPENDENCIES]
-        waiting = DEPENDENCY_TOKENS * len(depends_on)
-        notes = condense(
-            [card["text"] for card in cards[:MAX_NOTES]],
-            max(MIN_BUDGET_TOKENS, INPUT_TOKENS - waiting),
-        )
+        texts = [card["text"] for card in cards[:MAX_NOTES]]
+        if depends_on and not _all_fit(texts, len(depends_on)):
+            _, end = calendar.window(day)
+            if wait and self._now() < end + CARDS_WAIT:
+                return f"{len(depends_on)} of its {total} cards are still being made"
+            depends_on = depends_on[-MAX_WAITING_CARDS:]
+        waiting = SUMMARY_TOKENS * len(depends_on)
+        notes = condense(texts, _notes_budget(len(depends_on)))
         # Each source costs its title and at least MIN_CARD_TOKENS of its text.
         budget = max(MIN_BUDGET_TOKENS, INPUT_TOKENS - NOTE_TOKENS - waiting)
         asked: list[dict[str, str]] = []
@@ -923,6 +937,20 @@ class Days:
             scrap_id = None if dependency == til_job_id else by_job.get(dependency)
             mapped[index] = (sources[index].title, scrap_id)
         return mapped
+
+
+def _notes_budget(waiting: int) -> int:
+    """The tokens of notes san-web sends beside `waiting` cards still being made."""
+    return max(MIN_BUDGET_TOKENS, INPUT_TOKENS - SUMMARY_TOKENS * waiting)
+
+
+def _all_fit(texts: list[str], waiting: int) -> bool:
+    """Whether `waiting` cards still being made go as dependencies beside every one of
+    `texts` (the cards made) as a note of its own: a big day whose notes the waiting
+    cards' room would squeeze out waits for them instead (CARDS_WAIT)."""
+    return waiting <= MAX_WAITING_CARDS and len(condense(texts, _notes_budget(waiting))) == len(
+        texts
+    )
 
 
 def _owned_by(owner: str | None) -> sa.ColumnElement[bool]:

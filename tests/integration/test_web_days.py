@@ -28,8 +28,10 @@ from san_jobs.client import (
 )
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.web._days import (
+    CARDS_WAIT,
     INPUT_TOKENS,
     MAX_GENERATIONS,
+    MAX_WAITING_CARDS,
     NOTE_TOKENS,
     Calendar,
     Days,
@@ -510,6 +512,68 @@ async def test_a_day_of_150_long_cards_fits_the_gateways_token_limit(web: Web) -
         )
         shown = await day_of(http, day)
         assert shown["cards"] == {"covered": 150, "of": 150}
+
+
+async def test_a_day_waits_a_bounded_while_for_more_cards_being_made_than_fit(
+    web: Web,
+) -> None:
+    """More cards still being made at the end of a day than MAX_WAITING_CARDS: each
+    adds its whole summary (JobService merges it), up to SUMMARY_TOKENS, so the day
+    waits for them (sent as 100 dependencies, their summaries came to 22,530 tokens and
+    the gateway refused the note for good); CARDS_WAIT past its end it goes with the
+    newest that fit, and says how many of its cards the note covers."""
+    day = today()
+    async with web.login("") as http:
+        await carded(web, http, "Queues", "Queues hold jobs.")
+        making = [await web.save(http, f"Making {i}") for i in range(MAX_WAITING_CARDS + 4)]
+        jobs = [(await http.get(f"/api/scraps/{s}")).json()["jobId"] for s in making]
+        store: ScrapStore = web.app.state.store
+        _, end = Calendar(time(21, 0), ZoneInfo("UTC")).window(date.fromisoformat(day))
+        moment = end + timedelta(seconds=1)
+
+        def instance() -> Days:
+            client = web.service.async_client()
+            return Days(store, client, web.app.state.outbox, QUIET, now=lambda: moment)
+
+        assert await instance().plan_ended_days() == []  # it waits for its cards
+        assert not [j for j in web.service.jobs if j.job_type != pb.JOB_TYPE_CARD_ANALYSIS]
+        shown = await day_of(http, day)
+        assert shown["status"] == "MAKING" and shown["cards"] is None
+        # Four of them are made: the rest fit, and go as dependencies.
+        for scrap in making[:4]:
+            await web.complete(http, scrap, [1.0, 0.0], summary=f"Card {scrap} made.")
+        assert await instance().plan_ended_days() == [("_", day)]
+        note = next(j for j in web.service.jobs if j.job_type == pb.JOB_TYPE_TIL_GENERATION)
+        assert list(note.depends_on) == jobs[4:]
+        assert len(note.til_generation_input.notes) == 5
+
+    # The day before, its cards (jobs JobService holds, here only their ids) stuck.
+    later_day = date.fromisoformat(day) - timedelta(days=1)
+    async with store.engine.begin() as conn:
+        for i in range(MAX_WAITING_CARDS + 2):
+            await conn.execute(
+                scraps.insert().values(
+                    id=f"stuck-{i:02d}",
+                    url="",
+                    title=f"Stuck {i}",
+                    text="t",
+                    job_id=f"job-stuck-{i:02d}",
+                    created_at=datetime.combine(later_day, time(12, i), tzinfo=UTC),
+                )
+            )
+    _, later_end = Calendar(time(21, 0), ZoneInfo("UTC")).window(later_day)
+    moment = later_end + CARDS_WAIT - timedelta(seconds=1)
+    assert ("_", later_day.isoformat()) not in await instance().plan_ended_days()
+    moment = later_end + CARDS_WAIT
+    plan = await instance()._new_plan(
+        None,
+        Calendar(time(21, 0), ZoneInfo("UTC")),
+        later_day,
+        wait=True,
+    )
+    assert isinstance(plan, dict), plan
+    assert plan["depends_on"] == [f"job-stuck-{i:02d}" for i in range(2, MAX_WAITING_CARDS + 2)]
+    assert plan["cards"] == {"covered": MAX_WAITING_CARDS, "of": MAX_WAITING_CARDS + 2}
 
 
 def test_condense_keeps_what_fits_and_shares_the_rest_fairly() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import start_web
-from test_web_cards_e2e import wait_for_cards
+from test_web_cards_e2e import shown_cards, wait_for_cards
 
 from san_jobs.client import JobsClient, JobStatus, JobType
 from tests.support.ci import skip_or_fail_in_ci
@@ -256,3 +257,76 @@ def test_a_failed_card_cancels_the_day_until_it_is_retried_and_the_day_generated
             assert sorted(j.request_id for j in til_jobs) == [f"til:_:{day}", f"til:_:{day}:2"]
         finally:
             stop_all(web, gateway)
+
+
+# Words for the big day's texts: each scrap's text is its own (no two summaries alike).
+_WORDS = " ".join(
+    (
+        "lantern harbour copper meadow lattice thunder orchard quarry willow basalt",
+        "compass ember falcon glacier harvest island juniper kestrel lagoon marble",
+        "nectar obsidian prairie quartz reservoir saffron tundra umber valley walnut",
+    )
+).split(" ")
+BIG_DAY = 150
+
+
+def long_text(index: int) -> str:
+    """Six sentences of about 300 characters: the built-in backend's summary of it is
+    three of them, some 230 tokens by the gateway's estimate."""
+    sentences = []
+    for n in range(6):
+        words = [_WORDS[(index * 7 + n * 13 + k * 3) % len(_WORDS)] for k in range(40)]
+        sentences.append(f"Scrap {index} part {n} tells of {' '.join(words)}.")
+    return " ".join(sentences)
+
+
+def test_a_day_of_150_scraps_whose_cards_are_still_being_made_at_its_end_completes(
+    tmp_path: Path, databases: tuple[str, str]
+) -> None:
+    """150 scraps, taken while job-service was down (the outbox keeps them), and its
+    --rate-limit CARD_ANALYSIS=10/s keeps most of their cards in the making when the
+    day ends. Sent as dependencies, their summaries (JobService adds each whole) came
+    to 22,530 tokens, and the gateway refused the day's note for good (over its
+    --max-input-tokens, 8,192): the day FAILED. Now the day waits for its cards (a
+    bounded while) and its note covers all 150. About 45 s on a loaded 2-core machine:
+    four process starts, 150 scraps posted (10 s), and the cards' 15 s at the rate,
+    which is the point."""
+    jobs_url, web_url = databases
+    port = f"127.0.0.1:{free_port()}"
+    with running(start_gateway(tmp_path)) as gateway:
+        web = start_web(tmp_path, port, "--til-at", "23:59:59", database_url=web_url)
+        try:
+            base = f"http://{web.address}"
+            with ThreadPoolExecutor(8) as pool:  # a scrap is a few writes: in parallel
+                scraps = list(
+                    pool.map(lambda i: post_scrap(base, f"Scrap {i}", long_text(i)), range(BIG_DAY))
+                )
+        finally:
+            stop_all(web)
+        flags = ["--listen", port, "--poll-interval", "0.2"]
+        flags += ["--rate-limit", "CARD_ANALYSIS=10/s"]
+        with running(
+            start_job_service(tmp_path, *flags, gateway=gateway.address, database_url=jobs_url)
+        ):
+            end, day = til_at(2)
+            web = start_web(tmp_path, port, *day_flags(end), database_url=web_url)
+            try:
+                base = f"http://{web.address}"
+                making = wait_for_day(base, day, {"MAKING", "COMPLETED", "FAILED", "CANCELLED"})
+                cards = shown_cards(base)
+                print(f"cards home when the day ended: {len(cards)} of {BIG_DAY}")
+                shown = wait_for_day(base, day, {"COMPLETED", "FAILED", "CANCELLED"}, within=120)
+                found = day_jobs(port)
+            finally:
+                stop_all(web)
+    assert len(cards) < BIG_DAY - 50, "the day ended with most cards made: no test"
+    assert making["status"] == "MAKING"
+    assert shown["status"] == "COMPLETED", {k: shown[k] for k in ("status", "error", "cards")}
+    assert shown["cards"] == {"covered": BIG_DAY, "of": BIG_DAY}, shown["cards"]
+    (til,) = found[JobType.JOB_TYPE_TIL_GENERATION]
+    (recall,) = found[JobType.JOB_TYPE_RECALL_GENERATION]
+    assert til.status == recall.status == JobStatus.JOB_STATUS_COMPLETED
+    assert len(shown["scraps"]) == BIG_DAY and {s["scrapId"] for s in shown["scraps"]} == set(
+        scraps
+    )
+    assert shown["questions"], shown
