@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import start_web
+from conftest import create_web_user, start_web
 from test_web_cards_e2e import shown_cards, wait_for_cards
 
 from san_jobs.client import JobsClient, JobStatus, JobType
@@ -330,3 +330,98 @@ def test_a_day_of_150_scraps_whose_cards_are_still_being_made_at_its_end_complet
         scraps
     )
     assert shown["questions"], shown
+
+
+USERS = {"alice": "a long enough passphrase", "bob": "the other long passphrase"}
+OWN_TOPICS = {"alice": ["Lighthouses", "Sourdough"], "bob": ["Volcanoes", "Honeybees", "Glaciers"]}
+
+
+def test_each_user_gets_their_own_day_and_sees_no_one_elses(
+    tmp_path: Path, databases: tuple[str, str]
+) -> None:
+    """Issue 43's tenant rule with real processes (san-web --auth password, two users):
+    past the end of the day each user's scraps make that user's note and questions
+    (request ids til:<user>:<day>), from their own cards only; neither sees the other's
+    day, note job or scraps, and one cannot make the other's day. About 20 s: three
+    process starts, five cards, the end of day's wait."""
+    jobs_url, web_url = databases
+    for name, password in USERS.items():
+        made = create_web_user(web_url, name, password)
+        assert made.returncode == 0, made.stderr
+    with running(start_gateway(tmp_path)) as gateway:
+        flags = ["--poll-interval", "0.2"]
+        with running(
+            start_job_service(tmp_path, *flags, gateway=gateway.address, database_url=jobs_url)
+        ) as service:
+            end, day = til_at(6)
+            web = start_web(
+                tmp_path, service.address, "--auth", "password", *day_flags(end),
+                database_url=web_url,
+            )  # fmt: skip
+            try:
+                base = f"http://{web.address}"
+                sessions = {name: _logged_in(base, name) for name in USERS}
+                scraps = {
+                    name: [_post(sessions[name], topic, TEXTS[topic]) for topic in OWN_TOPICS[name]]
+                    for name in USERS
+                }
+                shown = {
+                    name: _wait_for_own_day(sessions[name][0], day, len(OWN_TOPICS[name]))
+                    for name in USERS
+                }
+                alice, bob = sessions["alice"][0], sessions["bob"][0]
+                alice_note = shown["alice"]["noteJobId"]
+                # bob, knowing alice's ids, finds nothing of hers.
+                assert bob.get(f"/api/async-jobs/{alice_note}").status_code == 404
+                for scrap in scraps["alice"]:
+                    assert bob.get(f"/api/scraps/{scrap}").status_code == 404
+                listed = bob.get("/api/days").json()["days"]
+                assert [d["noteJobId"] for d in listed] == [shown["bob"]["noteJobId"]]
+                # alice's day again, asked by bob, is his own: the same words as his.
+                assert bob.get(f"/api/days/{day}").json() == shown["bob"]
+                assert alice.get(f"/api/async-jobs/{alice_note}").status_code == 200
+                found = day_jobs(service.address)
+            finally:
+                for client, _ in sessions.values():
+                    client.close()
+                stop_all(web)
+    tils = {j.request_id: j for j in found[JobType.JOB_TYPE_TIL_GENERATION]}
+    assert set(tils) == {f"til:{name}:{day}" for name in USERS}
+    for name in USERS:
+        day_shown = shown[name]
+        assert day_shown["status"] == "COMPLETED", day_shown
+        assert [s["scrapId"] for s in day_shown["scraps"]] == scraps[name]
+        assert {q["scrapId"] for q in day_shown["questions"]} <= set(scraps[name])
+        own_words = " ".join(OWN_TOPICS[name])
+        others = [t for n in USERS if n != name for t in OWN_TOPICS[n]]
+        notes = " ".join(tils[f"til:{name}:{day}"].til_generation_input.notes)
+        assert all(TEXTS[t].split(" ")[0] in notes for t in OWN_TOPICS[name]), own_words
+        assert not any(TEXTS[t].split(" ")[0] in notes for t in others), notes
+
+
+def _logged_in(base: str, name: str) -> tuple[httpx.Client, str]:
+    client = httpx.Client(base_url=base, timeout=30)
+    answer = client.post("/api/session", json={"username": name, "password": USERS[name]})
+    assert answer.status_code == 200, answer.text
+    return client, str(answer.json()["csrfToken"])
+
+
+def _post(session: tuple[httpx.Client, str], title: str, text: str) -> str:
+    client, csrf = session
+    answer = client.post(
+        "/api/scraps", json={"title": title, "text": text}, headers={"X-CSRF-Token": csrf}
+    )
+    assert answer.status_code == 202, answer.text
+    return str(answer.json()["scrapId"])
+
+
+def _wait_for_own_day(client: httpx.Client, day: str, questions: int) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        answer = client.get(f"/api/days/{day}")
+        body: dict[str, Any] = answer.json() if answer.status_code == 200 else {}
+        if body.get("status") == "COMPLETED" and len(body["questions"]) >= questions:
+            return body
+        assert body.get("status") not in ("FAILED", "CANCELLED"), body
+        assert time.monotonic() < deadline, f"day {day}: {answer.text}"
+        time.sleep(0.1)
