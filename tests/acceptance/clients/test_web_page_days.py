@@ -2,16 +2,18 @@
 ai-gateway (built-in backend) and san-web processes: two scraps become cards, the
 open day is made from the page ("Make it now"), its note appears, the quiz shows one
 question at a time, an answer is revealed, "Next question" moves on, and a question's
-source leads to the scrap it came from (issue 43)."""
+source leads to the scrap it came from (issue 43). And a day that failed: it says why,
+naming the scrap whose card failed, with a link to it, and offers "Make it again"."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from conftest import Stack, _stop, start_web
+from conftest import Stack, _stop, scrap_job_id, start_web
 from test_web_cards_e2e import wait_for_cards
 from test_web_page import TEXT, browser, wait_visible
 
@@ -98,3 +100,52 @@ def test_a_day_its_note_and_a_question_revealed(browser: object, web_of_days: st
     assert cited in saved.values()
     links[0].click()
     assert wait_visible(page, "scrap-title", timeout=10) == cited
+
+
+@pytest.fixture
+def web_of_failures(
+    failing_stack: Stack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A san-web of its own on the stack whose gateway fails every call (once)."""
+    folder = tmp_path_factory.mktemp("page-failed-day")
+    web = start_web(
+        folder, failing_stack.address, database_url=f"sqlite+aiosqlite:///{folder / 'web.db'}"
+    )
+    yield f"http://{web.address}"
+    _stop(web)
+
+
+def test_a_failed_day_says_which_scraps_card_failed_and_offers_to_make_it_again(
+    browser: object, web_of_failures: str
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    base, page = web_of_failures, browser
+    driver: Any = page
+    answer = httpx.post(f"{base}/api/scraps", json={"title": "Comets", "text": TEXT})
+    assert answer.status_code == 202, answer.text
+    scrap = answer.json()["scrapId"]
+    job_id = scrap_job_id(base, scrap)
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{base}/api/async-jobs/{job_id}").json()["status"] != "FAILED":
+        assert time.monotonic() < deadline, "the card never failed"
+        time.sleep(0.1)
+    day = httpx.get(f"{base}/api/days").json()["days"][0]["day"]
+
+    driver.get(base + "/")
+    WebDriverWait(driver, 10).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, f"#day-list button[data-day='{day}']")
+    ).click()
+    assert wait_visible(driver, "day-heading", timeout=10) == day
+    driver.find_element(By.ID, "day-generate").click()
+    WebDriverWait(driver, 30).until(
+        lambda d: d.find_element(By.ID, "day-status").text == "CANCELLED"
+    )
+    error = driver.find_element(By.ID, "day-error")
+    assert error.text == f"Dependency {job_id} FAILED: the card of Comets failed", error.text
+    assert driver.find_element(By.ID, "day-generate").text == "Make it again"
+    assert driver.find_element(By.ID, "day-generate").is_enabled()
+    assert not driver.find_element(By.ID, "day-note").is_displayed()
+    error.find_element(By.CSS_SELECTOR, "a").click()
+    assert wait_visible(driver, "scrap-title", timeout=10) == "Comets"
