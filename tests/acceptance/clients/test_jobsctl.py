@@ -131,6 +131,38 @@ def test_til_and_recall_jobs_and_paging(ok_stack: Stack) -> None:
     assert len(everything["jobs"]) >= 2 and everything["nextPageToken"] == ""
 
 
+def test_the_pipeline_by_ids_alone_against_a_real_job_service(ok_stack: Stack) -> None:
+    """Issue 43: `enqueue til-generation --after CARD...` without --note and `enqueue
+    recall-generation --after TIL` without --source-text, against real processes:
+    JobService gives the TIL the cards' summaries and the recall the TIL's note."""
+    target = ok_stack.address
+    cards = [enqueue_card(target, f"pipeline-{i}") for i in range(2)]
+    til = jobsctl(
+        target, "enqueue", "til-generation", "--target-id", "pipeline-day",
+        "--day", "2026-12-07", "--after", cards[0], "--after", cards[1],
+    )  # fmt: skip
+    assert til.returncode == 0, til.stderr
+    recall = jobsctl(
+        target, "enqueue", "recall-generation", "--target-id", "pipeline-quiz",
+        "--after", til.stdout.strip(), "--question-count", "2",
+    )  # fmt: skip
+    assert recall.returncode == 0, recall.stderr
+    done = jobsctl(target, "watch", recall.stdout.strip(), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["status"] == "JOB_STATUS_COMPLETED"
+    summaries = [
+        json.loads(jobsctl(target, "get", card, "--json").stdout)["cardAnalysisResult"]["summary"]
+        for card in cards
+    ]
+    til_job = json.loads(jobsctl(target, "get", til.stdout.strip(), "--json").stdout)
+    assert sorted(til_job["tilGenerationInput"]["notes"]) == sorted(summaries)
+    recall_job = json.loads(jobsctl(target, "get", recall.stdout.strip(), "--json").stdout)
+    (source,) = recall_job["recallGenerationInput"]["sources"]
+    assert source["jobId"] == til_job["id"]
+    assert source["text"] == til_job["tilGenerationResult"]["body"]
+    assert recall_job["recallGenerationResult"]["questions"]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
