@@ -460,6 +460,37 @@ class Days:
             raise DayProblem(f"no scrap of {text} has a card or a job yet")
         return made.til_job_id or "", made.recall_job_id or ""
 
+    async def remake_without(self, owner: str | None, cancelled: list[str]) -> list[str]:
+        """The days of `owner` whose current making waits for one of the `cancelled`
+        card jobs (a scrap deleted while its card was being made: JobService cancels
+        the day's note and questions with it) are made again without it, so a scrap
+        deleted before its day's note runs is left out, not the whole day. The days
+        made again; a day that cannot be (made too often, no scrap left) keeps its
+        CANCELLED and says why."""
+        if not cancelled:
+            return []
+        async with self._store.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    sa.select(daily_notes.c.day, daily_notes.c.plan, daily_notes.c.til_status)
+                    .where(daily_notes.c.owner_key == owner_key(owner))
+                    .where(daily_notes.c.plan.is_not(None))
+                )
+            ).all()
+        remade: list[str] = []
+        for row in rows:
+            waiting = set((row.plan or {}).get("depends_on", ()))
+            if row.til_status == "COMPLETED" or not waiting & set(cancelled):
+                continue
+            try:
+                await self.generate(owner, date.fromisoformat(row.day))
+            except (DayProblem, JobsError) as error:
+                log.warning("day %s of %s not made again without a deleted scrap: %s",
+                            row.day, owner_key(owner), error)  # fmt: skip
+                continue
+            remade.append(row.day)
+        return remade
+
     async def _refuse_if_active(self, row: Any) -> None:
         for job_id in (row.til_job_id, row.recall_job_id):
             if not job_id:

@@ -517,6 +517,9 @@ async def delete_scrap(request: Request) -> Response:
             continue  # it finished meanwhile: nothing to cancel
         cancelled.append(job.id)
     await store.delete(scrap_id)
+    # A day whose note was waiting for this card was cancelled with it: made again.
+    days: Days = request.app.state.days
+    await days.remake_without(current_user(request), cancelled)
     return JSONResponse({"scrapId": scrap_id, "deleted": True, "cancelledJobIds": cancelled})
 
 

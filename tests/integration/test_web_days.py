@@ -300,6 +300,37 @@ async def test_a_second_user_never_sees_or_makes_the_first_ones_day(web_login: W
         assert [s["title"] for s in shown["scraps"]] == ["Ann's queues"]
 
 
+async def test_a_scrap_deleted_while_its_card_is_awaited_is_left_out_not_the_day(
+    web: Web,
+) -> None:
+    """Deleting a scrap cancels its card's job, and JobService cancels the day's note
+    and questions waiting for it: the day was CANCELLED for a scrap the user meant to
+    drop. Now the day is made again without it, and completes."""
+    day = today()
+    async with web.login("") as http:
+        await carded(web, http, "Queues", "Queues hold jobs.")
+        running = await web.save(http, "Workers")
+        card_job = (await http.get(f"/api/scraps/{running}")).json()["jobId"]
+        made = await http.post(f"/api/days/{day}/generate")
+        assert made.status_code == 202, made.text
+        first_note = web.service.job(made.json()["noteJobId"])
+        assert list(first_note.depends_on) == [card_job]
+
+        deleted = await http.delete(f"/api/scraps/{running}")
+        assert deleted.status_code == 200, deleted.text
+        assert deleted.json()["cancelledJobIds"] == [card_job]
+        assert web.service.job(first_note.id).status == pb.JOB_STATUS_CANCELLED
+        shown = await day_of(http, day)
+        assert shown["generation"] == 2 and shown["status"] == "MAKING", shown
+        note = web.service.job(shown["noteJobId"])
+        assert note.request_id == f"til:_:{day}:2"
+        assert list(note.til_generation_input.notes) == ["Queues hold jobs."]
+        assert list(note.depends_on) == []
+        finish_day(web, shown["noteJobId"], shown["questionsJobId"], 1)
+        done = await eventually(lambda: _completed(http, day), "the day made again completed")
+        assert [s["title"] for s in done["scraps"]] == ["Queues"]
+
+
 async def test_an_ended_day_is_made_once_by_every_san_web_that_looks(web: Web) -> None:
     day = today()
     async with web.login("") as http:
