@@ -45,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.client import (
     AsyncJobsClient,
+    InvalidJobStateError,
     InvalidRequestError,
     JobNotFoundError,
     JobsError,
@@ -460,28 +461,41 @@ class Days:
             raise DayProblem(f"no scrap of {text} has a card or a job yet")
         return made.til_job_id or "", made.recall_job_id or ""
 
-    async def remake_without(self, owner: str | None, cancelled: list[str]) -> list[str]:
-        """The days of `owner` whose current making waits for one of the `cancelled`
-        card jobs (a scrap deleted while its card was being made: JobService cancels
-        the day's note and questions with it) are made again without it, so a scrap
-        deleted before its day's note runs is left out, not the whole day. The days
-        made again; a day that cannot be (made too often, no scrap left) keeps its
-        CANCELLED and says why."""
-        if not cancelled:
-            return []
+    async def remake_without(
+        self, owner: str | None, scrap_id: str, cancelled: list[str]
+    ) -> list[str]:
+        """A scrap of `owner`'s was deleted (`cancelled`: its card jobs that were still
+        being made, which JobService cancelled, and with them any day's note and
+        questions waiting for them). Every day whose current making holds the scrap,
+        as a note sent or as a card awaited, and whose note has not run yet, is made
+        again without it (its next generation; a note still waiting or running is
+        cancelled first): a scrap deleted before its day's note runs is left out, not
+        the whole day. The days made again; a day that cannot be (made too often, no
+        scrap left) keeps its state and the log says why."""
         async with self._store.engine.connect() as conn:
             rows = (
                 await conn.execute(
-                    sa.select(daily_notes.c.day, daily_notes.c.plan, daily_notes.c.til_status)
+                    sa.select(daily_notes)
                     .where(daily_notes.c.owner_key == owner_key(owner))
                     .where(daily_notes.c.plan.is_not(None))
+                    .where(
+                        sa.or_(
+                            daily_notes.c.til_status.is_(None),
+                            daily_notes.c.til_status != "COMPLETED",
+                        )
+                    )
                 )
             ).all()
         remade: list[str] = []
         for row in rows:
-            waiting = set((row.plan or {}).get("depends_on", ()))
-            if row.til_status == "COMPLETED" or not waiting & set(cancelled):
+            plan = row.plan or {}
+            awaited = set(plan.get("depends_on", ())) & set(cancelled)
+            if not awaited and scrap_id not in plan.get("scrapIds", ()):
                 continue
+            for job_id in (row.til_job_id, row.recall_job_id):
+                if job_id:
+                    with contextlib.suppress(InvalidJobStateError, JobNotFoundError):
+                        await self._client.cancel_job(job_id, reason="a scrap of the day deleted")
             try:
                 await self.generate(owner, date.fromisoformat(row.day))
             except (DayProblem, JobsError) as error:
@@ -666,6 +680,8 @@ class Days:
         sources = [{**card, "text": text} for card, text in zip(asked, texts, strict=True)]
         return {
             "notes": notes,
+            # The scraps whose cards the notes are (a deleted one remakes the day).
+            "scrapIds": [card["scrapId"] for card in cards[: len(notes)]],
             "sources": sources,
             "depends_on": depends_on,
             # How many of the day's cards the note covers (the others did not fit).

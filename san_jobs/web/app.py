@@ -519,7 +519,7 @@ async def delete_scrap(request: Request) -> Response:
     await store.delete(scrap_id)
     # A day whose note was waiting for this card was cancelled with it: made again.
     days: Days = request.app.state.days
-    await days.remake_without(current_user(request), cancelled)
+    await days.remake_without(current_user(request), scrap_id, cancelled)
     return JSONResponse({"scrapId": scrap_id, "deleted": True, "cancelledJobIds": cancelled})
 
 

@@ -331,6 +331,33 @@ async def test_a_scrap_deleted_while_its_card_is_awaited_is_left_out_not_the_day
         assert [s["title"] for s in done["scraps"]] == ["Queues"]
 
 
+async def test_a_scrap_deleted_before_its_days_note_runs_is_not_in_it(web: Web) -> None:
+    """Its card was made, and its summary sent as one of the note's notes; the note has
+    not run: san-web cancels it and makes the day again without the scrap. A day whose
+    note ran keeps it (deleting a scrap does not unmake what was learned)."""
+    day = today()
+    async with web.login("") as http:
+        await carded(web, http, "Queues", "Queues hold jobs.")
+        workers = await carded(web, http, "Workers", "Workers claim jobs.")
+        made = (await http.post(f"/api/days/{day}/generate")).json()
+        first_note = web.service.job(made["noteJobId"])
+        assert len(first_note.til_generation_input.notes) == 2
+
+        assert (await http.delete(f"/api/scraps/{workers}")).status_code == 200
+        assert web.service.job(first_note.id).status == pb.JOB_STATUS_CANCELLED
+        shown = await day_of(http, day)
+        assert shown["generation"] == 2, shown
+        note = web.service.job(shown["noteJobId"])
+        assert list(note.til_generation_input.notes) == ["Queues hold jobs."]
+        finish_day(web, shown["noteJobId"], shown["questionsJobId"], 1)
+        await eventually(lambda: _completed(http, day), "the day made again completed")
+        # Completed: deleting its last scrap leaves the day as it is.
+        queues = shown["scraps"][0]["scrapId"]
+        assert (await http.delete(f"/api/scraps/{queues}")).status_code == 200
+        after = await day_of(http, day)
+        assert after["generation"] == 2 and after["status"] == "COMPLETED", after
+
+
 async def test_an_ended_day_is_made_once_by_every_san_web_that_looks(web: Web) -> None:
     day = today()
     async with web.login("") as http:
