@@ -145,9 +145,5 @@ class UpdateHub:
         return list(self._by_job)
 
     @property
-    def has_feeds(self) -> bool:
-        return bool(self._feeds)
-
-    @property
     def subscription_count(self) -> int:
         return len(self._feeds) + len({id(s) for subs in self._by_job.values() for s in subs})

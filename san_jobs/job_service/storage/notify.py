@@ -123,10 +123,6 @@ class PgChangeListener:
         self._tasks = []
         await self._close_connection()
 
-    @property
-    def is_listening(self) -> bool:
-        return self._listening.is_set()
-
     async def _close_connection(self) -> None:
         conn, self._conn = self._conn, None
         self._listening.clear()
