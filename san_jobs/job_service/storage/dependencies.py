@@ -48,7 +48,13 @@ from san_jobs.job_service.storage.errors import sqlstate
 from san_jobs.job_service.storage.rows import chunks
 from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
 from san_jobs.job_service.storage.transition_sql import Rows, time_params
-from san_jobs.job_service.storage.writes import JobWrites, enqueue_row
+from san_jobs.job_service.storage.writes import (
+    CONFLICT_TRIES,
+    KEPT_CONFLICTING,
+    JobWrites,
+    conflict_answer,
+    enqueue_row,
+)
 
 _jobs = async_jobs.c
 _deps = job_dependencies.c
@@ -90,8 +96,8 @@ class JobDependencies(JobWrites):
         a type this job takes), insert the job waiting for those not COMPLETED, its
         job_dependencies rows, and end it at once if one already FAILED or was
         CANCELLED. A request_id or active target already held: answered as any
-        Enqueue's conflict (`_conflict_answer`)."""
-        for attempt in range(5):
+        Enqueue's conflict (`conflict_answer`)."""
+        for attempt in range(CONFLICT_TRIES):
             try:
                 return await self._insert_dependent(new), False
             except _Conflict:
@@ -100,15 +106,15 @@ class JobDependencies(JobWrites):
                 # Rolled back whole by the database (a deadlock with a writer that
                 # locks in another order, a serialization failure): nothing of it was
                 # stored, so it is written again here rather than failing the call.
-                if sqlstate(error) not in _ROLLED_BACK or attempt == 4:
+                if sqlstate(error) not in _ROLLED_BACK or attempt == CONFLICT_TRIES - 1:
                     raise
                 await asyncio.sleep(random.uniform(0.005, 0.02) * (attempt + 1))
                 continue
             async with self._db.single() as conn:
-                winner = await self._conflict_answer(conn, new, on_duplicate)
+                winner = await conflict_answer(self._db, self._sql, conn, new, on_duplicate)
             if winner is not None:
                 return winner
-        raise StorageUnavailableError("enqueue kept conflicting with jobs that changed state")
+        raise StorageUnavailableError(KEPT_CONFLICTING)
 
     async def _insert_dependent(self, new: NewJob) -> Job:
         now = self._now()

@@ -50,8 +50,8 @@ from sqlalchemy import ColumnElement, and_, case, delete, exists, func, or_, sel
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from san_jobs.job_service.domain.job_ids import new_job_id
-from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, JobStatus
+from san_jobs.job_service.domain.errors import DuplicateJobError, StorageUnavailableError
+from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, JobStatus, NewJob, OnDuplicate
 from san_jobs.job_service.domain.schedules import (
     PER_OWNER_IN_ROUND,
     WAITING_RECHECK,
@@ -72,8 +72,11 @@ from san_jobs.job_service.domain.schedules import (
 from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.rows import as_utc
 from san_jobs.job_service.storage.tables import api_tokens, async_jobs, job_schedules
-from san_jobs.job_service.storage.transition_sql import time_params
-from san_jobs.job_service.storage.writes import enqueue_row
+from san_jobs.job_service.storage.writes import (
+    CONFLICT_TRIES,
+    KEPT_CONFLICTING,
+    insert_or_answer,
+)
 
 __all__ = ["FireOutcome", "ScheduleQueries", "row_to_schedule"]
 
@@ -479,31 +482,19 @@ class ScheduleQueries(StoreParts):
         return ""
 
     async def _enqueue_period(
-        self, conn: AsyncConnection, new: Any
+        self, conn: AsyncConnection, new: NewJob
     ) -> tuple[Job | None, bool, str]:
-        """The period's job, inserted in the round's transaction: (job, deduplicated,
-        "") or, when the target already has an active job of another origin, (None,
-        False, why)."""
-        sql = self._sql
-        params = time_params(self._now()) | sql.enqueue_params.bind(
-            **enqueue_row(new_job_id(), new)
-        )
-        inserted = await self._db.jobs(conn, sql.enqueue, params)
-        if inserted:
-            return inserted[0], False, ""
-        same = await self._db.jobs(
-            conn, sql.by_request_id, {"p_request_id": new.request_id, "p_tenant": new.tenant}
-        )
-        if same:
-            return same[0], True, ""
-        active = await self._db.jobs(
-            conn,
-            sql.active_for_target,
-            {
-                "p_job_type": new.job_type.value,
-                "p_target_id": new.target_id,
-                "p_tenant": new.tenant,
-            },
-        )
-        holder = active[0].id if active else "?"
-        return None, False, f"the target has an active job {holder} (not this schedule's)"
+        """The period's job, inserted in the round's transaction as any Enqueue is
+        (`insert_or_answer`): (job, deduplicated, "") or, when the target already has
+        an active job of another origin, (None, False, why)."""
+        for _ in range(CONFLICT_TRIES):
+            try:
+                answer = await insert_or_answer(
+                    self._db, self._sql, self._now(), conn, new, OnDuplicate.REJECT
+                )
+            except DuplicateJobError as held:
+                holder = held.existing_job_id
+                return None, False, f"the target has an active job {holder} (not this schedule's)"
+            if answer is not None:
+                return answer[0], answer[1], ""
+        raise StorageUnavailableError(KEPT_CONFLICTING)

@@ -43,13 +43,13 @@ from san_jobs.job_service.domain.ports import (
 )
 from san_jobs.job_service.domain.transitions import claim_type_args
 from san_jobs.job_service.storage.batching import GroupCommit
-from san_jobs.job_service.storage.connections import HotStatement, StoreParts
+from san_jobs.job_service.storage.connections import Connections, HotStatement, StoreParts
 from san_jobs.job_service.storage.direct import StatementInDoubtError
 from san_jobs.job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
 from san_jobs.job_service.storage.json_sql import row_time
 from san_jobs.job_service.storage.outcome_rows import check_claimed, outcome_job
 from san_jobs.job_service.storage.rows import aware, pending_job
-from san_jobs.job_service.storage.statements import P_LIMIT, P_MAX_PER_CALLER
+from san_jobs.job_service.storage.statements import P_LIMIT, P_MAX_PER_CALLER, Statements
 from san_jobs.job_service.storage.transition_sql import Params, Rows, time_params
 
 # Rows per group-commit statement (enqueue, complete, fail, renew).
@@ -294,52 +294,14 @@ class JobWrites(StoreParts):
     async def _enqueue_one(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         if new.depends_on:
             return await self._enqueue_with_dependencies(new, on_duplicate)
-        sql = self._sql
-        params = time_params(self._now()) | sql.enqueue_params.bind(
-            **enqueue_row(new_job_id(), new)
-        )
-        # ON CONFLICT DO NOTHING: the unique indexes stop duplicates without an error;
-        # the winner is then read. If it left the active states in between, nothing
-        # conflicts any more: insert again.
-        for _ in range(5):
+        for _ in range(CONFLICT_TRIES):
             async with self._db.single() as conn:
-                inserted = await self._db.jobs(conn, sql.enqueue, params)
-                if inserted:
-                    return inserted[0], False
-                winner = await self._conflict_answer(conn, new, on_duplicate)
-                if winner is not None:
-                    return winner
-        raise StorageUnavailableError("enqueue kept conflicting with jobs that changed state")
-
-    async def _conflict_answer(
-        self, conn: AsyncConnection, new: NewJob, on_duplicate: OnDuplicate
-    ) -> tuple[Job, bool] | None:
-        """Enqueue's answer when its INSERT met a unique index: the job holding
-        `new`'s request_id (deduplicated), else the active job of its target
-        (returned, or DuplicateJobError); None if neither exists any more (it left the
-        active states meanwhile: insert again). The winner is looked for in the
-        caller's tenant only: the indexes refuse a row for its own tenant's keys alone."""
-        sql = self._sql
-        if new.request_id is not None:
-            same = await self._db.jobs(
-                conn, sql.by_request_id, {"p_request_id": new.request_id, "p_tenant": new.tenant}
-            )
-            if same:
-                return same[0], True
-        active = await self._db.jobs(
-            conn,
-            sql.active_for_target,
-            {
-                "p_job_type": new.job_type.value,
-                "p_target_id": new.target_id,
-                "p_tenant": new.tenant,
-            },
-        )
-        if not active:
-            return None
-        if on_duplicate is OnDuplicate.RETURN_EXISTING:
-            return active[0], True
-        raise DuplicateJobError(active[0].id)
+                answer = await insert_or_answer(
+                    self._db, self._sql, self._now(), conn, new, on_duplicate
+                )
+            if answer is not None:
+                return answer
+        raise StorageUnavailableError(KEPT_CONFLICTING)
 
     # -- the worker's writes ----------------------------------------------------------
 
@@ -519,3 +481,62 @@ def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
         "not_before": new.not_before,
         "priority": new.priority,
     }
+
+
+# An Enqueue whose INSERT conflicted with a job that then left the active states (so
+# nothing conflicts any more) inserts again, at most this many times in all.
+CONFLICT_TRIES = 5
+KEPT_CONFLICTING = "enqueue kept conflicting with jobs that changed state"
+
+
+async def insert_or_answer(
+    db: Connections,
+    sql: Statements,
+    now: datetime,
+    conn: AsyncConnection,
+    new: NewJob,
+    on_duplicate: OnDuplicate,
+) -> tuple[Job, bool] | None:
+    """One try of an Enqueue's INSERT, in `conn`: (the new job, False); else, the unique
+    indexes having stopped it (ON CONFLICT DO NOTHING: no error), the conflict's answer
+    (`conflict_answer`); None if the winner left the active states in between (insert
+    again). Enqueue, a schedule's period and a dependent's conflict all answer so."""
+    params = time_params(now) | sql.enqueue_params.bind(**enqueue_row(new_job_id(), new))
+    inserted = await db.jobs(conn, sql.enqueue, params)
+    if inserted:
+        return inserted[0], False
+    return await conflict_answer(db, sql, conn, new, on_duplicate)
+
+
+async def conflict_answer(
+    db: Connections,
+    sql: Statements,
+    conn: AsyncConnection,
+    new: NewJob,
+    on_duplicate: OnDuplicate,
+) -> tuple[Job, bool] | None:
+    """Enqueue's answer when its INSERT met a unique index: the job holding
+    `new`'s request_id (deduplicated), else the active job of its target
+    (returned, or DuplicateJobError); None if neither exists any more (it left the
+    active states meanwhile: insert again). The winner is looked for in the
+    caller's tenant only: the indexes refuse a row for its own tenant's keys alone."""
+    if new.request_id is not None:
+        same = await db.jobs(
+            conn, sql.by_request_id, {"p_request_id": new.request_id, "p_tenant": new.tenant}
+        )
+        if same:
+            return same[0], True
+    active = await db.jobs(
+        conn,
+        sql.active_for_target,
+        {
+            "p_job_type": new.job_type.value,
+            "p_target_id": new.target_id,
+            "p_tenant": new.tenant,
+        },
+    )
+    if not active:
+        return None
+    if on_duplicate is OnDuplicate.RETURN_EXISTING:
+        return active[0], True
+    raise DuplicateJobError(active[0].id)
