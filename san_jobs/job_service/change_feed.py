@@ -41,6 +41,7 @@ from san_jobs.job_service.domain.changes import (
 from san_jobs.job_service.domain.errors import CursorExpiredError, InvalidRequestError, StorageError
 from san_jobs.job_service.domain.model import Job, JobStatus
 from san_jobs.job_service.domain.ports import ChangeStore, PruneChangesParams, ReadChangesParams
+from san_jobs.shared.background import BackgroundLoop
 from san_jobs.shared.field_violation import FieldViolation
 
 log = logging.getLogger("job_service.change_feed")
@@ -117,7 +118,7 @@ class ChangeFeed:
         self._wake = asyncio.Event()
         # Set (and replaced) whenever the last known position moves: streams wait on it.
         self._moved = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("change-feed", self._run)
         self._next_prune = 0.0
         # One advance at a time (the task's, or a stream's that needs the latest state).
         self._advancing = asyncio.Lock()
@@ -168,15 +169,10 @@ class ChangeFeed:
         with contextlib.suppress(StorageError):
             await self._advance()
         self._next_prune = time.monotonic() + min(5.0, self._prune_interval)
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="change-feed")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
 
     async def _run(self) -> None:
         failures = 0

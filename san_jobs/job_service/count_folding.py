@@ -10,11 +10,11 @@ wait on each other's rows, never count twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.shared.background import BackgroundLoop
 
 log = logging.getLogger("job_service.count_folding")
 
@@ -27,19 +27,14 @@ class CountFolder:
     def __init__(self, store: JobStore, interval: float = FOLD_INTERVAL_SECONDS) -> None:
         self._store = store
         self._interval = interval
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("count-folder", self._run)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="count-folder")
+        self._loop.start()
 
     async def stop(self) -> None:
         """Stop folding (unfolded deltas are still counted; the next fold takes them)."""
-        if self._task is None:
-            return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        await self._loop.stop()
 
     async def fold_once(self) -> int:
         try:

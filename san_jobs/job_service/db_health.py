@@ -22,12 +22,12 @@ and one when it is back, never one per check.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from san_jobs.job_service.domain.errors import StorageError, StorageUnavailableError
+from san_jobs.shared.background import BackgroundLoop
 
 log = logging.getLogger("job_service.db_health")
 
@@ -61,7 +61,7 @@ class DatabaseHealth:
         self.timeout = timeout if timeout is not None else min(interval, MAX_TIMEOUT)
         self.ready = True
         self._down_since = 0.0
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("db-health", self.run)
 
     async def check(self) -> bool:
         """Ask the database once; report a change of state. Returns whether it answered."""
@@ -104,13 +104,9 @@ class DatabaseHealth:
 
     def start(self) -> None:
         """Run the checks in the background (nothing with `interval` 0)."""
-        if self.interval > 0 and self._task is None:
-            self._task = asyncio.create_task(self.run(), name="db-health")
+        if self.interval > 0:
+            self._loop.start()
 
     async def stop(self) -> None:
         """Stop checking (before shutdown sets every name NOT_SERVING for good)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()

@@ -16,7 +16,6 @@ every minute about nothing) and reported to `on_deleted` (the metrics) per batch
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -34,6 +33,7 @@ from san_jobs.job_service.domain.retention import (
     RetentionPolicy,
     report_counts,
 )
+from san_jobs.shared.background import BackgroundLoop
 
 log = logging.getLogger("job_service.pruner")
 audit = logging.getLogger("job_service.audit")
@@ -83,7 +83,7 @@ class Pruner:
         # nothing from a state others (a seeded test, hypothesis) rely on.
         self._rand = rand or random.Random().random
         self._running = False  # this instance's own runs (the loop, PruneJobs) take turns
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("pruner", self.run_forever)
 
     # -- one run ------------------------------------------------------------------
 
@@ -168,15 +168,11 @@ class Pruner:
 
     def start(self) -> None:
         """Run every `interval` in the background (not when every status is kept forever)."""
-        if self._task is None and self.config.retention.prunes_anything:
-            self._task = asyncio.create_task(self.run_forever(), name="pruner")
+        if self.config.retention.prunes_anything:
+            self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
 
     async def run_forever(self) -> None:
         first = True

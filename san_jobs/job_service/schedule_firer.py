@@ -27,6 +27,7 @@ from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.model import Job
 from san_jobs.job_service.domain.ports import ScheduleStore
 from san_jobs.job_service.domain.schedules import FireOutcome, rfc3339
+from san_jobs.shared.background import BackgroundLoop
 
 log = logging.getLogger("job_service.schedules")
 
@@ -48,22 +49,19 @@ class ScheduleFirer:
         self._on_enqueued = on_enqueued
         self._poll = poll_seconds
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop(
+            "schedule-firer", self._run, restart_after=ERROR_BACKOFF_SECONDS
+        )
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="schedule-firer")
+        self._loop.start()
 
     def replan(self) -> None:
         """A schedule was created or resumed here: look at the next fire time again."""
         self._wake.set()
 
     async def stop(self) -> None:
-        if self._task is None:
-            return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        await self._loop.stop()
 
     async def _run(self) -> None:
         while True:

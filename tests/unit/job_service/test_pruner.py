@@ -253,7 +253,7 @@ async def test_a_failing_metrics_callback_does_not_stop_the_deletes(
 async def test_nothing_runs_when_every_status_is_kept_forever(store: MemoryJobStore) -> None:
     prune = Pruner(store, PrunerConfig(retention=RetentionPolicy(None, None, None)))
     prune.start()
-    assert prune._task is None
+    assert not prune._loop.running
     await prune.stop()
 
 
