@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from san_jobs.client import ChannelSettings, JobsClient, ServiceUnavailableError
-from san_jobs.client._channel import read_pem
 from san_jobs.jobsctl._settings import JobsctlSettings
 from san_jobs.shared.cli_settings import env_of, flags_given, settings_of
-from san_jobs.shared.exposure import is_loopback
+from san_jobs.shared.client_files import read_client_tls, token_in_the_clear
 from san_jobs.shared.secret_files import shared_secret_warning
 from san_jobs.shared.token_files import TokenFileError, read_token_file, token_file_warning
 
@@ -72,17 +70,6 @@ def _token(settings: JobsctlSettings, given: frozenset[str], warnings: list[str]
     return value
 
 
-def _pem(path: Path | None, flag: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        return read_pem(path, flag)
-    except OSError as error:
-        raise SettingsError(f"cannot read {flag} {path}: {error.strerror}") from None
-    except ValueError as error:
-        raise SettingsError(str(error)) from None
-
-
 def resolve(args: argparse.Namespace) -> Connection:
     """The connection settings from ``args`` (parsed by jobsctl's parser, which read
     the flags over the environment), checked: every file is read now, so a wrong path
@@ -90,31 +77,30 @@ def resolve(args: argparse.Namespace) -> Connection:
     settings = settings_of(args, JobsctlSettings)
     warnings: list[str] = []
     token = _token(settings, flags_given(args), warnings)
-    ca = _pem(settings.tls_ca, "--tls-ca")
-    cert = _pem(settings.tls_cert, "--tls-cert")
-    key = _pem(settings.tls_key, "--tls-key")
+    try:
+        files = read_client_tls("tls", settings.tls_ca, settings.tls_cert, settings.tls_key)
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
     key_file = settings.tls_key
     if key_file and (warning := shared_secret_warning(key_file, "TLS private key file")):
         warnings.append(warning)
-    if (cert is None) != (key is None):
-        raise SettingsError("--tls-cert and --tls-key go together (mutual TLS needs both)")
     try:
         channel = ChannelSettings.build(
             settings.target,
             tls=settings.tls,
-            tls_ca=ca,
-            tls_cert=cert,
-            tls_key=key,
+            tls_ca=files.ca,
+            tls_cert=files.cert,
+            tls_key=files.key,
             token=token,
             timeout=settings.timeout,
         )
     except ValueError as error:
         raise SettingsError(str(error)) from None
-    if token is not None and not channel.tls and not is_loopback(settings.target):
-        warnings.append(
-            f"the token goes to {settings.target} without TLS, readable on the way "
-            "(use --tls-ca or --tls)"
-        )
+    clear = token_in_the_clear(
+        settings.target, token=token, tls=channel.tls, advice="use --tls-ca or --tls"
+    )
+    if clear:
+        warnings.append(clear)
     return Connection(channel, warnings)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from san_jobs.shared.exposure import exposure_problem
+from san_jobs.shared.tls_settings import tls_pair_problem
 
 log = logging.getLogger("san_web.https")
 
@@ -69,10 +70,9 @@ def server_tls(args: argparse.Namespace, *, authenticated: bool) -> ServerTls | 
     """The HTTPS settings (None for plain HTTP), after checking the files load and
     that san-web may listen where ``--listen`` says."""
     cert, key, client_ca = args.tls_cert, args.tls_key, args.tls_client_ca
-    if (cert is None) != (key is None):
-        raise HttpsSettingsError("--tls-cert and --tls-key go together")
-    if client_ca is not None and cert is None:
-        raise HttpsSettingsError("--tls-client-ca needs --tls-cert and --tls-key")
+    pair = tls_pair_problem("tls", cert, key, client_ca)
+    if pair:
+        raise HttpsSettingsError(pair)
     problem = exposure_problem(
         args.listen, tls=cert is not None, authenticated=authenticated, insecure=args.insecure
     )

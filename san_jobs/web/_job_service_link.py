@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from san_jobs.client import AsyncJobsClient, ChannelSettings
-from san_jobs.client._channel import DEFAULT_TIMEOUT, read_pem
+from san_jobs.client._channel import DEFAULT_TIMEOUT
+from san_jobs.shared.client_files import read_client_tls, token_in_the_clear
 from san_jobs.shared.secret_files import shared_secret_warning
 from san_jobs.shared.token_files import TokenFileError, read_token_file, token_file_warning
 
@@ -43,19 +44,9 @@ class JobServiceLink:
         )
 
 
-def _pem(path: Path | None, flag: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        return read_pem(path, flag)
-    except OSError as error:
-        raise LinkSettingsError(f"{flag}: cannot read {path}: {error.strerror}") from None
-    except ValueError as error:
-        raise LinkSettingsError(str(error)) from None
-
-
 def load_link(
     *,
+    target: str,
     tls_ca: Path | None,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -63,10 +54,10 @@ def load_link(
 ) -> JobServiceLink:
     """Read the files named by ``--job-service-tls-ca/-cert/-key`` and
     ``--job-service-token-file``; any CA or certificate means TLS toward JobService."""
-    if (tls_cert is None) != (tls_key is None):
-        raise LinkSettingsError(
-            "--job-service-tls-cert and --job-service-tls-key go together (mutual TLS)"
-        )
+    try:
+        files = read_client_tls("job-service-tls", tls_ca, tls_cert, tls_key)
+    except ValueError as error:
+        raise LinkSettingsError(str(error)) from None
     token: str | None = None
     warnings: list[str] = []
     if token_file is not None:
@@ -83,10 +74,18 @@ def load_link(
             warnings.append(warning)
     if tls_key and (key_warning := shared_secret_warning(tls_key, "TLS private key file")):
         warnings.append(key_warning)
+    clear = token_in_the_clear(
+        target,
+        token=token,
+        tls=files.ca is not None or files.cert is not None,
+        advice="use --job-service-tls-ca",
+    )
+    if clear:
+        warnings.append(clear)
     return JobServiceLink(
-        tls_ca=_pem(tls_ca, "--job-service-tls-ca"),
-        tls_cert=_pem(tls_cert, "--job-service-tls-cert"),
-        tls_key=_pem(tls_key, "--job-service-tls-key"),
+        tls_ca=files.ca,
+        tls_cert=files.cert,
+        tls_key=files.key,
         token=token,
         warnings=tuple(warnings),
     )

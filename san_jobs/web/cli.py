@@ -82,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
         tls = _https.server_tls(args, authenticated=args.auth == "password")
         link = load_link(
+            target=settings.job_service,
             tls_ca=settings.job_service_tls_ca,
             tls_cert=settings.job_service_tls_cert,
             tls_key=settings.job_service_tls_key,

@@ -172,7 +172,7 @@ def test_a_token_file_readable_by_others_is_used_with_a_warning(
     ("args", "expected"),
     [
         (["--tls-ca", "/nonexistent/ca.pem"], "cannot read --tls-ca /nonexistent/ca.pem"),
-        (["--tls-cert", "CERTS/operator.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "CERTS/operator.pem"], "--tls-cert needs --tls-key"),
         (["--token-file", "/nonexistent/token"], "cannot read token file /nonexistent/token"),
         (["--token", "t", "--token-file", "TOKEN"], "--token and --token-file both give"),
         (["--tls-ca", "TOKEN"], "is not PEM"),

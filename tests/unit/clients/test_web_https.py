@@ -46,7 +46,7 @@ def test_insecure_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_tls_flags_go_together() -> None:
-    with pytest.raises(HttpsSettingsError, match="--tls-cert and --tls-key go together"):
+    with pytest.raises(HttpsSettingsError, match="--tls-cert needs --tls-key"):
         server_tls(parse("--tls-cert", "c.pem"), authenticated=False)
     with pytest.raises(HttpsSettingsError, match="--tls-client-ca needs --tls-cert"):
         server_tls(parse("--tls-client-ca", "ca.pem"), authenticated=False)
@@ -89,7 +89,11 @@ def test_job_service_link_from_files(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("web-token\n")
     (tmp_path / "token").chmod(0o644)
     link = load_link(
-        tls_ca=tmp_path / "ca.pem", tls_cert=None, tls_key=None, token_file=tmp_path / "token"
+        target="jobs.example:50051",
+        tls_ca=tmp_path / "ca.pem",
+        tls_cert=None,
+        tls_key=None,
+        token_file=tmp_path / "token",
     )
     assert (link.tls_ca, link.token) == (PEM, "web-token")
     assert "web-token" not in repr(link)
@@ -101,9 +105,50 @@ def test_job_service_link_from_files(tmp_path: Path) -> None:
 
 def test_job_service_link_refuses_what_cannot_work(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("two words\n")
-    with pytest.raises(LinkSettingsError, match="--job-service-tls-cert and --job-service-tls-key"):
-        load_link(tls_ca=None, tls_cert=tmp_path / "c.pem", tls_key=None, token_file=None)
+    with pytest.raises(
+        LinkSettingsError, match="--job-service-tls-cert needs --job-service-tls-key"
+    ):
+        load_link(
+            target="127.0.0.1:50051",
+            tls_ca=None,
+            tls_cert=tmp_path / "c.pem",
+            tls_key=None,
+            token_file=None,
+        )
     with pytest.raises(LinkSettingsError, match=r"--job-service-token-file: .*printable ASCII"):
-        load_link(tls_ca=None, tls_cert=None, tls_key=None, token_file=tmp_path / "token")
-    with pytest.raises(LinkSettingsError, match="--job-service-tls-ca: cannot read"):
-        load_link(tls_ca=tmp_path / "no.pem", tls_cert=None, tls_key=None, token_file=None)
+        load_link(
+            target="127.0.0.1:50051",
+            tls_ca=None,
+            tls_cert=None,
+            tls_key=None,
+            token_file=tmp_path / "token",
+        )
+    with pytest.raises(LinkSettingsError, match=r"cannot read --job-service-tls-ca .*no.pem"):
+        load_link(
+            target="127.0.0.1:50051",
+            tls_ca=tmp_path / "no.pem",
+            tls_cert=None,
+            tls_key=None,
+            token_file=None,
+        )
+
+
+def test_san_webs_token_sent_without_tls_beyond_this_machine_is_warned(tmp_path: Path) -> None:
+    """As jobsctl's is (one rule, shared/client_files.py): san-web said nothing."""
+    (tmp_path / "token").write_text("web-token\n")
+    (tmp_path / "token").chmod(0o600)
+
+    def warnings(target: str, ca: Path | None = None) -> list[str]:
+        link = load_link(
+            target=target, tls_ca=ca, tls_cert=None, tls_key=None, token_file=tmp_path / "token"
+        )
+        return list(link.warnings)
+
+    (warning,) = warnings("jobs.example:50051")
+    assert warning == (
+        "the token goes to jobs.example:50051 without TLS, readable on the way"
+        " (use --job-service-tls-ca)"
+    )
+    assert warnings("127.0.0.1:50051") == []
+    (tmp_path / "ca.pem").write_bytes(PEM)
+    assert warnings("jobs.example:50051", tmp_path / "ca.pem") == []

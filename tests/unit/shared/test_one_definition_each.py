@@ -28,7 +28,9 @@ def _job_service_token(path: Path) -> str | None:
 
 
 def _san_web_token(path: Path) -> str | None:
-    return load_link(tls_ca=None, tls_cert=None, tls_key=None, token_file=path).token
+    return load_link(
+        target="127.0.0.1:50051", tls_ca=None, tls_cert=None, tls_key=None, token_file=path
+    ).token
 
 
 READERS: list[Callable[[Path], str | None]] = [_jobsctl_token, _job_service_token, _san_web_token]

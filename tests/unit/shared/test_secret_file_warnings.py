@@ -146,7 +146,11 @@ def test_the_clients_tls_private_keys_are_warned_about(
     cert = certs / "operator.pem"
     argv = ["--tls-ca", str(certs / "ca.pem"), "--tls-cert", str(cert), "--tls-key", str(key)]
     jobsctl = resolve(build_parser().parse_args([*argv, "stats"])).warnings
-    web = list(load_link(tls_ca=None, tls_cert=cert, tls_key=key, token_file=None).warnings)
+    web = list(
+        load_link(
+            target="127.0.0.1:50051", tls_ca=None, tls_cert=cert, tls_key=key, token_file=None
+        ).warnings
+    )
     expected = (
         [f"TLS private key file {key} is accessible by others (mode 0644); run: chmod 600 {key}"]
         if mode == 0o644
