@@ -63,10 +63,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``ai-gateway`` console script."""
     settings = load_settings(argv)
     configure_logging(settings.log_level, settings.log_format)
-    from san_jobs.ai_gateway.server import serve  # after logging is set up; keeps --help fast
+    # After logging is set up; keeps --help fast.
+    from san_jobs.ai_gateway.server import serve
+    from san_jobs.shared.grpc_server import StartupError
 
     try:
         run(serve(settings), settings.event_loop)
-    except (OSError, RuntimeError) as err:
+    except (OSError, StartupError) as err:
         print(safe_text(f"ai-gateway: error: {err}"), file=sys.stderr)
         sys.exit(1)

@@ -30,11 +30,11 @@ from san_jobs.ai_gateway.servicer import AiGatewayServicer
 from san_jobs.ai_gateway.settings import BackendName, GatewaySettings
 from san_jobs.ai_gateway.transport_errors import DOMAIN
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2
-from san_jobs.shared import health, memory_return, reflection, tls
+from san_jobs.shared import grpc_server, health, memory_return, reflection, tls
 from san_jobs.shared.client_identity import peer_host
-from san_jobs.shared.exposure import exposure_problem
 from san_jobs.shared.grpc_metrics import GrpcServerMetrics
-from san_jobs.shared.metrics_http import MetricsListenError, MetricsServer, metrics_exposure_problem
+from san_jobs.shared.grpc_server import StartupError
+from san_jobs.shared.metrics_http import MetricsListenError, MetricsServer
 from san_jobs.shared.open_rpcs import PeerStreamCap
 from san_jobs.shared.tracing import start_tracing
 
@@ -121,34 +121,22 @@ def make_authenticator(settings: GatewaySettings) -> Authenticator:
     )
 
 
-class StartupError(RuntimeError):
-    """The gateway cannot start; the message says why in one line."""
-
-
 def check_exposure(settings: GatewaySettings) -> None:
     """StartupError when `settings` would serve beyond loopback without TLS and
     caller authentication (client certificates or --caller-tokens-file) and without
-    --insecure (san_jobs.shared.exposure)."""
-    # getattr: --caller-tokens-file may not exist in every build of the settings.
-    problem = exposure_problem(
+    --insecure (san_jobs.shared.grpc_server)."""
+    grpc_server.check_exposure(
         settings.listen,
+        settings.metrics_listen,
         tls=settings.serves_tls(),
         authenticated=settings.tls_client_ca is not None or settings.caller_tokens_file is not None,
         insecure=settings.insecure,
-    ) or metrics_exposure_problem(settings.metrics_listen, insecure=settings.insecure)
-    if problem:
-        raise StartupError(problem)
+    )
 
 
 def server_tls(settings: GatewaySettings) -> grpc.ServerCredentials | None:
-    """The TLS credentials to serve with (None: plain text); StartupError, one line,
-    when a file cannot be used."""
-    if settings.tls_cert is None or settings.tls_key is None:
-        return None
-    try:
-        return tls.server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
-    except tls.TlsFileError as error:
-        raise StartupError(str(error)) from None
+    """The TLS credentials to serve with (None: plain text); StartupError, one line."""
+    return grpc_server.server_tls(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
 
 
 def describe_tls(settings: GatewaySettings) -> str:
@@ -231,12 +219,7 @@ class GatewayServer:
 
     async def start(self) -> int:
         """Bind, start serving, mark SERVING; return the bound port."""
-        if self.credentials is None:
-            self.port = self.server.add_insecure_port(self.settings.listen)
-        else:
-            self.port = self.server.add_secure_port(self.settings.listen, self.credentials)
-        if self.port == 0:
-            raise OSError(f"cannot listen on {self.settings.listen}")
+        self.port = grpc_server.bind(self.server, self.settings.listen, self.credentials)
         if self.metrics is not None and self.settings.metrics_listen is not None:
             self.metrics_server = MetricsServer(
                 self.settings.metrics_listen, self.metrics.registry, insecure=self.settings.insecure

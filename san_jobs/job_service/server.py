@@ -47,10 +47,10 @@ from san_jobs.job_service.transport.stream_limits import StreamGate, StreamLimit
 from san_jobs.job_service.updates import UpdateHub
 from san_jobs.job_service.worker import Worker, WorkerConfig
 from san_jobs.proto.jobs.v1 import job_service_pb2
-from san_jobs.shared import health, memory_return, reflection, tls
-from san_jobs.shared.exposure import exposure_problem
+from san_jobs.shared import grpc_server, health, memory_return, reflection, tls
 from san_jobs.shared.grpc_metrics import GrpcServerMetrics
-from san_jobs.shared.metrics_http import MetricsListenError, MetricsServer, metrics_exposure_problem
+from san_jobs.shared.grpc_server import StartupError as StartupError
+from san_jobs.shared.metrics_http import MetricsListenError, MetricsServer
 from san_jobs.shared.safe_text import mask_secrets, safe_text
 from san_jobs.shared.sqlite_files import prepare_sqlite_url
 from san_jobs.shared.trace_logging import install_trace_ids
@@ -111,10 +111,6 @@ def stream_limits(settings: JobServiceSettings) -> StreamLimits:
     )
 
 
-class StartupError(Exception):
-    """The service cannot start; the message says why in one line."""
-
-
 def auth_interceptors(
     settings: JobServiceSettings, store: SqlJobStore
 ) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
@@ -153,26 +149,19 @@ def is_authenticated(settings: JobServiceSettings) -> bool:
 
 def check_exposure(settings: JobServiceSettings) -> None:
     """StartupError when `settings` would serve beyond loopback without TLS and
-    authentication and without --insecure (san_jobs.shared.exposure)."""
-    problem = exposure_problem(
+    authentication and without --insecure (san_jobs.shared.grpc_server)."""
+    grpc_server.check_exposure(
         settings.listen,
+        settings.metrics_listen,
         tls=settings.serves_tls(),
         authenticated=is_authenticated(settings),
         insecure=settings.insecure,
-    ) or metrics_exposure_problem(settings.metrics_listen, insecure=settings.insecure)
-    if problem:
-        raise StartupError(problem)
+    )
 
 
 def server_tls(settings: JobServiceSettings) -> grpc.ServerCredentials | None:
-    """The TLS credentials to serve with (None: plain text); StartupError, one line,
-    when a file cannot be used."""
-    if settings.tls_cert is None or settings.tls_key is None:
-        return None
-    try:
-        return tls.server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
-    except tls.TlsFileError as error:
-        raise StartupError(str(error)) from None
+    """The TLS credentials to serve with (None: plain text); StartupError, one line."""
+    return grpc_server.server_tls(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
 
 
 def gateway_tls(settings: JobServiceSettings) -> grpc.ChannelCredentials | None:
@@ -363,15 +352,10 @@ class JobServiceRuntime:
 
     async def start(self) -> None:
         try:
-            if self.server_credentials is None:
-                self.port = self.server.add_insecure_port(self.settings.listen)
-            else:
-                self.port = self.server.add_secure_port(
-                    self.settings.listen, self.server_credentials
-                )
-        except RuntimeError as error:
+            self.port = grpc_server.bind(self.server, self.settings.listen, self.server_credentials)
+        except StartupError:
             await self.store.close()
-            raise StartupError(f"cannot listen on {self.settings.listen}: {error}") from None
+            raise
         try:
             self._start_metrics()
         except MetricsListenError as error:
