@@ -22,7 +22,9 @@ def test_a_sealed_cursor_holds_its_position_for_its_reader_only() -> None:
     cursor = FEED.cursor(412, "alice")
     parsed = parse_cursor(cursor)
     assert (parsed.feed_id, parsed.pos) == (FEED.feed_id, None)
-    assert parsed.sealed is not None and "412" not in parsed.sealed
+    # (Not "412" not in the text: a random key's ciphertext may spell it by chance,
+    # as it once did in a fresh-clone run.)
+    assert parsed.sealed is not None
     assert FEED.unseal(parsed.sealed, "alice") == 412
     assert FEED.cursor(412, "alice") == cursor  # a mark there is the same cursor
     assert FEED.cursor(413, "alice") != cursor
