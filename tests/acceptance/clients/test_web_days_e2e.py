@@ -284,12 +284,12 @@ def test_a_day_of_150_scraps_whose_cards_are_still_being_made_at_its_end_complet
     tmp_path: Path, databases: tuple[str, str]
 ) -> None:
     """150 scraps, taken while job-service was down (the outbox keeps them), and its
-    --rate-limit CARD_ANALYSIS=10/s keeps most of their cards in the making when the
+    --rate-limit CARD_ANALYSIS=20/s keeps most of their cards in the making when the
     day ends. Sent as dependencies, their summaries (JobService adds each whole) came
     to 22,530 tokens, and the gateway refused the day's note for good (over its
     --max-input-tokens, 8,192): the day FAILED. Now the day waits for its cards (a
-    bounded while) and its note covers all 150. About 45 s on a loaded 2-core machine:
-    four process starts, 150 scraps posted (10 s), and the cards' 15 s at the rate,
+    bounded while) and its note covers all 150. About 25 s on a loaded 2-core machine:
+    four process starts, 150 scraps posted (10 s), and the cards' 8 s at the rate,
     which is the point."""
     jobs_url, web_url = databases
     port = f"127.0.0.1:{free_port()}"
@@ -304,7 +304,7 @@ def test_a_day_of_150_scraps_whose_cards_are_still_being_made_at_its_end_complet
         finally:
             stop_all(web)
         flags = ["--listen", port, "--poll-interval", "0.2"]
-        flags += ["--rate-limit", "CARD_ANALYSIS=10/s"]
+        flags += ["--rate-limit", "CARD_ANALYSIS=20/s"]
         with running(
             start_job_service(tmp_path, *flags, gateway=gateway.address, database_url=jobs_url)
         ):
