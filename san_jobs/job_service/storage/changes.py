@@ -16,9 +16,9 @@ from sqlalchemy import and_, delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.changes import FeedState, JobChange
-from san_jobs.job_service.domain.model import Job, JobAttempt, JobStatus, JobType
 from san_jobs.job_service.domain.ports import PruneChangesParams, ReadChangesParams
 from san_jobs.job_service.storage.connections import StoreParts
+from san_jobs.job_service.storage.rows import row_to_job
 from san_jobs.job_service.storage.tables import job_change_feed, job_changes
 
 _feed = job_change_feed.c
@@ -70,37 +70,10 @@ def _state(row: Any) -> FeedState:
 
 
 def _change(row: Any) -> JobChange:
-    job = Job(
-        id=row.job_id,
-        job_type=JobType(row.job_type),
-        status=JobStatus(row.status),
-        target_id=row.target_id,
-        request_params={},
-        requested_by=row.requested_by,
-        request_id=row.request_id,
-        result=row.result,
-        error_message=row.error_message,
-        error_code=row.error_code,
-        error_reason=row.error_reason,
-        attempt_count=row.attempt_count,
-        max_attempts=row.max_attempts,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        started_at=row.started_at,
-        completed_at=row.completed_at,
-        failed_at=row.failed_at,
-        cancelled_at=row.cancelled_at,
-        cancel_reason=row.cancel_reason,
-        next_attempt_at=row.next_attempt_at,
-        lease_expires_at=None,
-        claim_token=None,
-        attempts=tuple(JobAttempt.from_json(a) for a in row.attempts or ()),
-        traceparent=row.traceparent,
-        tenant=row.tenant or "",
-        scheduled_at=row.scheduled_at,
-        priority=row.priority,
-    )
-    return JobChange(int(row.pos), job)
+    """A change's snapshot as the Job it was: its row names the job `job_id` and holds
+    no input, lease or claim."""
+    blank = {"id": row.job_id, "request_params": {}, "lease_expires_at": None, "claim_token": None}
+    return JobChange(int(row.pos), row_to_job({**row._mapping, **blank}))
 
 
 class ChangeQueries(StoreParts):

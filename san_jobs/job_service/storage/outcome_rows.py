@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from san_jobs.job_service.domain.model import Job, JobAttempt, JobStatus
+from san_jobs.job_service.domain.model import Job
+from san_jobs.job_service.storage.rows import row_to_job
 from san_jobs.job_service.storage.tables import async_jobs
 
 # Written once, by ENQUEUE; the same in every later state of the row.
@@ -55,38 +56,18 @@ def outcome_job(row: Mapping[str, Any], kept: Job) -> Job:
     from `kept` (the same job as claimed or read), the KEPT_COLUMNS."""
     if row["id"] != kept.id:
         raise ValueError(f"row of job {row['id']} joined with job {kept.id}")
-    attempts = row["attempts"] or []
-    return Job(
-        id=kept.id,
-        job_type=kept.job_type,
-        status=JobStatus(row["status"]),
-        target_id=kept.target_id,
-        request_params=kept.request_params,
-        requested_by=kept.requested_by,
-        request_id=kept.request_id,
-        result=row["result"],
-        error_message=row["error_message"],
-        error_code=row["error_code"],
-        error_reason=row["error_reason"],
-        attempt_count=row["attempt_count"],
-        max_attempts=row["max_attempts"],
-        created_at=kept.created_at,
-        updated_at=row["updated_at"],
-        started_at=row["started_at"],
-        completed_at=row["completed_at"],
-        failed_at=row["failed_at"],
-        cancelled_at=row["cancelled_at"],
-        cancel_reason=row["cancel_reason"],
-        next_attempt_at=row["next_attempt_at"],
-        lease_expires_at=row["lease_expires_at"],
-        claim_token=row["claim_token"],
-        attempts=tuple(JobAttempt.from_json(a) for a in attempts),
-        traceparent=kept.traceparent,
-        tenant=kept.tenant,
-        scheduled_at=kept.scheduled_at,
-        priority=kept.priority,
-        depends_on=tuple(row["depends_on"] or ()),
-        dependencies_left=row["dependencies_left"],
-        has_dependents=bool(row["has_dependents"]),
-        inputs_merged_at=row["inputs_merged_at"],
-    )
+    return row_to_job({**row, **_kept_values(kept)})
+
+
+def _kept_values(kept: Job) -> dict[str, Any]:
+    """KEPT_COLUMNS of `kept`, as its row holds them."""
+    return {
+        "job_type": kept.job_type.value,
+        "target_id": kept.target_id,
+        "request_params": kept.request_params,
+        "requested_by": kept.requested_by,
+        "request_id": kept.request_id,
+        "created_at": kept.created_at,
+        "traceparent": kept.traceparent,
+        "tenant": kept.tenant,
+    }

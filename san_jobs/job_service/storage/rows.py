@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
-
-from sqlalchemy import RowMapping
 
 from san_jobs.job_service.domain.model import Job, JobAttempt, JobStatus, JobType, NewJob
 
@@ -39,7 +37,9 @@ def chunks(items: Sequence[str], size: int = CHUNK) -> Iterable[Sequence[str]]:
         yield items[start : start + size]
 
 
-def row_to_job(row: RowMapping) -> Job:
+def row_to_job(row: Mapping[Any, Any]) -> Job:
+    """The Job a row of async_jobs holds (any mapping of its columns: a read's row, an
+    outcome's returned columns over the claimed job's, a change feed's snapshot)."""
     attempts = row["attempts"] or []
     return Job(
         id=row["id"],
