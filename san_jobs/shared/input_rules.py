@@ -13,6 +13,11 @@ import re
 DEFAULT_QUESTION_COUNT = 5
 MAX_QUESTION_COUNT = 20
 
+# A recall source's key terms (RecallSource.key_terms, a card's tags): how many, and
+# how long each.
+MAX_KEY_TERMS = 20
+MAX_KEY_TERM_CHARS = 100
+
 # A TIL day is YYYY-MM-DD in ASCII digits (a regex `\d` would admit other scripts').
 DAY_CHARS = 10
 _DAY_FORMAT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")

@@ -535,7 +535,10 @@ class Days:
             if til_id is None:
                 return False
         recall = RecallGenerationInput(
-            sources=[RecallSource(title=s["title"], text=s["text"]) for s in plan["sources"]],
+            sources=[
+                RecallSource(title=s["title"], text=s["text"], key_terms=s.get("tags", []))
+                for s in plan["sources"]
+            ],
             question_count=min(
                 MAX_QUESTIONS, max(MIN_QUESTIONS, len(plan["sources"]) + len(plan["depends_on"]))
             ),
@@ -634,6 +637,7 @@ class Days:
                 scraps.c.job_id,
                 scraps.c.outbox_id,
                 knowledge_cards.c.summary,
+                knowledge_cards.c.tags,
             )
             .outerjoin(knowledge_cards, knowledge_cards.c.scrap_id == scraps.c.id)
             .where(scraps.c.created_at >= start, scraps.c.created_at < end, _owned_by(owner))
@@ -643,11 +647,19 @@ class Days:
             rows = (await conn.execute(query)).all()
         unsent = [r.outbox_id for r in rows if r.summary is None and not r.job_id and r.outbox_id]
         entries = await self._outbox.entries(unsent)
-        cards: list[dict[str, str]] = []
+        cards: list[dict[str, Any]] = []
         depends_on: list[str] = []
         for row in rows:
             if row.summary is not None and row.summary.strip():
-                cards.append({"scrapId": row.id, "title": row.title[:1000], "text": row.summary})
+                cards.append(
+                    {
+                        "scrapId": row.id,
+                        "title": row.title[:1000],
+                        "text": row.summary,
+                        # Its tags: the quiz's key terms (what a question blanks first).
+                        "tags": key_terms_of(row.tags),
+                    }
+                )
                 continue
             job_id = row.job_id
             entry = entries.get(row.outbox_id) if row.outbox_id else None
@@ -668,7 +680,7 @@ class Days:
         notes = condense(texts, _notes_budget(len(depends_on)))
         # Each source costs its title and at least MIN_CARD_TOKENS of its text.
         budget = max(MIN_BUDGET_TOKENS, INPUT_TOKENS - NOTE_TOKENS - waiting)
-        asked: list[dict[str, str]] = []
+        asked: list[dict[str, Any]] = []
         titles = 0
         for card in cards[: MAX_SOURCES - 1 - len(depends_on)]:
             title = _cut(card["title"], SOURCE_TITLE_TOKENS)
@@ -984,6 +996,15 @@ class Days:
             scrap_id = None if dependency == til_job_id else by_job.get(dependency)
             mapped[index] = (sources[index].title, scrap_id)
         return mapped
+
+
+def key_terms_of(tags: Any) -> list[str]:
+    """A card's stored tags as a recall source's key terms: JobService's bounds (20,
+    each 1 to 100 characters, no NUL), whatever the column holds."""
+    if not isinstance(tags, list):
+        return []
+    terms = [t[:100] for t in tags if isinstance(t, str) and t.strip() and "\x00" not in t]
+    return terms[:20]
 
 
 def _notes_budget(waiting: int) -> int:

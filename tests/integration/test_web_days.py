@@ -231,6 +231,9 @@ async def test_a_card_still_running_is_a_dependency_and_its_failure_cancels_the_
         assert list(note.waiting_for.job_ids) == [card_job]
         questions = web.service.job(made.json()["questionsJobId"])
         assert list(questions.depends_on) == [note.id, card_job]
+        # The card made ("Queues") is a source whose key terms are its tags.
+        (source,) = questions.recall_generation_input.sources
+        assert (source.title, list(source.key_terms)) == ("Queues", ["t"])
 
         web.service.fail(card_job, "the provider answered 500")
         shown = await eventually(

@@ -76,7 +76,8 @@ _TIL_PROMPT = (
     '"body": string (Markdown)}.'
 )
 _RECALL_PROMPT = (
-    "You write recall questions grounded in the numbered sources. Answer with one JSON "
+    "You write recall questions grounded in the numbered sources; a source's key terms, "
+    "when given, are what its questions should ask about first. Answer with one JSON "
     'object and nothing else: {"questions": [{"question": string, "answer": string, '
     '"source_index": integer (the number of the source used)}]}.'
 )
@@ -130,7 +131,10 @@ class OpenAIBackend:
     async def generate_recall(self, request: RecallInput, time_left: float | None) -> RecallResult:
         """Questions written by the chat model; each must name a real source."""
         sources = "\n\n".join(
-            f"Source {i}: {s.title}\n{s.text}" for i, s in enumerate(request.sources)
+            f"Source {i}: {s.title}\n"
+            + (f"Key terms: {', '.join(s.key_terms)}\n" if s.key_terms else "")
+            + s.text
+            for i, s in enumerate(request.sources)
         )
         prompt = f"Write {request.question_count} questions.\n\n{sources}"
         answer, spent = await self._chat(_RECALL_PROMPT, prompt, _deadline(time_left))

@@ -10,7 +10,12 @@ from typing import Protocol
 from san_jobs.ai_gateway.errors import FieldViolation, InvalidRequest
 from san_jobs.ai_gateway.kind import BLANK, Kind
 from san_jobs.ai_gateway.usage import Usage
-from san_jobs.shared.input_rules import DEFAULT_QUESTION_COUNT, MAX_QUESTION_COUNT
+from san_jobs.shared.input_rules import (
+    DEFAULT_QUESTION_COUNT,
+    MAX_KEY_TERM_CHARS,
+    MAX_KEY_TERMS,
+    MAX_QUESTION_COUNT,
+)
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,8 @@ class RecallSource:
 
     title: str
     text: str
+    # Its key terms, most telling first (a card's tags): blanked before other words.
+    key_terms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,9 @@ class SourceMessage(Protocol):
     title: str
     text: str
 
+    @property
+    def key_terms(self) -> Sequence[str]: ...
+
 
 class RecallRequest(Protocol):
     """What the gateway reads of a GenerateRecallRequest."""
@@ -73,6 +83,22 @@ def recall_input(request: RecallRequest) -> RecallInput:
         for i, s in enumerate(request.sources)
         if not s.text.strip()
     ]
+    for i, s in enumerate(request.sources):
+        if len(s.key_terms) > MAX_KEY_TERMS:
+            bad.append(
+                FieldViolation(
+                    f"sources[{i}].key_terms",
+                    f"holds {len(s.key_terms)} items; at most {MAX_KEY_TERMS} allowed",
+                )
+            )
+        bad += [
+            FieldViolation(
+                f"sources[{i}].key_terms[{n}]",
+                f"must be 1 to {MAX_KEY_TERM_CHARS} characters, not blank",
+            )
+            for n, term in enumerate(s.key_terms[:MAX_KEY_TERMS])
+            if not term.strip() or len(term) > MAX_KEY_TERM_CHARS
+        ]
     if not 0 <= request.question_count <= MAX_QUESTION_COUNT:
         bad.append(
             FieldViolation(
@@ -84,7 +110,7 @@ def recall_input(request: RecallRequest) -> RecallInput:
     if bad:
         raise InvalidRequest(bad)
     return RecallInput(
-        sources=[RecallSource(s.title, s.text) for s in request.sources],
+        sources=[RecallSource(s.title, s.text, tuple(s.key_terms)) for s in request.sources],
         question_count=request.question_count or DEFAULT_QUESTION_COUNT,
     )
 

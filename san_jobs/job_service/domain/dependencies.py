@@ -34,6 +34,7 @@ from san_jobs.job_service.domain.limits import (
     MAX_TIL_NOTES,
 )
 from san_jobs.job_service.domain.model import JobStatus, JobType, JsonDict
+from san_jobs.shared.input_rules import MAX_KEY_TERM_CHARS, MAX_KEY_TERMS
 
 # At most this many dependencies per job (EnqueueRequest.depends_on).
 MAX_DEPENDENCIES = 100
@@ -176,10 +177,21 @@ def _text(value: Any) -> str:
 
 def _source(dependency: Finished) -> JsonDict | None:
     result = dependency.result
+    terms: list[str] = []
     if dependency.job_type is JobType.CARD_ANALYSIS:
         text, title = _text(result.get("summary")), _text(dependency.input.get("title"))
+        # The card's tags are its key terms: what a question blanks first.
+        tags = result.get("tags")
+        terms = [
+            t[:MAX_KEY_TERM_CHARS]
+            for t in (tags if isinstance(tags, list) else [])
+            if isinstance(t, str) and t.strip() and "\x00" not in t
+        ][:MAX_KEY_TERMS]
     else:
         text, title = _text(result.get("body")), _text(result.get("title"))
     if not text.strip():
         return None  # a result with nothing to ask about (the gateway refuses blank text)
-    return {"title": title, "text": text, "job_id": dependency.job_id}
+    source: JsonDict = {"title": title, "text": text, "job_id": dependency.job_id}
+    if terms:
+        source["key_terms"] = terms
+    return source

@@ -40,7 +40,13 @@ from san_jobs.job_service.domain.limits import (
     MAX_TITLE_CHARS,
     MAX_URL_CHARS,
 )
-from san_jobs.shared.input_rules import DEFAULT_QUESTION_COUNT, MAX_QUESTION_COUNT, day_problem
+from san_jobs.shared.input_rules import (
+    DEFAULT_QUESTION_COUNT,
+    MAX_KEY_TERM_CHARS,
+    MAX_KEY_TERMS,
+    MAX_QUESTION_COUNT,
+    day_problem,
+)
 
 
 class JobType(enum.StrEnum):
@@ -167,6 +173,12 @@ def check_recall_generation(
                     f"{path}.job_id", "is set by JobService from depends_on; leave it empty"
                 )
             )
+        terms = list(source.get("key_terms", []))
+        if check_count(f"{path}.key_terms", len(terms), MAX_KEY_TERMS, out):
+            for number, term in enumerate(terms):
+                check_free_text(
+                    f"{path}.key_terms[{number}]", str(term), MAX_KEY_TERM_CHARS, out, required=True
+                )
     if total > limits.max_text_chars:
         out.append(
             FieldViolation(

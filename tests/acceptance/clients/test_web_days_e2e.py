@@ -174,6 +174,12 @@ def test_a_day_of_five_scraps_is_noted_once_by_two_san_webs_across_a_restart(
     assert list(til.til_generation_input.notes) == [cards[s]["summary"] for s in scraps]
     assert list(til.depends_on) == []  # every card was home: all five came as notes
     assert list(recall.depends_on) == [til.id]
+    # Each card is a source, its tags the source's key terms (what a question blanks
+    # first); then the day's note, which JobService adds (a TIL has no tags).
+    *own, note_source = recall.recall_generation_input.sources
+    assert [list(s.key_terms) for s in own] == [cards[s]["tags"] for s in scraps]
+    assert all(s.key_terms for s in own)
+    assert note_source.job_id == til.id and not note_source.key_terms
     assert shown["note"]["title"] == til.til_generation_result.title
     assert shown["note"]["body"] == til.til_generation_result.body
     questions = shown["questions"]

@@ -64,6 +64,21 @@ async def test_til_and_recall_ok(make_backend: MakeBackend) -> None:
     assert recall.questions[0].source_index == 0
 
 
+async def test_recall_tells_the_model_each_sources_key_terms(
+    make_backend: MakeBackend, fake_openai: FakeOpenAI
+) -> None:
+    sources = [
+        RecallSource("Leases", "A lease ends.", ("lease", "fencing token")),
+        RecallSource("t", "x"),
+    ]
+    await make_backend().generate_recall(RecallInput(sources, 2), 5.0)
+    kind, body, _ = fake_openai.requests[-1]
+    prompt = body["messages"][-1]["content"]
+    assert kind == "chat"
+    assert "Source 0: Leases\nKey terms: lease, fencing token\nA lease ends." in prompt
+    assert "Source 1: t\nx" in prompt
+
+
 async def test_429_becomes_rate_limited_with_retry_after(make_backend: MakeBackend) -> None:
     with pytest.raises(RateLimited) as caught:
         await make_backend(chat="rate-limited").analyze(TEXT, 5.0)

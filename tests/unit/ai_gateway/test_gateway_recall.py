@@ -78,3 +78,43 @@ def test_one_question_per_sentence_across_sources() -> None:
     sentences = [q.question.split(": ", 1)[1].replace(BLANK, q.answer, 1) for q in questions]
     assert len(questions) == 3 and {q.source_index for q in questions} == {0}
     assert len({s.lstrip("- ").lower() for s in sentences}) == len(sentences)
+
+
+def test_a_sources_given_key_terms_are_blanked_first() -> None:
+    # Issue 43: a card's tags are its key terms. Without them the first question of
+    # FENCING blanks "lease"; given "fencing tokens" (a phrase) and "worker", those go
+    # first, each where a sentence holds it.
+    plain = generate_recall([("Leases and fencing", FENCING)], 10)
+    tagged = generate_recall(
+        [("Leases and fencing", FENCING)], 10, [["fencing tokens", "worker", "  "]]
+    )
+    assert plain[0].answer == "lease"
+    answers = [q.answer for q in tagged]
+    assert answers[0].lower() == "fencing tokens", answers
+    assert "worker" in [a.lower() for a in answers], answers
+    assert len(tagged) == len(plain)  # still one question per sentence
+    assert key_terms(FENCING, "", ["Worker"])[0] == "Worker"
+    assert key_terms(FENCING, "", ["old"])[0] != "old"  # a weak word stays last
+
+
+def test_the_gateway_bounds_a_sources_key_terms() -> None:
+    from san_jobs.ai_gateway.errors import InvalidRequest
+    from san_jobs.ai_gateway.kinds.recall import recall_input
+    from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
+
+    def request(*terms: str) -> gw.GenerateRecallRequest:
+        source = gw.Source(title="T", text=FENCING, key_terms=list(terms))
+        return gw.GenerateRecallRequest(sources=[source])
+
+    assert recall_input(request("lease")).sources[0].key_terms == ("lease",)
+    for terms, field in (
+        ([f"t{i}" for i in range(21)], "sources[0].key_terms"),
+        (["ok", " "], "sources[0].key_terms[1]"),
+        (["x" * 101], "sources[0].key_terms[0]"),
+    ):
+        try:
+            recall_input(request(*terms))
+        except InvalidRequest as refused:
+            assert [v.field for v in refused.violations] == [field], refused.violations
+        else:
+            raise AssertionError(f"{terms} accepted")

@@ -149,3 +149,20 @@ def test_filters_reject_unspecified_and_unknown_enum_numbers() -> None:
     with pytest.raises(InvalidRequestError) as caught:
         requests.stream(pb.StreamJobUpdatesRequest(job_ids=["nope"], statuses=[0]))
     assert {v.field for v in caught.value.violations} == {"job_ids[0]", "statuses[0]"}
+
+
+def test_a_recall_sources_key_terms_are_bounded() -> None:
+    def recall(*terms: str) -> pb.EnqueueRequest:
+        source = pb.RecallSource(title="T", text="Some text.", key_terms=list(terms))
+        return pb.EnqueueRequest(
+            job_type=pb.JOB_TYPE_RECALL_GENERATION,
+            target_id="day",
+            recall_generation_input=pb.RecallGenerationInput(sources=[source]),
+        )
+
+    new, _ = requests.enqueue(recall("fencing tokens", "lease"), LIMITS, 3)
+    assert new.request_params["sources"][0]["key_terms"] == ["fencing tokens", "lease"]
+    too_many = fields(recall(*[f"t{i}" for i in range(21)]))
+    assert set(too_many) == {"recall_generation_input.sources[0].key_terms"}
+    bad = fields(recall("ok", " ", "x" * 101, "a\x00b"))
+    assert set(bad) == {f"recall_generation_input.sources[0].key_terms[{i}]" for i in (1, 2, 3)}

@@ -72,3 +72,31 @@ def test_small_days_are_merged_whole() -> None:
     cards = [card(i, f"Summary {i}.") for i in range(5)]
     merged = merged_input(JobType.TIL_GENERATION, {"day": "2026-12-07"}, cards)
     assert merged["notes"] == [f"Summary {i}." for i in range(5)]
+
+
+def test_a_cards_tags_become_its_sources_key_terms_bounded() -> None:
+    """Issue 43: the quiz blanks a card's tags first; JobService passes them on as
+    the source's key_terms, within an Enqueue's bounds (20, 100 characters each),
+    leaving out what is not a usable term."""
+    tagged = Finished(
+        job_id="card-tagged",
+        job_type=JobType.CARD_ANALYSIS,
+        completed_at=START,
+        result={
+            "summary": "Fencing tokens stop the old worker.",
+            "tags": [
+                "fencing tokens",
+                "",
+                "x" * 150,
+                7,
+                "bad\x00tag",
+                *[f"t{i}" for i in range(30)],
+            ],
+        },
+        input={"title": "Fencing"},
+    )
+    merged = merged_input(JobType.RECALL_GENERATION, {"sources": []}, [tagged, card(1, "Plain.")])
+    first, second = merged["sources"]
+    assert first["key_terms"][:2] == ["fencing tokens", "x" * 100]
+    assert len(first["key_terms"]) == 20 and all(0 < len(t) <= 100 for t in first["key_terms"])
+    assert "key_terms" not in second  # a card without tags

@@ -42,7 +42,11 @@ def til_sync(request: TilInput) -> TilResult:
 
 def recall_sync(request: RecallInput) -> RecallResult:
     """Recall questions, computed in the calling thread."""
-    made = generate_recall([(s.title, s.text) for s in request.sources], request.question_count)
+    made = generate_recall(
+        [(s.title, s.text) for s in request.sources],
+        request.question_count,
+        [s.key_terms for s in request.sources],
+    )
     return RecallResult(
         questions=[RecallQuestion(q.question, q.answer, q.source_index) for q in made],
         model=MODEL,

@@ -12,7 +12,7 @@ text's own wording (no "why" questions, no paraphrase).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from san_jobs.ai_gateway.backends.local.summarize import clip, rank_sentences, summarize
@@ -49,6 +49,10 @@ def _find_keyword(sentence: str, keyword: str) -> tuple[int, int] | None:
     if _HANGUL_START.match(keyword):
         # Korean: blank the stem at a word start and keep the particle ("_____는").
         hit = re.search(rf"(?<![\uac00-\ud7a3]){re.escape(keyword)}", sentence)
+        return (hit.start(), hit.end()) if hit else None
+    if " " in keyword.strip():
+        # A term of several words (a card's tag, "fencing token"): the phrase itself.
+        hit = re.search(rf"\b{re.escape(keyword.strip())}\b", sentence, re.IGNORECASE)
         return (hit.start(), hit.end()) if hit else None
     # English: blank a whole word with the same stem ("jobs" for "job", not "worker"
     # for "work").
@@ -104,12 +108,18 @@ WEAK_WORDS = frozenset(
 _NAMED = re.compile(r"(?<=[a-z,;:] )[A-Z][A-Za-z0-9-]+")
 
 
-def key_terms(text: str, title: str) -> list[str]:
-    """The source's keywords, the key terms first: those written as names inside a
-    sentence ("the Outbox relay"), then the rest by rank (its title's words rank
-    higher); weak words (WEAK_WORDS, Latin words of three letters or fewer but
-    acronyms) last."""
-    ranked = [w for w, _ in rank_keywords(text, title)[:KEYWORDS_PER_SOURCE]]
+def key_terms(text: str, title: str, given: Sequence[str] = ()) -> list[str]:
+    """The source's keywords, the key terms first: those `given` (a card's tags, in
+    their order), then those written as names inside a sentence ("the Outbox relay"),
+    then the rest by rank (its title's words rank higher); weak words (WEAK_WORDS,
+    Latin words of three letters or fewer but acronyms) last."""
+    own = [t.strip() for t in given if t.strip()]
+    ranked = own + [
+        w
+        for w, _ in rank_keywords(text, title)[:KEYWORDS_PER_SOURCE]
+        if w.lower() not in {t.lower() for t in own}
+    ]
+    tagged = {english_stem(t.lower()) for t in own}
     named = {english_stem(m.group(0).lower()) for m in _NAMED.finditer(text)}
 
     def weight(keyword: str) -> int:
@@ -117,6 +127,8 @@ def key_terms(text: str, title: str) -> list[str]:
             return 1
         if keyword.lower() in WEAK_WORDS or (len(keyword) <= 3 and not keyword.isupper()):
             return 2
+        if english_stem(keyword.lower()) in tagged:
+            return -1
         return 0 if english_stem(keyword.lower()) in named else 1
 
     return sorted(ranked, key=weight)  # stable: by rank within each weight
@@ -131,14 +143,18 @@ def _sentence_key(sentence: str) -> str:
 _WORD = re.compile(r"\w+")
 
 
-def source_questions(index: int, title: str, text: str) -> Iterator[Cloze]:
+def source_questions(
+    index: int, title: str, text: str, given: Sequence[str] = ()
+) -> Iterator[Cloze]:
     """Cloze questions for one source, best sentence first, each keyword blanked once."""
-    for _, cloze in _keyed_questions(index, title, text):
+    for _, cloze in _keyed_questions(index, title, text, given):
         yield cloze
 
 
-def _keyed_questions(index: int, title: str, text: str) -> Iterator[tuple[str, Cloze]]:
-    keywords = key_terms(text, title)
+def _keyed_questions(
+    index: int, title: str, text: str, given: Sequence[str] = ()
+) -> Iterator[tuple[str, Cloze]]:
+    keywords = key_terms(text, title, given)
     korean = is_mostly_korean(text)
     used: set[str] = set()
     for ranked in rank_sentences(text, title):
@@ -162,10 +178,16 @@ def fallback_question(index: int, title: str, text: str) -> Cloze:
     return Cloze(f"What is the main point of '{name}'?", summarize(text, title), index)
 
 
-def generate_recall(sources: list[tuple[str, str]], count: int) -> list[Cloze]:
-    """Up to ``count`` questions over ``sources`` ((title, text) pairs), round-robin,
-    never two on one sentence (a day's note repeats its cards' sentences)."""
-    streams = [_keyed_questions(i, title, text) for i, (title, text) in enumerate(sources)]
+def generate_recall(
+    sources: list[tuple[str, str]], count: int, given: Sequence[Sequence[str]] = ()
+) -> list[Cloze]:
+    """Up to ``count`` questions over ``sources`` ((title, text) pairs, with ``given``
+    key terms per source, a card's tags), round-robin, never two on one sentence (a
+    day's note repeats its cards' sentences)."""
+    terms = list(given) + [()] * (len(sources) - len(given))
+    streams = [
+        _keyed_questions(i, title, text, terms[i]) for i, (title, text) in enumerate(sources)
+    ]
     questions: list[Cloze] = []
     sentences: set[str] = set()
     asked = [False] * len(sources)

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!san/aigateway/v1/ai_gateway.proto\x12\x10san.aigateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"A\n\x15\x41nalyzeContentRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\"\x81\x01\n\x16\x41nalyzeContentResponse\x12\x0f\n\x07summary\x18\x01 \x01(\t\x12\x0c\n\x04tags\x18\x02 \x03(\t\x12\x11\n\tembedding\x18\x03 \x03(\x02\x12\r\n\x05model\x18\x04 \x01(\t\x12&\n\x05usage\x18\x05 \x01(\x0b\x32\x17.san.aigateway.v1.Usage\"0\n\x12GenerateTilRequest\x12\x0b\n\x03\x64\x61y\x18\x01 \x01(\t\x12\r\n\x05notes\x18\x02 \x03(\t\"i\n\x13GenerateTilResponse\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12&\n\x05usage\x18\x04 \x01(\x0b\x32\x17.san.aigateway.v1.Usage\"5\n\x06Source\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\"Z\n\x15GenerateRecallRequest\x12)\n\x07sources\x18\x01 \x03(\x0b\x32\x18.san.aigateway.v1.Source\x12\x16\n\x0equestion_count\x18\x02 \x01(\x05\"B\n\x08Question\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x14\n\x0csource_index\x18\x03 \x01(\x05\"~\n\x16GenerateRecallResponse\x12-\n\tquestions\x18\x01 \x03(\x0b\x32\x1a.san.aigateway.v1.Question\x12\r\n\x05model\x18\x02 \x01(\t\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x17.san.aigateway.v1.Usage\"\x1c\n\x0c\x45mbedRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\"V\n\rEmbedResponse\x12\x0e\n\x06vector\x18\x01 \x03(\x02\x12\r\n\x05model\x18\x02 \x01(\t\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x17.san.aigateway.v1.Usage\"\x80\x01\n\x05Usage\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0cinput_tokens\x18\x02 \x01(\x03\x12\x15\n\routput_tokens\x18\x03 \x01(\x03\x12+\n\x08\x64uration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06\x63\x61\x63hed\x18\x05 \x01(\x08\"\\\n\x12StreamCallsRequest\x12-\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1e.san.aigateway.v1.StreamedCall\x12\x17\n\x0f\x63\x61ncel_call_ids\x18\x02 \x03(\t\"\x83\x03\n\x0cStreamedCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x42\n\x0f\x61nalyze_content\x18\x05 \x01(\x0b\x32\'.san.aigateway.v1.AnalyzeContentRequestH\x00\x12<\n\x0cgenerate_til\x18\x06 \x01(\x0b\x32$.san.aigateway.v1.GenerateTilRequestH\x00\x12\x42\n\x0fgenerate_recall\x18\x07 \x01(\x0b\x32\'.san.aigateway.v1.GenerateRecallRequestH\x00\x12/\n\x05\x65mbed\x18\x08 \x01(\x0b\x32\x1e.san.aigateway.v1.EmbedRequestH\x00\x12\x13\n\x0btraceparent\x18\t \x01(\tB\t\n\x07request\"L\n\x13StreamCallsResponse\x12\x35\n\x07results\x18\x01 \x03(\x0b\x32$.san.aigateway.v1.StreamedCallResult\"\xd0\x02\n\x12StreamedCallResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x43\n\x0f\x61nalyze_content\x18\x02 \x01(\x0b\x32(.san.aigateway.v1.AnalyzeContentResponseH\x00\x12=\n\x0cgenerate_til\x18\x03 \x01(\x0b\x32%.san.aigateway.v1.GenerateTilResponseH\x00\x12\x43\n\x0fgenerate_recall\x18\x04 \x01(\x0b\x32(.san.aigateway.v1.GenerateRecallResponseH\x00\x12\x30\n\x05\x65mbed\x18\x06 \x01(\x0b\x32\x1f.san.aigateway.v1.EmbedResponseH\x00\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome2\xe2\x03\n\x10\x41iGatewayService\x12\x63\n\x0e\x41nalyzeContent\x12\'.san.aigateway.v1.AnalyzeContentRequest\x1a(.san.aigateway.v1.AnalyzeContentResponse\x12Z\n\x0bGenerateTil\x12$.san.aigateway.v1.GenerateTilRequest\x1a%.san.aigateway.v1.GenerateTilResponse\x12\x63\n\x0eGenerateRecall\x12\'.san.aigateway.v1.GenerateRecallRequest\x1a(.san.aigateway.v1.GenerateRecallResponse\x12H\n\x05\x45mbed\x12\x1e.san.aigateway.v1.EmbedRequest\x1a\x1f.san.aigateway.v1.EmbedResponse\x12^\n\x0bStreamCalls\x12$.san.aigateway.v1.StreamCallsRequest\x1a%.san.aigateway.v1.StreamCallsResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!san/aigateway/v1/ai_gateway.proto\x12\x10san.aigateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"A\n\x15\x41nalyzeContentRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\"\x81\x01\n\x16\x41nalyzeContentResponse\x12\x0f\n\x07summary\x18\x01 \x01(\t\x12\x0c\n\x04tags\x18\x02 \x03(\t\x12\x11\n\tembedding\x18\x03 \x03(\x02\x12\r\n\x05model\x18\x04 \x01(\t\x12&\n\x05usage\x18\x05 \x01(\x0b\x32\x17.san.aigateway.v1.Usage\"0\n\x12GenerateTilRequest\x12\x0b\n\x03\x64\x61y\x18\x01 \x01(\t\x12\r\n\x05notes\x18\x02 \x03(\t\"i\n\x13GenerateTilResponse\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12&\n\x05usage\x18\x04 \x01(\x0b\x32\x17.san.aigateway.v1.Usage\"H\n\x06Source\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x11\n\tkey_terms\x18\x04 \x03(\t\"Z\n\x15GenerateRecallRequest\x12)\n\x07sources\x18\x01 \x03(\x0b\x32\x18.san.aigateway.v1.Source\x12\x16\n\x0equestion_count\x18\x02 \x01(\x05\"B\n\x08Question\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x14\n\x0csource_index\x18\x03 \x01(\x05\"~\n\x16GenerateRecallResponse\x12-\n\tquestions\x18\x01 \x03(\x0b\x32\x1a.san.aigateway.v1.Question\x12\r\n\x05model\x18\x02 \x01(\t\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x17.san.aigateway.v1.Usage\"\x1c\n\x0c\x45mbedRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\"V\n\rEmbedResponse\x12\x0e\n\x06vector\x18\x01 \x03(\x02\x12\r\n\x05model\x18\x02 \x01(\t\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x17.san.aigateway.v1.Usage\"\x80\x01\n\x05Usage\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0cinput_tokens\x18\x02 \x01(\x03\x12\x15\n\routput_tokens\x18\x03 \x01(\x03\x12+\n\x08\x64uration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06\x63\x61\x63hed\x18\x05 \x01(\x08\"\\\n\x12StreamCallsRequest\x12-\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1e.san.aigateway.v1.StreamedCall\x12\x17\n\x0f\x63\x61ncel_call_ids\x18\x02 \x03(\t\"\x83\x03\n\x0cStreamedCall\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x42\n\x0f\x61nalyze_content\x18\x05 \x01(\x0b\x32\'.san.aigateway.v1.AnalyzeContentRequestH\x00\x12<\n\x0cgenerate_til\x18\x06 \x01(\x0b\x32$.san.aigateway.v1.GenerateTilRequestH\x00\x12\x42\n\x0fgenerate_recall\x18\x07 \x01(\x0b\x32\'.san.aigateway.v1.GenerateRecallRequestH\x00\x12/\n\x05\x65mbed\x18\x08 \x01(\x0b\x32\x1e.san.aigateway.v1.EmbedRequestH\x00\x12\x13\n\x0btraceparent\x18\t \x01(\tB\t\n\x07request\"L\n\x13StreamCallsResponse\x12\x35\n\x07results\x18\x01 \x03(\x0b\x32$.san.aigateway.v1.StreamedCallResult\"\xd0\x02\n\x12StreamedCallResult\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x43\n\x0f\x61nalyze_content\x18\x02 \x01(\x0b\x32(.san.aigateway.v1.AnalyzeContentResponseH\x00\x12=\n\x0cgenerate_til\x18\x03 \x01(\x0b\x32%.san.aigateway.v1.GenerateTilResponseH\x00\x12\x43\n\x0fgenerate_recall\x18\x04 \x01(\x0b\x32(.san.aigateway.v1.GenerateRecallResponseH\x00\x12\x30\n\x05\x65mbed\x18\x06 \x01(\x0b\x32\x1f.san.aigateway.v1.EmbedResponseH\x00\x12#\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome2\xe2\x03\n\x10\x41iGatewayService\x12\x63\n\x0e\x41nalyzeContent\x12\'.san.aigateway.v1.AnalyzeContentRequest\x1a(.san.aigateway.v1.AnalyzeContentResponse\x12Z\n\x0bGenerateTil\x12$.san.aigateway.v1.GenerateTilRequest\x1a%.san.aigateway.v1.GenerateTilResponse\x12\x63\n\x0eGenerateRecall\x12\'.san.aigateway.v1.GenerateRecallRequest\x1a(.san.aigateway.v1.GenerateRecallResponse\x12H\n\x05\x45mbed\x12\x1e.san.aigateway.v1.EmbedRequest\x1a\x1f.san.aigateway.v1.EmbedResponse\x12^\n\x0bStreamCalls\x12$.san.aigateway.v1.StreamCallsRequest\x1a%.san.aigateway.v1.StreamCallsResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,27 +42,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATETILRESPONSE']._serialized_start=361
   _globals['_GENERATETILRESPONSE']._serialized_end=466
   _globals['_SOURCE']._serialized_start=468
-  _globals['_SOURCE']._serialized_end=521
-  _globals['_GENERATERECALLREQUEST']._serialized_start=523
-  _globals['_GENERATERECALLREQUEST']._serialized_end=613
-  _globals['_QUESTION']._serialized_start=615
-  _globals['_QUESTION']._serialized_end=681
-  _globals['_GENERATERECALLRESPONSE']._serialized_start=683
-  _globals['_GENERATERECALLRESPONSE']._serialized_end=809
-  _globals['_EMBEDREQUEST']._serialized_start=811
-  _globals['_EMBEDREQUEST']._serialized_end=839
-  _globals['_EMBEDRESPONSE']._serialized_start=841
-  _globals['_EMBEDRESPONSE']._serialized_end=927
-  _globals['_USAGE']._serialized_start=930
-  _globals['_USAGE']._serialized_end=1058
-  _globals['_STREAMCALLSREQUEST']._serialized_start=1060
-  _globals['_STREAMCALLSREQUEST']._serialized_end=1152
-  _globals['_STREAMEDCALL']._serialized_start=1155
-  _globals['_STREAMEDCALL']._serialized_end=1542
-  _globals['_STREAMCALLSRESPONSE']._serialized_start=1544
-  _globals['_STREAMCALLSRESPONSE']._serialized_end=1620
-  _globals['_STREAMEDCALLRESULT']._serialized_start=1623
-  _globals['_STREAMEDCALLRESULT']._serialized_end=1959
-  _globals['_AIGATEWAYSERVICE']._serialized_start=1962
-  _globals['_AIGATEWAYSERVICE']._serialized_end=2444
+  _globals['_SOURCE']._serialized_end=540
+  _globals['_GENERATERECALLREQUEST']._serialized_start=542
+  _globals['_GENERATERECALLREQUEST']._serialized_end=632
+  _globals['_QUESTION']._serialized_start=634
+  _globals['_QUESTION']._serialized_end=700
+  _globals['_GENERATERECALLRESPONSE']._serialized_start=702
+  _globals['_GENERATERECALLRESPONSE']._serialized_end=828
+  _globals['_EMBEDREQUEST']._serialized_start=830
+  _globals['_EMBEDREQUEST']._serialized_end=858
+  _globals['_EMBEDRESPONSE']._serialized_start=860
+  _globals['_EMBEDRESPONSE']._serialized_end=946
+  _globals['_USAGE']._serialized_start=949
+  _globals['_USAGE']._serialized_end=1077
+  _globals['_STREAMCALLSREQUEST']._serialized_start=1079
+  _globals['_STREAMCALLSREQUEST']._serialized_end=1171
+  _globals['_STREAMEDCALL']._serialized_start=1174
+  _globals['_STREAMEDCALL']._serialized_end=1561
+  _globals['_STREAMCALLSRESPONSE']._serialized_start=1563
+  _globals['_STREAMCALLSRESPONSE']._serialized_end=1639
+  _globals['_STREAMEDCALLRESULT']._serialized_start=1642
+  _globals['_STREAMEDCALLRESULT']._serialized_end=1978
+  _globals['_AIGATEWAYSERVICE']._serialized_start=1981
+  _globals['_AIGATEWAYSERVICE']._serialized_end=2463
 # @@protoc_insertion_point(module_scope)

@@ -200,6 +200,7 @@ class Source(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
+    KEY_TERMS_FIELD_NUMBER: _builtins.int
     title: _builtins.str
     """The source's title."""
     text: _builtins.str
@@ -209,16 +210,24 @@ class Source(_message.Message):
     or empty. The gateway does not read it: it is here so a job's stored
     input goes as the request field for field, and a log can name it.
     """
+    @_builtins.property
+    def key_terms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The source's key terms, most telling first (a card's tags): a question
+        blanks one of these before any other word of its sentence. At most 20, each
+        1 to 100 characters.
+        """
+
     def __init__(
         self,
         *,
         title: _builtins.str = ...,
         text: _builtins.str = ...,
         job_id: _builtins.str = ...,
+        key_terms: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "key_terms", b"key_terms", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
