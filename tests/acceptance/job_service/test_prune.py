@@ -114,9 +114,22 @@ async def test_two_instances_delete_every_old_job_once(
                 return "COMPLETED" not in await counts(db) and "CANCELLED" not in await counts(db)
 
             await poll(pruned, "the old COMPLETED and CANCELLED jobs to be deleted")
+
+            def report() -> tuple[list[str], int]:
+                lines = [
+                    line for s in (a, b) for line in s.log().splitlines() if PRUNED.search(line)
+                ]
+                return lines, sum(int(PRUNED.search(line).group(1)) for line in lines)  # type: ignore[union-attr]
+
+            async def reported() -> bool:
+                return report()[1] >= 2_500 + 30
+
+            # A run logs its count once its last batch is deleted: wait for the lines
+            # before stopping the instances (a stop between the two lost them once, on
+            # a loaded machine, and the test read a total of 0).
+            await poll(reported, "the pruned jobs to be reported")
     # Each deleted job is counted by the one instance that deleted it.
-    lines = [line for s in (a, b) for line in s.log().splitlines() if PRUNED.search(line)]
-    total = sum(int(PRUNED.search(line).group(1)) for line in lines)  # type: ignore[union-attr]
+    lines, total = report()
     assert total == 2_500 + 30, "\n".join(lines)
     assert all("FAILED=0" in line for line in lines), lines
     assert await counts(db) == {"FAILED": 40, "PENDING": 1}
