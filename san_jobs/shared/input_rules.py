@@ -18,6 +18,21 @@ MAX_QUESTION_COUNT = 20
 MAX_KEY_TERMS = 20
 MAX_KEY_TERM_CHARS = 100
 
+
+def usable_key_terms(values: object) -> list[str]:
+    """A card's tags (whatever a result or a column holds) as a recall source's key
+    terms within the bounds above: strings, not blank, no NUL, each cut to
+    MAX_KEY_TERM_CHARS, the first MAX_KEY_TERMS."""
+    if not isinstance(values, list):
+        return []
+    terms = [
+        v[:MAX_KEY_TERM_CHARS]
+        for v in values
+        if isinstance(v, str) and v.strip() and "\x00" not in v
+    ]
+    return terms[:MAX_KEY_TERMS]
+
+
 # A TIL day is YYYY-MM-DD in ASCII digits (a regex `\d` would admit other scripts').
 DAY_CHARS = 10
 _DAY_FORMAT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")

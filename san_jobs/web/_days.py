@@ -57,6 +57,7 @@ from san_jobs.client import (
 from san_jobs.client.outbox import Outbox
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.shared.display import status_name
+from san_jobs.shared.input_rules import usable_key_terms
 from san_jobs.web._store import (
     ScrapStore,
     daily_notes,
@@ -657,7 +658,7 @@ class Days:
                         "title": row.title[:1000],
                         "text": row.summary,
                         # Its tags: the quiz's key terms (what a question blanks first).
-                        "tags": key_terms_of(row.tags),
+                        "tags": usable_key_terms(row.tags),
                     }
                 )
                 continue
@@ -996,15 +997,6 @@ class Days:
             scrap_id = None if dependency == til_job_id else by_job.get(dependency)
             mapped[index] = (sources[index].title, scrap_id)
         return mapped
-
-
-def key_terms_of(tags: Any) -> list[str]:
-    """A card's stored tags as a recall source's key terms: JobService's bounds (20,
-    each 1 to 100 characters, no NUL), whatever the column holds."""
-    if not isinstance(tags, list):
-        return []
-    terms = [t[:100] for t in tags if isinstance(t, str) and t.strip() and "\x00" not in t]
-    return terms[:20]
 
 
 def _notes_budget(waiting: int) -> int:

@@ -34,7 +34,7 @@ from san_jobs.job_service.domain.limits import (
     MAX_TIL_NOTES,
 )
 from san_jobs.job_service.domain.model import JobStatus, JobType, JsonDict
-from san_jobs.shared.input_rules import MAX_KEY_TERM_CHARS, MAX_KEY_TERMS
+from san_jobs.shared.input_rules import usable_key_terms
 
 # At most this many dependencies per job (EnqueueRequest.depends_on).
 MAX_DEPENDENCIES = 100
@@ -181,12 +181,7 @@ def _source(dependency: Finished) -> JsonDict | None:
     if dependency.job_type is JobType.CARD_ANALYSIS:
         text, title = _text(result.get("summary")), _text(dependency.input.get("title"))
         # The card's tags are its key terms: what a question blanks first.
-        tags = result.get("tags")
-        terms = [
-            t[:MAX_KEY_TERM_CHARS]
-            for t in (tags if isinstance(tags, list) else [])
-            if isinstance(t, str) and t.strip() and "\x00" not in t
-        ][:MAX_KEY_TERMS]
+        terms = usable_key_terms(result.get("tags"))
     else:
         text, title = _text(result.get("body")), _text(result.get("title"))
     if not text.strip():
