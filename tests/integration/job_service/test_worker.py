@@ -130,9 +130,11 @@ async def test_long_gateway_message_is_truncated(start_service: StartService) ->
 
 
 async def test_long_job_renews_its_lease(start_service: StartService) -> None:
-    """A job running three times longer than the lease is never claimed twice."""
-    service = await start_service(lease=0.3)
-    service.gateway.script = lambda _j, _a: Slow(1.0)
+    """A job running three times longer than the lease is never claimed twice. (A
+    lease of 0.6 s, renewed every 0.2 s: at 0.3 s, a fresh-clone run on a loaded
+    machine once stalled the loop past a lease and the job ended LEASE_EXPIRED.)"""
+    service = await start_service(lease=0.6)
+    service.gateway.script = lambda _j, _a: Slow(1.8)
     job = (await service.stub.Enqueue(card_request("long", "Text."))).job
     final = (await wait_terminal(service.stub, [job.id], timeout=30))[job.id]
     assert final.status == pb.JOB_STATUS_COMPLETED
