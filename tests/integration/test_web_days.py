@@ -44,7 +44,9 @@ from san_jobs.web._store import ScrapStore, daily_notes, knowledge_cards, scraps
 from san_jobs.web._users_cli import users_main
 from tests.support.web_in_process import Web, web_app
 
-# The planner runs once at start, then sleeps: these tests move days themselves.
+# These tests move days themselves, and run a planner's pass when they mean to: the
+# app's own planner is stopped at once (its one pass at start, late on a loaded
+# machine, once made a day a test was about to make, which then answered 409).
 QUIET = DaySettings(check_interval=3600)
 PATIENCE = 10.0
 
@@ -52,6 +54,7 @@ PATIENCE = 10.0
 @pytest.fixture
 async def web(tmp_path: Path) -> AsyncIterator[Web]:
     async for made in web_app(tmp_path, "off", day_settings=QUIET):
+        await made.app.state.days.stop()
         yield made
 
 
@@ -59,6 +62,7 @@ async def web(tmp_path: Path) -> AsyncIterator[Web]:
 async def web_login(tmp_path: Path) -> AsyncIterator[Web]:
     settings = DaySettings(check_interval=3600, shared_space=False)
     async for made in web_app(tmp_path, "password", day_settings=settings):
+        await made.app.state.days.stop()
         yield made
 
 
