@@ -182,58 +182,11 @@ class PruneChangesParams:
     limit: int
 
 
-class JobStore(Protocol):
-    """Everything the service does to `async_jobs`. Every method is one transaction
-    (or one atomic statement); every write that changes a job returns the job as it
-    now is, so callers can publish the change. Driver errors surface as
-    StorageUnavailableError."""
-
-    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
-        """Insert a PENDING job and commit. Returns (job, deduplicated).
-
-        The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
-        job (deduplicated=True); an active job of the tenant for (job_type,
-        target_id), detected by the partial unique index, raises DuplicateJobError, or
-        with RETURN_EXISTING returns that job. Another tenant's jobs are never found,
-        named or returned."""
-        ...
-
-    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
-        """Each item as `enqueue` would store it, in order: one outcome per item, and
-        an item's own error as its outcome (never raised). Items are resolved in
-        order, so a later item deduplicates to an earlier one of the same call (same
-        tenant and request_id, or same tenant and active (job_type, target_id)).
-        Storage trouble for the whole call (StorageUnavailableError) is raised: some
-        items may then be stored, which their request_id makes safe to send again."""
-        ...
-
-    async def get(self, job_id: str) -> Job:
-        """One job, or JobNotFoundError."""
-        ...
-
-    async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
-        """The jobs that exist among `job_ids` (unknown ids are left out)."""
-        ...
-
-    async def pending_count(self, tenant: str, at_most: int) -> int:
-        """How many PENDING jobs (ready, delayed or waiting for dependencies) `tenant`
-        has, counted up to `at_most` (a bigger count reads as `at_most`)."""
-        ...
-
-    async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
-        """`jobs`, those waiting for dependencies with Job.waiting_on filled in."""
-        ...
-
-    async def dependents_moved_by(self, job_ids: Sequence[str]) -> list[str]:
-        """The ids of the jobs that depend on any of `job_ids` and that the end of
-        these moved (due now, or CANCELLED), in the statement that ended them."""
-        ...
-
-    async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
-        """A page of jobs, newest first (created_at DESC, id DESC), keyset-paged.
-        Returns (jobs, next_page_token or None on the last page). A malformed
-        token raises InvalidRequestError on field `page_token`."""
-        ...
+class WorkerStore(Protocol):
+    """What the worker's parts (worker/) write and read: the claim, leases, outcomes.
+    Every method is one transaction (or one atomic statement); every write that
+    changes a job returns the job as it now is, so callers can publish the change.
+    Driver errors surface as StorageUnavailableError."""
 
     async def claim(self, params: ClaimParams) -> list[Claim]:
         """Atomically take up to `limit` due jobs, none of a type in `skip_types` (paused
@@ -300,6 +253,70 @@ class JobStore(Protocol):
         the token no longer owns it."""
         ...
 
+    async def next_due_at(self) -> datetime | None:
+        """The earliest time a PENDING job becomes due or a lease expires (for the
+        worker's sleep); None if nothing waits."""
+        ...
+
+
+class JobStore(Protocol):
+    """Everything the service does to `async_jobs`. Every method is one transaction
+    (or one atomic statement); every write that changes a job returns the job as it
+    now is, so callers can publish the change. Driver errors surface as
+    StorageUnavailableError."""
+
+    @property
+    def worker(self) -> WorkerStore:
+        """The worker's port (claim, leases, outcomes)."""
+        ...
+
+    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
+        """Insert a PENDING job and commit. Returns (job, deduplicated).
+
+        The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
+        job (deduplicated=True); an active job of the tenant for (job_type,
+        target_id), detected by the partial unique index, raises DuplicateJobError, or
+        with RETURN_EXISTING returns that job. Another tenant's jobs are never found,
+        named or returned."""
+        ...
+
+    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
+        """Each item as `enqueue` would store it, in order: one outcome per item, and
+        an item's own error as its outcome (never raised). Items are resolved in
+        order, so a later item deduplicates to an earlier one of the same call (same
+        tenant and request_id, or same tenant and active (job_type, target_id)).
+        Storage trouble for the whole call (StorageUnavailableError) is raised: some
+        items may then be stored, which their request_id makes safe to send again."""
+        ...
+
+    async def get(self, job_id: str) -> Job:
+        """One job, or JobNotFoundError."""
+        ...
+
+    async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
+        """The jobs that exist among `job_ids` (unknown ids are left out)."""
+        ...
+
+    async def pending_count(self, tenant: str, at_most: int) -> int:
+        """How many PENDING jobs (ready, delayed or waiting for dependencies) `tenant`
+        has, counted up to `at_most` (a bigger count reads as `at_most`)."""
+        ...
+
+    async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
+        """`jobs`, those waiting for dependencies with Job.waiting_on filled in."""
+        ...
+
+    async def dependents_moved_by(self, job_ids: Sequence[str]) -> list[str]:
+        """The ids of the jobs that depend on any of `job_ids` and that the end of
+        these moved (due now, or CANCELLED), in the statement that ended them."""
+        ...
+
+    async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
+        """A page of jobs, newest first (created_at DESC, id DESC), keyset-paged.
+        Returns (jobs, next_page_token or None on the last page). A malformed
+        token raises InvalidRequestError on field `page_token`."""
+        ...
+
     async def cancel(self, params: CancelParams) -> Job:
         """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
         late write is refused). JobNotFoundError, or InvalidJobStateError if terminal.
@@ -339,11 +356,6 @@ class JobStore(Protocol):
         """The FAILED jobs `query` selects, counted per (error_code, error_reason,
         message prefix), in domain.failure_groups.group_order: at most `max_groups`
         groups, and whether more were left out. One read."""
-        ...
-
-    async def next_due_at(self) -> datetime | None:
-        """The earliest time a PENDING job becomes due or a lease expires (for the
-        worker's sleep); None if nothing waits."""
         ...
 
     # -- dispatch pauses (domain/dispatch.py): one row per paused job type ------------

@@ -22,11 +22,25 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
+from san_jobs.job_service.domain.errors import StorageError, StorageUnavailableError
+
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 
 # One flush's result per item: a value for the caller, or an exception to raise in it.
 Flush = Callable[[list[ItemT]], Awaitable[Sequence[ResultT | BaseException]]]
+
+
+# Rows per group-commit statement (enqueue, complete, fail, renew).
+MAX_BATCH = 500
+
+
+def refused_for_its_data(error: StorageError) -> bool:
+    """A statement refused for the data of some row (a CHECK, a too-long value, as
+    classified by storage/errors.py): in a batch, each row is then written alone so
+    only its own caller hears of it. Not for connection trouble: a batch that may
+    have committed is never written again."""
+    return not isinstance(error, StorageUnavailableError)
 
 
 class GroupCommit(Generic[ItemT, ResultT]):

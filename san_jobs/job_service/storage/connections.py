@@ -19,7 +19,6 @@ from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from san_jobs.job_service.domain.model import Job
-from san_jobs.job_service.domain.priorities import AgeShare
 from san_jobs.job_service.storage.direct import DirectStatement, HeldConnection
 from san_jobs.job_service.storage.engine import SQLITE_BEGIN_OPTION, create_engine
 from san_jobs.job_service.storage.errors import storage_errors
@@ -162,7 +161,7 @@ class HotStatements:
 
 class StoreParts:
     """What the parts of SqlJobStore share. Each part (writes.py, reads.py,
-    operations.py, pauses.py, claim_limits.py, prune.py, failure_groups.py) is a mixin
+    operations.py, pauses.py, prune.py, failure_groups.py) is a mixin
     of SqlJobStore (repository.py), which sets these in its constructor: so each store
     operation is written once, next to its SQL, and no method only forwards to
     another."""
@@ -170,9 +169,6 @@ class StoreParts:
     _db: Connections
     _sql: Statements
     _hot: HotStatements
-    # Which order the next claim takes (domain/priorities.py), over every claim this
-    # store makes.
-    _age_share: AgeShare
 
     def _now(self) -> datetime:
         """The injected clock's time (timestamps never come from the database)."""

@@ -1,7 +1,8 @@
 """Dependencies in the store (domain/dependencies.py says the rules): the Enqueue of a
-job with depends_on, the merge of their results at its first claim, and what a
-waiting job waits on. What ends a dependency's dependents is migration 0017's
-trigger, in the statement that ends the dependency.
+job with depends_on, and what a waiting job waits on. The merge of their results at
+its first claim, and the last-resort end of a chain, are the worker's
+(worker_store.py). What ends a dependency's dependents is migration 0017's trigger,
+in the statement that ends the dependency.
 """
 
 from __future__ import annotations
@@ -18,36 +19,30 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.dependencies import (
     DEPENDS_ON_FIELD,
-    TAKES_RESULTS,
     WAITING,
-    Finished,
     dependency_problem,
     depth_problem,
     failure_message,
-    merged_input,
 )
 from san_jobs.job_service.domain.errors import (
     FieldViolation,
     InvalidRequestError,
-    LeaseLostError,
     StorageUnavailableError,
 )
 from san_jobs.job_service.domain.job_ids import new_job_id
 from san_jobs.job_service.domain.model import (
     TERMINAL_STATUSES,
-    Claim,
     Job,
     JobStatus,
     JobType,
     NewJob,
     OnDuplicate,
 )
-from san_jobs.job_service.domain.ports import FailParams
 from san_jobs.job_service.domain.transitions import CANCELLED_CODE
 from san_jobs.job_service.storage.errors import sqlstate
 from san_jobs.job_service.storage.rows import chunks
 from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
-from san_jobs.job_service.storage.transition_sql import Rows, time_params
+from san_jobs.job_service.storage.transition_sql import time_params
 from san_jobs.job_service.storage.writes import (
     CONFLICT_TRIES,
     KEPT_CONFLICTING,
@@ -67,7 +62,7 @@ DEPENDENCY_ENDED_REASON = "DEPENDENCY_ENDED"
 _ROLLED_BACK = frozenset({"40P01", "40001"})
 
 
-def _ended_by(message: str, now: datetime) -> dict[str, Any]:
+def ended_by(message: str, now: datetime) -> dict[str, Any]:
     """The columns of a dependent its dependency ended: CANCELLED, `message` ("Dependency
     <id> FAILED|CANCELLED") as its reason, as migration 0017's trigger writes them."""
     return {
@@ -150,7 +145,7 @@ class JobDependencies(JobWrites):
                 await conn.execute(
                     update(async_jobs)
                     .where(_jobs.id == job_id)
-                    .values(**_ended_by(failure_message(*ended), now))
+                    .values(**ended_by(failure_message(*ended), now))
                 )
             job = await self._job_in(conn, job_id)
         return replace(job, waiting_on=tuple(left) if ended is None else ())
@@ -205,133 +200,6 @@ class JobDependencies(JobWrites):
     async def _job_in(self, conn: AsyncConnection, job_id: str) -> Job:
         jobs = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
         return jobs[0]
-
-    # -- results flow -------------------------------------------------------------------
-
-    async def _merge_inputs(self, claims: list[Claim]) -> list[Claim]:
-        """Claims of jobs that take their dependencies' results and have not had them
-        yet get them now: the merged input is written as the job's input (while the
-        claim still owns it), so every later attempt sends the same."""
-        out: list[Claim] = []
-        for claim in claims:
-            job = claim.job
-            if job.depends_on and job.inputs_merged_at is None and job.job_type in TAKES_RESULTS:
-                claim = await self._merge_one(claim)
-            out.append(claim)
-        return out
-
-    async def _merge_one(self, claim: Claim) -> Claim:
-        job, now = claim.job, self._now()
-        async with self._db.single() as conn:
-            rows = await conn.execute(
-                select(
-                    _jobs.id, _jobs.job_type, _jobs.completed_at, _jobs.result, _jobs.request_params
-                ).where(and_(_jobs.id.in_(list(job.depends_on)), _jobs.status == "COMPLETED"))
-            )
-            finished = [
-                Finished(
-                    job_id=row.id,
-                    job_type=JobType(row.job_type),
-                    completed_at=row.completed_at,
-                    result=row.result or {},
-                    input=row.request_params or {},
-                )
-                for row in rows
-            ]
-            params = merged_input(job.job_type, job.request_params, finished)
-            await conn.execute(
-                update(async_jobs)
-                .where(and_(_jobs.id == job.id, _jobs.claim_token == claim.token))
-                .values(request_params=params, inputs_merged_at=now)
-            )
-        return Claim(
-            job=replace(job, request_params=params, inputs_merged_at=now), token=claim.token
-        )
-
-    # -- an end the trigger could not write --------------------------------------------
-
-    async def end_unsettled(self, params: FailParams) -> list[Job]:
-        """FAILED with `params.failure`, written without the trigger of 0017: its
-        has_dependents is cleared first (an UPDATE not of status fires nothing), the
-        failure written by the same statement as any failed attempt's, then its waiting
-        dependents, and theirs, CANCELLED one level per statement (`_end_dependents`),
-        all in one transaction. For a job whose outcome could not be written (a chain
-        deeper than the trigger's recursion allows, stored before the depth bound; any
-        other refusal): the job ends, visibly, instead of being claimed again forever.
-        The job first, then the dependents ended; LeaseLostError if `params.token` no
-        longer owns it."""
-        now, job_id = self._now(), params.job_id
-        failure = params.failure
-        async with self._db.tx() as conn:
-            owned = (
-                await conn.execute(
-                    select(_jobs.has_dependents).where(
-                        and_(_jobs.id == job_id, _jobs.claim_token == params.token)
-                    )
-                )
-            ).first()
-            if owned is None:
-                raise LeaseLostError(job_id)
-            await conn.execute(
-                update(async_jobs).where(_jobs.id == job_id).values(has_dependents=False)
-            )
-            row = self._sql.fail_rows.row(
-                at=now,
-                job_id=job_id,
-                token=params.token,
-                code=failure.code,
-                reason=failure.reason,
-                message=failure.message,
-                usage=None if failure.usage is None else failure.usage.to_json(),
-                retry_at=None,
-            )
-            await conn.execute(self._sql.fail_many, Rows.param([row]))
-            ended = await self._end_dependents(conn, job_id, now) if owned[0] else []
-            by_id: dict[str, Job] = {}
-            for chunk in chunks([job_id, *ended]):
-                jobs = await self._db.jobs(conn, self._sql.by_ids, {"p_ids": list(chunk)})
-                by_id.update((job.id, job) for job in jobs)
-        return [by_id[i] for i in (job_id, *ended) if i in by_id]
-
-    async def _end_dependents(
-        self, conn: AsyncConnection, root_id: str, now: datetime
-    ) -> list[str]:
-        """Cancel the waiting dependents of `root_id` (FAILED), and theirs, as the
-        trigger would ("Dependency <id> FAILED|CANCELLED", each naming the job it
-        waited for), one level per round and without recursion: each is written with
-        has_dependents cleared, so the trigger does not fire for it. Their ids."""
-        ended: list[str] = []
-        frontier = {root_id: JobStatus.FAILED}
-        while frontier:
-            parent_of: dict[str, str] = {}
-            for chunk in chunks(list(frontier)):
-                rows = await conn.execute(
-                    select(_deps.job_id, _deps.depends_on_id)
-                    .join(async_jobs, _jobs.id == _deps.job_id)
-                    .where(
-                        and_(
-                            _deps.depends_on_id.in_(list(chunk)),
-                            _jobs.status == JobStatus.PENDING.value,
-                            _jobs.dependencies_left > 0,
-                        )
-                    )
-                )
-                for dependent_id, dependency_id in rows:
-                    parent_of.setdefault(dependent_id, dependency_id)
-            by_parent: dict[str, list[str]] = {}
-            for dependent_id, dependency_id in parent_of.items():
-                by_parent.setdefault(dependency_id, []).append(dependent_id)
-            for dependency_id, dependents in by_parent.items():
-                message = failure_message(dependency_id, frontier[dependency_id])
-                for chunk in chunks(dependents):
-                    await conn.execute(
-                        update(async_jobs)
-                        .where(and_(_jobs.id.in_(list(chunk)), _jobs.status == "PENDING"))
-                        .values(has_dependents=False, **_ended_by(message, now))
-                    )
-            ended += parent_of
-            frontier = dict.fromkeys(parent_of, JobStatus.CANCELLED)
-        return ended
 
     # -- reads --------------------------------------------------------------------------
 

@@ -18,21 +18,13 @@ is notified: notifications are PostgreSQL's.
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from san_jobs.job_service.domain.claim_limits import (
-    LimitedClaim,
-    allowance,
-    refilled,
-    wait_after,
-)
 from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
@@ -40,7 +32,6 @@ from san_jobs.job_service.domain.errors import (
     InvalidJobStateError,
     InvalidRequestError,
     JobNotFoundError,
-    LeaseLostError,
     StorageFailureError,
 )
 from san_jobs.job_service.domain.failure_groups import (
@@ -53,7 +44,6 @@ from san_jobs.job_service.domain.model import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     AttemptUsage,
-    Claim,
     Job,
     JobCount,
     JobFilter,
@@ -67,86 +57,40 @@ from san_jobs.job_service.domain.model import (
 from san_jobs.job_service.domain.page_token import decode_page_token, encode_page_token
 from san_jobs.job_service.domain.ports import (
     CancelParams,
-    ClaimParams,
-    CompleteParams,
     CountPrunableParams,
     EnqueueOutcome,
     EnqueueParams,
-    FailParams,
     FailureGroupsParams,
     JobStore,
-    LimitedClaimParams,
     ListJobsParams,
     OpenPauseParams,
     PruneBatchParams,
-    ReleaseParams,
-    RenewLeasesParams,
     RetryFailedParams,
     TakeProbeParams,
     UsageTotalsParams,
 )
-from san_jobs.job_service.domain.priorities import AgeShare
-from san_jobs.job_service.domain.schedules import Schedule
 from san_jobs.job_service.domain.transitions import (
     CANCEL,
-    CLAIM,
-    COMPLETE,
     ENQUEUE,
-    FAIL_AND_RETRY,
-    FAIL_FINAL,
-    LEASE_EXHAUSTED,
     NOT_CANCELLABLE,
-    RELEASE,
-    RENEW_LEASE,
     RETRY_FAILED,
-    Transition,
     active_holder_reason,
     cancel_message,
-    claim_type_args,
 )
 from san_jobs.job_service.domain.usage import UsageTotal, group_key
 from san_jobs.job_service.storage.apply_transition import (
-    JOB_FIELDS,
-    Call,
     Row,
-    applies,
-    apply,
     status_of,
 )
+from san_jobs.job_service.storage.memory_rows import (
+    MemoryRows,
+    MemoryTable,
+    as_json,
+    job_of,
+)
 from san_jobs.job_service.storage.memory_schedules import MemorySchedules
-from san_jobs.job_service.storage.outcome_rows import check_claimed
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(value: datetime) -> datetime:
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime: {value!r}")
-    return value.astimezone(UTC)
-
-
-def _usage(usage: AttemptUsage | None) -> Any:
-    """An attempt's usage as the transitions' `usage` argument: its JSON object."""
-    return None if usage is None else _json(usage.to_json())
-
-
-def _json(value: Any) -> Any:
-    """A JSON value as a JSON column gives it back: a detached copy, tuples as lists."""
-    return json.loads(json.dumps(value))
-
-
-def _constraint_broken(row: Row) -> str | None:
-    """The name of the async_jobs CHECK constraint (storage/tables.py) the row breaks,
-    if any; `ck_async_jobs_due_at` holds by construction (due_at is derived)."""
-    if row["attempt_count"] < 0:
-        return "ck_async_jobs_attempt_count"
-    if row["max_attempts"] < 1:
-        return "ck_async_jobs_max_attempts"
-    if (status_of(row) is JobStatus.PROCESSING) != (row["claim_token"] is not None):
-        return "ck_async_jobs_claimed"
-    return None
+from san_jobs.job_service.storage.memory_worker import MemoryWorkerStore
+from san_jobs.job_service.storage.rows import aware, utc_now
 
 
 def _matches(row: Row, f: JobFilter) -> bool:
@@ -164,77 +108,37 @@ def _matches(row: Row, f: JobFilter) -> bool:
             not f.error_message_contains
             or (message is not None and f.error_message_contains in message)
         )
-        and (f.created_after is None or row["created_at"] >= _aware(f.created_after))
-        and (f.created_before is None or row["created_at"] < _aware(f.created_before))
+        and (f.created_after is None or row["created_at"] >= aware(f.created_after))
+        and (f.created_before is None or row["created_at"] < aware(f.created_before))
         and (
-            f.failed_after is None
-            or (failed_at is not None and failed_at >= _aware(f.failed_after))
+            f.failed_after is None or (failed_at is not None and failed_at >= aware(f.failed_after))
         )
         and (
             f.failed_before is None
-            or (failed_at is not None and failed_at < _aware(f.failed_before))
+            or (failed_at is not None and failed_at < aware(f.failed_before))
         )
     )
 
 
-class MemoryTable:
-    """The jobs of one in-memory database, by id, and its dispatch pauses by type."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, Row] = {}
-        self.pauses: dict[JobType, DispatchPause] = {}
-        # Claim limits' token buckets (domain/claim_limits.py): (tokens, refilled at).
-        self.buckets: dict[JobType, tuple[float, datetime]] = {}
-        # The pruners' lock (PostgreSQL's advisory lock), shared by the table's stores.
-        self.prune_locked = False
-        # Schedules by (tenant, schedule_id) (memory_schedules.py).
-        self.schedules: dict[tuple[str, str], Schedule] = {}
-
-
-class MemoryJobStore(MemorySchedules):
+class MemoryJobStore(MemorySchedules, MemoryRows):
     """JobStore (and ScheduleStore) on a MemoryTable (a new one unless given). `clock` gives every
     timestamp, as SqlJobStore's does."""
 
     def __init__(
         self,
         *,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
         table: MemoryTable | None = None,
     ) -> None:
-        self._clock = clock
-        self.table = table if table is not None else MemoryTable()
-        # Which order the next claim takes, as SqlJobStore's (domain/priorities.py).
-        self._age_share = AgeShare()
+        super().__init__(clock=clock, table=table)
+        # The worker's port on the same table (memory_worker.py).
+        self.worker = MemoryWorkerStore(clock=clock, table=self.table)
 
     async def close(self) -> None:
         await asyncio.sleep(0)
 
     async def ping(self) -> None:
         await asyncio.sleep(0)  # memory is always there
-
-    # -- plumbing -------------------------------------------------------------------
-
-    @property
-    def _rows(self) -> dict[str, Row]:
-        return self.table.rows
-
-    def _call(self, args: dict[str, Any] | None = None, lease_seconds: float = 0.0) -> Call:
-        return Call(args=args or {}, now=_aware(self._clock()), lease_seconds=lease_seconds)
-
-    def _write(self, transition: Transition, row: Row | None, call: Call) -> Job:
-        """Apply `transition` (it applies) and store the row, unless the table's CHECK
-        constraints refuse it (StorageFailureError, as the databases' refusal is)."""
-        new = apply(transition, row, call)
-        broken = _constraint_broken(new)
-        if broken is not None:
-            raise StorageFailureError(f"{transition.name}: the row breaks {broken}")
-        self._rows[new["id"]] = new
-        return _job(new)
-
-    def _moving(self, transition: Transition, call: Call) -> Row | None:
-        """The row named by the call's `job_id`, if `transition` applies to it."""
-        row = self._rows.get(call.args["job_id"])
-        return row if row is not None and applies(transition, row, call) else None
 
     def _active_holder(self, job_type: Any, target_id: str, tenant: str) -> Row | None:
         """The active job of (job_type, target_id) in `tenant` (the keys are a tenant's)."""
@@ -276,17 +180,17 @@ class MemoryJobStore(MemorySchedules):
         if new.request_id is not None:
             for row in self._rows.values():
                 if row["request_id"] == new.request_id and row["tenant"] == new.tenant:
-                    return _job(row), True
+                    return job_of(row), True
         holder = self._active_holder(new.job_type, new.target_id, new.tenant)
         if holder is not None:
             if on_duplicate is OnDuplicate.RETURN_EXISTING:
-                return _job(holder), True
+                return job_of(holder), True
             raise DuplicateJobError(holder["id"])
         args = {
             "job_id": new_job_id(),
             "job_type": new.job_type,
             "target_id": new.target_id,
-            "request_params": _json(new.request_params),
+            "request_params": as_json(new.request_params),
             "requested_by": new.requested_by,
             "request_id": new.request_id,
             "max_attempts": new.max_attempts,
@@ -303,11 +207,11 @@ class MemoryJobStore(MemorySchedules):
         row = self._rows.get(job_id)
         if row is None:
             raise JobNotFoundError(job_id)
-        return _job(row)
+        return job_of(row)
 
     async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
         await asyncio.sleep(0)
-        return [_job(self._rows[i]) for i in dict.fromkeys(job_ids) if i in self._rows]
+        return [job_of(self._rows[i]) for i in dict.fromkeys(job_ids) if i in self._rows]
 
     async def pending_count(self, tenant: str, at_most: int) -> int:
         await asyncio.sleep(0)
@@ -339,164 +243,11 @@ class MemoryJobStore(MemorySchedules):
             key=lambda row: (row["created_at"], row["id"]),
             reverse=True,
         )
-        jobs = [_job(row) for row in rows[: page_size + 1]]
+        jobs = [job_of(row) for row in rows[: page_size + 1]]
         if len(jobs) <= page_size:
             return jobs, None
         jobs = jobs[:page_size]
         return jobs, encode_page_token(jobs[-1].created_at, jobs[-1].id)
-
-    # -- the worker's writes --------------------------------------------------------
-
-    async def claim(self, params: ClaimParams) -> list[Claim]:
-        await asyncio.sleep(0)
-        return self._claim_now(
-            params.limit,
-            params.lease_seconds,
-            params.skip_types,
-            params.only_type,
-            params.max_per_caller,
-        )
-
-    def _claim_now(
-        self,
-        limit: int,
-        lease_seconds: float,
-        skip_types: frozenset[JobType],
-        only_type: JobType | None,
-        max_per_caller: int | None = None,
-    ) -> list[Claim]:
-        if limit <= 0:
-            return []
-        call = self._call(claim_type_args(skip_types, only_type), lease_seconds=lease_seconds)
-        # By age: oldest due first; by priority: the most urgent first, then oldest
-        # due (domain/priorities.py). Ties: oldest job first. Returned oldest job first.
-        by_age = self._age_share.next_by_age()
-        due = sorted(
-            (row for row in self._rows.values() if applies(CLAIM, row, call)),
-            key=lambda row: (
-                0 if by_age else row["priority"],
-                row["due_at"],
-                row["created_at"],
-                row["id"],
-            ),
-        )
-        if max_per_caller is not None:
-            due = self._fair(due, max_per_caller)
-        due = due[:limit]
-        self._age_share.took(len(due), by_age)
-        jobs = sorted(
-            (self._write(CLAIM, row, call) for row in due), key=lambda j: (j.created_at, j.id)
-        )
-        return [Claim(job=job, token=job.claim_token or "") for job in jobs]
-
-    async def claim_limited(self, params: LimitedClaimParams) -> LimitedClaim:
-        job_type, limit, type_limit = params.job_type, params.limit, params.type_limit
-        lease_seconds, max_per_caller = params.lease_seconds, params.max_per_caller
-        # One event loop: nothing runs between the reads and the writes below (no
-        # await), as the SQL store's row lock ensures across instances.
-        if limit <= 0:
-            return LimitedClaim()
-        now = _aware(self._clock())
-        tokens = None
-        if type_limit.per_second is not None:
-            held, at = self.table.buckets.get(job_type, (type_limit.burst, now))
-            tokens = refilled(held, at, now, type_limit)
-        running = sum(
-            1
-            for row in self._rows.values()
-            if row["job_type"] == job_type and status_of(row) is JobStatus.PROCESSING
-        )
-        allowed = allowance(limit, type_limit, tokens, running)
-        claims = self._claim_now(allowed.jobs, lease_seconds, frozenset(), job_type, max_per_caller)
-        tokens_left = None
-        if tokens is not None:
-            tokens_left = tokens - len(claims)
-            self.table.buckets[job_type] = (tokens_left, now)
-        await asyncio.sleep(0)
-        return LimitedClaim(claims, wait_after(len(claims), allowed, tokens_left, type_limit))
-
-    def _fair(self, due: list[Row], max_per_caller: int) -> list[Row]:
-        """Of `due` (oldest due first), what each caller may still start: fair share,
-        as the SQL stores' ranking (the limit minus the caller's PROCESSING jobs)."""
-        room = Counter(
-            row["requested_by"]
-            for row in self._rows.values()
-            if status_of(row) is JobStatus.PROCESSING
-        )
-        taken: list[Row] = []
-        for row in due:
-            caller = row["requested_by"]
-            room[caller] += 1
-            if room[caller] <= max_per_caller:
-                taken.append(row)
-        return taken
-
-    async def fail_exhausted_leases(self) -> list[Job]:
-        await asyncio.sleep(0)
-        call = self._call()
-        expired = [row for row in self._rows.values() if applies(LEASE_EXHAUSTED, row, call)]
-        return [self._write(LEASE_EXHAUSTED, row, call) for row in expired]
-
-    async def renew_leases(self, params: RenewLeasesParams) -> set[str]:
-        await asyncio.sleep(0)
-        owned: set[str] = set()
-        for job_id, token in params.leases:
-            call = self._call({"job_id": job_id, "token": token}, params.lease_seconds)
-            row = self._moving(RENEW_LEASE, call)
-            if row is not None:
-                self._write(RENEW_LEASE, row, call)
-                owned.add(job_id)
-        return owned
-
-    async def complete(self, params: CompleteParams) -> Job:
-        # params.claimed saves nothing here (the row is at hand), but is checked alike.
-        job_id = params.job_id
-        check_claimed(job_id, params.claimed)
-        await asyncio.sleep(0)
-        call = self._call(
-            {
-                "job_id": job_id,
-                "token": params.token,
-                "result": _json(params.result),
-                "usage": _usage(params.usage),
-            }
-        )
-        row = self._moving(COMPLETE, call)
-        if row is None:
-            raise LeaseLostError(job_id)
-        return self._write(COMPLETE, row, call)
-
-    async def fail(self, params: FailParams) -> Job:
-        job_id, failure, retry_at = params.job_id, params.failure, params.retry_at
-        check_claimed(job_id, params.claimed)  # as in complete
-        await asyncio.sleep(0)
-        call = self._call(
-            {
-                "job_id": job_id,
-                "token": params.token,
-                "code": failure.code,
-                "reason": failure.reason,
-                "message": failure.message,
-                "retry_at": None if retry_at is None else _aware(retry_at),
-                "usage": _usage(failure.usage),
-            }
-        )
-        # Each declaration's `when` says which of the two this call is.
-        for transition in (FAIL_AND_RETRY, FAIL_FINAL):
-            row = self._moving(transition, call)
-            if row is not None:
-                return self._write(transition, row, call)
-        raise LeaseLostError(job_id)
-
-    async def end_unsettled(self, params: FailParams) -> list[Job]:
-        # No job here has dependents (_enqueue_now): a plain final failure.
-        return [await self.fail(replace(params, retry_at=None))]
-
-    async def release(self, params: ReleaseParams) -> Job | None:
-        await asyncio.sleep(0)
-        call = self._call({"job_id": params.job_id, "token": params.token})
-        row = self._moving(RELEASE, call)
-        return None if row is None else self._write(RELEASE, row, call)
 
     # -- operators ------------------------------------------------------------------
 
@@ -636,7 +387,7 @@ class MemoryJobStore(MemorySchedules):
         return 0  # counted from the rows each time (the table is small)
 
     def _oldest_due_by_type(self) -> dict[JobType, datetime]:
-        now = _aware(self._clock())
+        now = aware(self._clock())
         due: dict[JobType, datetime] = {}
         for row in self._rows.values():
             at = row["due_at"]
@@ -644,10 +395,6 @@ class MemoryJobStore(MemorySchedules):
                 job_type = row["job_type"]
                 due[job_type] = min(at, due.get(job_type, at))
         return due
-
-    async def next_due_at(self) -> datetime | None:
-        await asyncio.sleep(0)
-        return min(_due_times(self._rows.values()), default=None)
 
     # -- dispatch pauses (one dict entry per paused type, as one row in SQL) -----------
 
@@ -660,8 +407,8 @@ class MemoryJobStore(MemorySchedules):
         job_type, reason, until = params.job_type, params.reason, params.until
         last_error, instance_id = params.last_error, params.instance_id
         current = self.table.pauses.get(job_type)
-        since = current.since if current is not None else _aware(self._clock())
-        pause = DispatchPause(job_type, reason, since, _aware(until), last_error, instance_id)
+        since = current.since if current is not None else aware(self._clock())
+        pause = DispatchPause(job_type, reason, since, aware(until), last_error, instance_id)
         self.table.pauses[job_type] = pause
         return pause
 
@@ -672,9 +419,9 @@ class MemoryJobStore(MemorySchedules):
     async def take_probe(self, params: TakeProbeParams) -> bool:
         await asyncio.sleep(0)
         current = self.table.pauses.get(params.job_type)
-        if current is None or current.until > _aware(self._clock()):
+        if current is None or current.until > aware(self._clock()):
             return False
-        self.table.pauses[params.job_type] = replace(current, until=_aware(params.next_probe_at))
+        self.table.pauses[params.job_type] = replace(current, until=aware(params.next_probe_at))
         return True
 
     # -- retention (storage/prune.py is the SQL twin) ----------------------------------
@@ -683,7 +430,7 @@ class MemoryJobStore(MemorySchedules):
         """Jobs of terminal `status` that ended (updated_at) before `cutoff`, oldest first."""
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"only terminal jobs are pruned, not {status.value}")
-        cutoff = _aware(cutoff)
+        cutoff = aware(cutoff)
         rows = [
             row
             for row in self._rows.values()
@@ -714,21 +461,6 @@ class MemoryJobStore(MemorySchedules):
             yield True
         finally:
             self.table.prune_locked = False
-
-
-def _due_times(rows: Iterable[Row]) -> Iterable[datetime]:
-    for row in rows:
-        if status_of(row) in ACTIVE_STATUSES and row["due_at"] is not None:
-            yield row["due_at"]
-
-
-def _job(row: Row) -> Job:
-    """The Job a read gives back: its own copies of the JSON values."""
-    values = {name: row[name] for name in JOB_FIELDS}
-    values["status"] = status_of(row)
-    values["request_params"] = copy.deepcopy(row["request_params"])
-    values["result"] = copy.deepcopy(row["result"])
-    return Job(**values)
 
 
 if TYPE_CHECKING:

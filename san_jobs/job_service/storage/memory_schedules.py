@@ -31,7 +31,7 @@ from san_jobs.job_service.domain.schedules import (
 from san_jobs.job_service.storage.apply_transition import status_of
 
 if TYPE_CHECKING:
-    from san_jobs.job_service.storage.memory import MemoryTable
+    from san_jobs.job_service.storage.memory_rows import MemoryTable
 
 Key = tuple[str, str]  # (tenant, schedule_id)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -189,8 +187,3 @@ class OperatorQueries(StoreParts):
             key=group_key,
         )
         return totals[:max_groups], len(totals) > max_groups
-
-    async def next_due_at(self) -> datetime | None:
-        async with self._db.single() as conn:
-            value = (await conn.execute(queries.next_due_at())).scalar_one_or_none()
-        return as_utc(value)

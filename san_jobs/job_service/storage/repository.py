@@ -1,13 +1,13 @@
 """SqlJobStore: the JobStore port on `async_jobs`, made of its parts.
 
-Each part is a mixin holding the operations of one concern, written once with their
-SQL (connections.StoreParts says what they share):
+The worker's port is a field, `worker` (worker_store.SqlWorkerStore: the claim,
+leases, outcomes). The other parts are still mixins, each holding the operations of one
+concern, written once with their SQL (connections.StoreParts says what they share):
 
-- writes.py: enqueue and the worker's writes, coalesced into batches;
+- writes.py: enqueue, coalesced into batches;
 - reads.py: one job, many, a page;
-- dependencies.py: Enqueue with depends_on, the results' merge at the claim;
-- operations.py: cancel, RetryFailed, stats, usage, next_due_at;
-- claim_limits.py: the claim of a type with limits;
+- dependencies.py: Enqueue with depends_on, what a waiting job waits on;
+- operations.py: cancel, RetryFailed, stats, usage;
 - pauses.py, prune.py, failure_groups.py: dispatch pauses, retention, failure groups;
 - changes.py: the change feed (positions, reads, its retention);
 - schedules.py: schedules and the firing of their periods.
@@ -27,10 +27,9 @@ from datetime import datetime
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from san_jobs.job_service.domain.priorities import AgeShare
 from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EXPIRED_MESSAGE
+from san_jobs.job_service.storage.batching import MAX_BATCH
 from san_jobs.job_service.storage.changes import ChangeQueries
-from san_jobs.job_service.storage.claim_limits import LimitedClaims
 from san_jobs.job_service.storage.connections import Connections, HotStatements
 from san_jobs.job_service.storage.dependencies import JobDependencies
 from san_jobs.job_service.storage.failure_groups import FailureGroupQueries
@@ -42,7 +41,8 @@ from san_jobs.job_service.storage.reads import JobReads
 from san_jobs.job_service.storage.rows import aware, utc_now
 from san_jobs.job_service.storage.schedules import ScheduleQueries
 from san_jobs.job_service.storage.statements import Statements
-from san_jobs.job_service.storage.writes import MAX_BATCH, JobWrites
+from san_jobs.job_service.storage.worker_store import SqlWorkerStore
+from san_jobs.job_service.storage.writes import JobWrites
 
 __all__ = ["LEASE_EXPIRED_CODE", "LEASE_EXPIRED_MESSAGE", "MAX_BATCH", "SqlJobStore", "utc_now"]
 
@@ -50,11 +50,10 @@ MAX_INSTANCE_ID_BYTES = 200
 
 
 class SqlJobStore(
-    JobDependencies,  # first: its methods are what JobWrites and LimitedClaims call
+    JobDependencies,  # first: its methods are what JobWrites calls
     JobWrites,
     JobReads,
     OperatorQueries,
-    LimitedClaims,
     PauseQueries,
     PruneQueries,
     FailureGroupQueries,
@@ -88,8 +87,10 @@ class SqlJobStore(
         self._db = Connections(database, pool_size=pool_size, max_overflow=max_overflow)
         self._sql = Statements(self._db.pg, instance_id)
         self._hot = HotStatements.of(self._sql, self._db)
-        self._age_share = AgeShare()
         self._read_many = self.get_many
+        self.worker = SqlWorkerStore(
+            db=self._db, sql=self._sql, hot=self._hot, now=self._now, read_many=self.get_many
+        )
         self._start_group_commits(enqueue_interval)
         self._database_ping = DatabasePing(self._db.engine)
 
@@ -106,6 +107,7 @@ class SqlJobStore(
 
     async def close(self) -> None:
         await self._wait_writes_idle()
+        await self.worker.wait_idle()
         await self._database_ping.close()
         await self._hot.close()
         await self._db.close()

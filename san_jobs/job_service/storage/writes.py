@@ -1,10 +1,9 @@
-"""Enqueue and the worker's writes: claim, renew, complete, fail, release.
+"""Enqueue: one job, or BatchEnqueue's many (the worker's writes: worker_store.py).
 
-Every write is one atomic `UPDATE/INSERT ... RETURNING` statement, claim included,
-run without BEGIN/COMMIT round trips. Concurrent enqueues, completions and failures
-are coalesced (batching.py): the calls waiting at the same time share ONE statement
-over a JSON array of rows, and each caller returns only after that statement
-committed, with its own row's outcome.
+An Enqueue is one atomic `INSERT ... RETURNING` statement, run without BEGIN/COMMIT
+round trips. Concurrent enqueues are coalesced (batching.py): the calls waiting at
+the same time share ONE statement over a JSON array of rows, and each caller returns
+only after that statement committed, with its own row's outcome.
 """
 
 from __future__ import annotations
@@ -18,55 +17,27 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
     InvalidRequestError,
-    LeaseLostError,
     StorageError,
     StorageUnavailableError,
 )
 from san_jobs.job_service.domain.job_ids import new_job_id, new_job_ids
 from san_jobs.job_service.domain.model import (
-    AttemptUsage,
-    Claim,
-    Failure,
     Job,
-    JsonDict,
     NewJob,
     OnDuplicate,
 )
 from san_jobs.job_service.domain.ports import (
-    ClaimParams,
-    CompleteParams,
     EnqueueOutcome,
     EnqueueParams,
-    FailParams,
-    ReleaseParams,
-    RenewLeasesParams,
 )
-from san_jobs.job_service.domain.transitions import claim_type_args
-from san_jobs.job_service.storage.batching import GroupCommit
-from san_jobs.job_service.storage.connections import Connections, HotStatement, StoreParts
+from san_jobs.job_service.storage.batching import MAX_BATCH, GroupCommit, refused_for_its_data
+from san_jobs.job_service.storage.connections import Connections, StoreParts
 from san_jobs.job_service.storage.direct import StatementInDoubtError
 from san_jobs.job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
 from san_jobs.job_service.storage.json_sql import row_time
-from san_jobs.job_service.storage.outcome_rows import check_claimed, outcome_job
-from san_jobs.job_service.storage.rows import aware, pending_job
-from san_jobs.job_service.storage.statements import P_LIMIT, P_MAX_PER_CALLER, Statements
-from san_jobs.job_service.storage.transition_sql import Params, Rows, time_params
-
-# Rows per group-commit statement (enqueue, complete, fail, renew).
-MAX_BATCH = 500
-
-# fail(): job id, claim token, time of the call, failure, retry_at, the claimed job.
-_FailItem = tuple[str, str, datetime, Failure, datetime | None, Job | None]
-# complete(): job id, claim token, time of the call, result, usage, the claimed job.
-_CompleteItem = tuple[str, str, datetime, JsonDict, AttemptUsage | None, Job | None]
-
-
-def _refused_for_its_data(error: StorageError) -> bool:
-    """A statement refused for the data of some row (a CHECK, a too-long value, as
-    classified by storage/errors.py): in a batch, each row is then written alone so
-    only its own caller hears of it. Not for connection trouble: a batch that may
-    have committed is never written again."""
-    return not isinstance(error, StorageUnavailableError)
+from san_jobs.job_service.storage.rows import pending_job
+from san_jobs.job_service.storage.statements import Statements
+from san_jobs.job_service.storage.transition_sql import Rows, time_params
 
 
 class JobWrites(StoreParts):
@@ -79,25 +50,14 @@ class JobWrites(StoreParts):
         """A job with depends_on, alone, in a transaction (dependencies.py)."""
         raise NotImplementedError
 
-    async def _merge_inputs(self, claims: list[Claim]) -> list[Claim]:
-        """Claimed jobs that take their dependencies' results, with them (dependencies.py)."""
-        raise NotImplementedError
-
     def _start_group_commits(self, enqueue_interval: float) -> None:
         # Group commit of the hot-path writes: concurrent calls share one statement.
         self._enqueues: GroupCommit[NewJob, Job | None] = GroupCommit(
             self._enqueue_batch, max_batch=MAX_BATCH, name="enqueue", min_interval=enqueue_interval
         )
-        self._completes: GroupCommit[_CompleteItem, Job | None] = GroupCommit(
-            self._complete_batch, max_batch=MAX_BATCH, name="complete", key=lambda i: i[0]
-        )
-        self._fails: GroupCommit[_FailItem, Job | None] = GroupCommit(
-            self._fail_batch, max_batch=MAX_BATCH, name="fail", key=lambda i: i[0]
-        )
 
     async def _wait_writes_idle(self) -> None:
-        for coalescer in (self._enqueues, self._completes, self._fails):
-            await coalescer.wait_idle()
+        await self._enqueues.wait_idle()
 
     # -- enqueue ------------------------------------------------------------------------
 
@@ -226,7 +186,7 @@ class JobWrites(StoreParts):
         except (DuplicateJobError, InvalidRequestError) as error:  # depends_on's checks
             return error
         except StorageError as error:
-            if not _refused_for_its_data(error):
+            if not refused_for_its_data(error):
                 raise  # the database, not this item: the whole call
             return error  # this item's data alone
 
@@ -239,7 +199,7 @@ class JobWrites(StoreParts):
         try:
             results = await self._enqueue_batch([items[index][0] for index in chunk])
         except StorageError as error:
-            if not _refused_for_its_data(error):
+            if not refused_for_its_data(error):
                 raise
             return [None] * len(chunk)  # each alone: only the bad one fails
         jobs: list[Job | None] = []
@@ -283,7 +243,7 @@ class JobWrites(StoreParts):
             doubt = InsertInDoubt(self._db.autocommit, error.backend, ids, self._read_many)
             return [EnqueueInDoubtError(job_id, doubt, error) for job_id in ids]
         except StorageError as error:
-            if len(batch) > 1 and _refused_for_its_data(error):
+            if len(batch) > 1 and refused_for_its_data(error):
                 return [None] * len(batch)  # each alone: only the bad one fails
             raise
         return [
@@ -302,159 +262,6 @@ class JobWrites(StoreParts):
             if answer is not None:
                 return answer
         raise StorageUnavailableError(KEPT_CONFLICTING)
-
-    # -- the worker's writes ----------------------------------------------------------
-
-    async def claim(self, params: ClaimParams) -> list[Claim]:
-        if params.limit <= 0:
-            return []
-        types = Params.bind(**claim_type_args(params.skip_types, params.only_type))
-        bound = time_params(self._now(), params.lease_seconds) | {P_LIMIT: params.limit} | types
-        # By age or by priority: the anti-starvation share (domain/priorities.py).
-        by_age = self._age_share.next_by_age()
-        if params.max_per_caller is None:
-            hot = self._hot.claim if by_age else self._hot.claim_urgent
-            jobs = await hot.jobs(bound)
-        else:  # fair share: another statement, run only when it is set
-            fair = bound | {P_MAX_PER_CALLER: params.max_per_caller}
-            statement = self._sql.claim_fair if by_age else self._sql.claim_fair_urgent
-            jobs = await self._db.write(statement, fair)
-        self._age_share.took(len(jobs), by_age)
-        jobs.sort(key=lambda j: (j.created_at, j.id))
-        # A job that takes its dependencies' results gets them now (dependencies.py).
-        return await self._merge_inputs([Claim(job=j, token=j.claim_token or "") for j in jobs])
-
-    async def fail_exhausted_leases(self) -> list[Job]:
-        return await self._db.write(self._sql.fail_exhausted_leases, time_params(self._now()))
-
-    async def renew_leases(self, params: RenewLeasesParams) -> set[str]:
-        leases, lease_seconds = params.leases, params.lease_seconds
-        held = self._sql.renew_rows
-        owned: set[str] = set()
-        for start in range(0, len(leases), MAX_BATCH):
-            rows = [
-                held.row(job_id=job_id, token=token)
-                for job_id, token in leases[start : start + MAX_BATCH]
-            ]
-            bound = time_params(self._now(), lease_seconds) | Rows.param(rows)
-            owned.update(row["id"] for row in await self._hot.renew_leases.rows(bound))
-        return owned
-
-    async def complete(self, params: CompleteParams) -> Job:
-        check_claimed(params.job_id, params.claimed)
-        # Concurrent completions share one UPDATE; each row keeps its token check.
-        item = (
-            params.job_id,
-            params.token,
-            self._now(),
-            params.result,
-            params.usage,
-            params.claimed,
-        )
-        job = await self._completes.submit(item)
-        if job is None:
-            raise LeaseLostError(params.job_id)
-        return job
-
-    async def _complete_batch(self, batch: list[_CompleteItem]) -> list[Job | BaseException | None]:
-        done = self._sql.complete_rows
-        rows = [
-            done.row(at=at, job_id=job_id, token=token, result=result, usage=_usage(usage))
-            for job_id, token, at, result, usage, _ in batch
-        ]
-        claims = [(b[0], b[5]) for b in batch]
-        return await self._outcome_rows(self._hot.complete_many, claims, rows)
-
-    async def fail(self, params: FailParams) -> Job:
-        check_claimed(params.job_id, params.claimed)
-        retry_at = aware(params.retry_at) if params.retry_at is not None else None
-        item = (params.job_id, params.token, self._now(), params.failure, retry_at, params.claimed)
-        job = await self._fails.submit(item)
-        if job is None:
-            raise LeaseLostError(params.job_id)
-        return job
-
-    async def _fail_batch(self, batch: list[_FailItem]) -> list[Job | BaseException | None]:
-        failed = self._sql.fail_rows
-        rows = [
-            failed.row(
-                at=at,
-                job_id=job_id,
-                token=token,
-                code=failure.code,
-                reason=failure.reason,
-                message=failure.message,
-                usage=_usage(failure.usage),
-                retry_at=retry_at,
-            )
-            for job_id, token, at, failure, retry_at, _ in batch
-        ]
-        claims = [(b[0], b[5]) for b in batch]
-        return await self._outcome_rows(self._hot.fail_many, claims, rows)
-
-    async def release(self, params: ReleaseParams) -> Job | None:
-        bound = time_params(self._now()) | self._sql.release_params.bind(
-            job_id=params.job_id, token=params.token
-        )
-        jobs = await self._db.write(self._sql.release, bound)
-        return jobs[0] if jobs else None
-
-    async def _outcome_rows(
-        self,
-        statement: HotStatement,
-        claims: list[tuple[str, Job | None]],
-        rows: list[dict[str, Any]],
-    ) -> list[Job | BaseException | None]:
-        """An outcome statement for a batch of (job id, the job as claimed or None);
-        per row the job written, or None (the token no longer owns it). If the data of
-        some row is refused, each row alone."""
-        kept = await self._kept_columns(claims)
-        ids = [job_id for job_id, _ in claims]
-        try:
-            written = await _written(statement, rows)
-        except StorageError as error:
-            if len(rows) == 1 or not _refused_for_its_data(error):
-                raise
-            results: list[Job | BaseException | None] = []
-            for job_id, row in zip(ids, rows, strict=True):
-                try:
-                    alone = (await _written(statement, [row])).get(job_id)
-                    results.append(_joined(alone, kept))
-                except StorageError as row_error:
-                    results.append(row_error)
-            return results
-        return [_joined(written.get(job_id), kept) for job_id in ids]
-
-    async def _kept_columns(self, claims: list[tuple[str, Job | None]]) -> dict[str, Job]:
-        """By id, a job to take the columns the outcome statement leaves out from
-        (outcome_rows.py): the claimed job the caller gave, else the job read now
-        (those columns never change, so before or after the write is the same)."""
-        kept = {job_id: job for job_id, job in claims if job is not None}
-        unknown = [job_id for job_id, job in claims if job is None]
-        if unknown:
-            kept.update((job.id, job) for job in await self._read_many(unknown))
-        return kept
-
-
-def _usage(usage: AttemptUsage | None) -> JsonDict | None:
-    """An attempt's usage as the transitions' `usage` argument: its JSON object."""
-    return None if usage is None else usage.to_json()
-
-
-async def _written(statement: HotStatement, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Run an outcome statement whose rows carry their own time (committed on return);
-    the rows it wrote (outcome_rows.OUTCOME_COLUMNS), by id."""
-    return {row["id"]: row for row in await statement.rows(Rows.param(rows))}
-
-
-def _joined(row: Any, kept: dict[str, Job]) -> Job | BaseException | None:
-    """The job an outcome row wrote, whole (None: no row, the token lost the job)."""
-    if row is None:
-        return None
-    job = kept.get(row["id"])
-    if job is None:  # only if the row was deleted between the read and the write
-        return StorageUnavailableError(f"job {row['id']} vanished while its outcome was written")
-    return outcome_job(row, job)
 
 
 def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import TypeVar, assert_never
 from san_jobs.job_service.domain.errors import LeaseLostError, StorageError, StorageUnavailableError
 from san_jobs.job_service.domain.failures import truncate_error_message
 from san_jobs.job_service.domain.model import Claim, Failure, Job
-from san_jobs.job_service.domain.ports import CompleteParams, FailParams, JobStore, ReleaseParams
+from san_jobs.job_service.domain.ports import CompleteParams, FailParams, ReleaseParams, WorkerStore
 from san_jobs.job_service.metrics import (
     CANCELLED,
     COMPLETED,
@@ -68,7 +68,7 @@ def _described(outcome: Written) -> str:
 class Completer:
     def __init__(
         self,
-        store: JobStore,
+        store: WorkerStore,
         publish: Callable[[Iterable[Job]], None],
         config: WorkerConfig,
         *,

@@ -61,14 +61,14 @@ class Worker:
             store, config.breaker, clock, lambda: asyncio.get_running_loop().time()
         )
         self._rescuer = Rescuer(
-            store,
+            store.worker,
             publish,
             config,
             self._metrics,
             on_lost=lambda job_ids: self._stop(job_ids, LeaseLost(LEASE_LOST_WHY)),
         )
         self._producer = Producer(
-            store,
+            store.worker,
             self._breaker,
             publish,
             config,
@@ -79,7 +79,7 @@ class Worker:
         )
         self._executor = Executor(gateway, self._breaker, config)
         self._completer = Completer(
-            store,
+            store.worker,
             publish,
             config,
             clock=clock,

@@ -15,7 +15,7 @@ from datetime import datetime
 from san_jobs.job_service.dispatch_breaker import DispatchBreaker
 from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.model import Claim, Job, JobType
-from san_jobs.job_service.domain.ports import ClaimParams, JobStore, LimitedClaimParams
+from san_jobs.job_service.domain.ports import ClaimParams, LimitedClaimParams, WorkerStore
 from san_jobs.job_service.worker.config import WorkerConfig, log
 
 # Due times of retries and delayed jobs kept in memory, at most. Only a time before the
@@ -28,7 +28,7 @@ MAX_DUE_TIMES = 1_024
 class Producer:
     def __init__(
         self,
-        store: JobStore,
+        store: WorkerStore,
         breaker: DispatchBreaker,
         publish: Callable[[Iterable[Job]], None],
         config: WorkerConfig,

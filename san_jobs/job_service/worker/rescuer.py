@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.model import Job
-from san_jobs.job_service.domain.ports import JobStore, RenewLeasesParams
+from san_jobs.job_service.domain.ports import RenewLeasesParams, WorkerStore
 from san_jobs.job_service.metrics import FAILED, WorkerMetrics
 from san_jobs.job_service.worker.config import WorkerConfig, log
 
@@ -20,7 +20,7 @@ from san_jobs.job_service.worker.config import WorkerConfig, log
 class Rescuer:
     def __init__(
         self,
-        store: JobStore,
+        store: WorkerStore,
         publish: Callable[[Iterable[Job]], None],
         config: WorkerConfig,
         metrics: WorkerMetrics,

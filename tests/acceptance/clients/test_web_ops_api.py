@@ -165,15 +165,17 @@ def fail_paused_job(jobs_database_url: str, target: str, message: str) -> str:
                 max_attempts=1,
             )
             job, _ = await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
-            claims = await store.claim(
+            claims = await store.worker.claim(
                 ClaimParams(limit=1000, lease_seconds=60, only_type=JobType.TIL_GENERATION)
             )
             for claim in claims:
                 if claim.job.id != job.id:
-                    await store.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
+                    await store.worker.release(
+                        ReleaseParams(job_id=claim.job.id, token=claim.token)
+                    )
             (mine,) = [c for c in claims if c.job.id == job.id]
             failure = Failure("INTERNAL", "MALFORMED_RESPONSE", message, transient=False)
-            await store.fail(
+            await store.worker.fail(
                 FailParams(job_id=job.id, token=mine.token, failure=failure, retry_at=None)
             )
             return job.id

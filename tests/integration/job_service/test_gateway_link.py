@@ -225,7 +225,7 @@ async def test_an_outcome_that_cannot_be_recorded_fails_the_job_with_an_internal
 ) -> None:
     service = await start_service()
     caplog.set_level(logging.ERROR, logger="job_service.worker")
-    with failing(service.runtime.store, "complete", times=1):
+    with failing(service.runtime.store.worker, "complete", times=1):
         final = await run_card(service, "o-1")
     assert final.status == pb.JOB_STATUS_FAILED
     assert final.error_code == "INTERNAL"
@@ -261,7 +261,10 @@ async def test_when_no_outcome_can_be_written_the_job_is_given_back(
     service = await start_service()
     store = service.runtime.store
     # complete() fails, then the fallback that fails the job (end_unsettled) too.
-    with failing(store, "complete", times=1), failing(store, "end_unsettled", times=1):
+    with (
+        failing(store.worker, "complete", times=1),
+        failing(store.worker, "end_unsettled", times=1),
+    ):
         final = await run_card(service, "o-2")
     assert final.status == pb.JOB_STATUS_COMPLETED, "given back as PENDING, then run again"
 

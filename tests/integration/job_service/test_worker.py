@@ -231,7 +231,7 @@ async def test_shutdown_during_the_outcome_write_leaves_nothing_processing(
     committed) or PENDING (given back), never PROCESSING."""
     service = await start_service(workers=4)
     store = service.runtime.store
-    original = store.complete
+    original = store.worker.complete
     writing = asyncio.Event()
 
     async def slow_complete(params: CompleteParams) -> object:
@@ -239,7 +239,7 @@ async def test_shutdown_during_the_outcome_write_leaves_nothing_processing(
         await asyncio.sleep(0.5)
         return await original(params)
 
-    store.complete = slow_complete  # type: ignore[method-assign,assignment]
+    store.worker.complete = slow_complete  # type: ignore[method-assign,assignment]
     job = (await service.stub.Enqueue(card_request("cut", "Text."))).job
     await asyncio.wait_for(writing.wait(), 10)
     await service.runtime.worker.stop(0.05)

@@ -57,11 +57,11 @@ async def make_failed(
 ) -> Job:
     """Enqueue, claim and fail for good one job."""
     await enqueue(store, target_id, job_type=job_type)
-    claims = await store.claim(ClaimParams(limit=1000, lease_seconds=60))
+    claims = await store.worker.claim(ClaimParams(limit=1000, lease_seconds=60))
     claim = next(c for c in claims if c.job.target_id == target_id)
     for other in claims:
         if other is not claim:
-            await store.release(ReleaseParams(job_id=other.job.id, token=other.token))
-    return await store.fail(
+            await store.worker.release(ReleaseParams(job_id=other.job.id, token=other.token))
+    return await store.worker.fail(
         FailParams(job_id=claim.job.id, token=claim.token, failure=failure(message), retry_at=None)
     )

@@ -175,8 +175,10 @@ async def test_batched_enqueue_returns_the_same_job_as_a_single_one(
         assert job.requested_by == "tester" and job.max_attempts == 3
         assert job.result is None and job.error_message is None and job.claim_token is None
         assert await store.get(job.id) == job
-    assert await store.next_due_at() == clock.now
-    assert [c.job.id for c in await store.claim(ClaimParams(limit=10, lease_seconds=60))] != []
+    assert await store.worker.next_due_at() == clock.now
+    assert [
+        c.job.id for c in await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
+    ] != []
 
 
 async def test_batches_follow_the_load_and_split_at_the_maximum(sql_store: SqlJobStore) -> None:
@@ -239,7 +241,8 @@ async def _claimed(store: JobStore, count: int, prefix: str) -> dict[str, str]:
     for i in range(count):
         await enqueue(store, f"{prefix}{i}")
     return {
-        c.job.id: c.token for c in await store.claim(ClaimParams(limit=count, lease_seconds=60))
+        c.job.id: c.token
+        for c in await store.worker.claim(ClaimParams(limit=count, lease_seconds=60))
     }
 
 
@@ -257,7 +260,9 @@ async def test_concurrent_completes_only_stale_tokens_lose_their_lease(
 
     async def complete(job_id: str) -> Job:
         token = "not-the-token" if job_id in stale_token else tokens[job_id]
-        return await store.complete(CompleteParams(job_id=job_id, token=token, result=result))
+        return await store.worker.complete(
+            CompleteParams(job_id=job_id, token=token, result=result)
+        )
 
     with batch_statements() as seen:
         outcomes = await asyncio.gather(*(complete(i) for i in ids), return_exceptions=True)
@@ -285,8 +290,8 @@ async def test_the_same_job_twice_in_one_burst_completes_once(store: JobStore) -
     tokens = await _claimed(store, 1, "twice-")
     ((job_id, token),) = tokens.items()
     outcomes = await asyncio.gather(
-        store.complete(CompleteParams(job_id=job_id, token=token, result={"model": "a"})),
-        store.complete(CompleteParams(job_id=job_id, token=token, result={"model": "b"})),
+        store.worker.complete(CompleteParams(job_id=job_id, token=token, result={"model": "a"})),
+        store.worker.complete(CompleteParams(job_id=job_id, token=token, result={"model": "b"})),
         return_exceptions=True,
     )
     assert isinstance(outcomes[0], Job) and outcomes[0].result == {"model": "a"}
@@ -303,10 +308,10 @@ async def test_concurrent_failures_retry_or_fail_per_row(store: JobStore, clock:
     async def fail(index: int, job_id: str) -> Job:
         token = "stale" if index % 4 == 3 else tokens[job_id]
         if index % 2 == 0:
-            return await store.fail(
+            return await store.worker.fail(
                 FailParams(job_id=job_id, token=token, failure=transient, retry_at=retry_at)
             )
-        return await store.fail(
+        return await store.worker.fail(
             FailParams(
                 job_id=job_id, token=token, failure=failure("Timeout: 너무 오래"), retry_at=None
             )
@@ -338,9 +343,9 @@ async def test_concurrent_failures_retry_or_fail_per_row(store: JobStore, clock:
             assert outcome.error_message == attempt.error_message == "Timeout: 너무 오래"
         assert await store.get(job_id) == outcome
     # The retries are due at retry_at, not before.
-    assert await store.claim(ClaimParams(limit=100, lease_seconds=60)) == []
+    assert await store.worker.claim(ClaimParams(limit=100, lease_seconds=60)) == []
     clock.advance(30)
-    assert len(await store.claim(ClaimParams(limit=100, lease_seconds=60))) == 6
+    assert len(await store.worker.claim(ClaimParams(limit=100, lease_seconds=60))) == 6
 
 
 @pytest.mark.postgres
@@ -355,7 +360,7 @@ async def test_an_outcome_the_database_refuses_fails_only_its_own_caller(
 
         async def fail(job_id: str) -> Job:
             chosen = too_long if job_id == ids[2] else failure()
-            return await store.fail(
+            return await store.worker.fail(
                 FailParams(job_id=job_id, token=tokens[job_id], failure=chosen, retry_at=None)
             )
 

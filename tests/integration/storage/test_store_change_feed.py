@@ -42,8 +42,8 @@ async def test_each_end_and_retry_is_one_change_with_the_job_as_it_was(
 ) -> None:
     store = sql_store
     done = await enqueue(store, "done")
-    claim = (await store.claim(ClaimParams(limit=1, lease_seconds=60)))[0]
-    await store.complete(
+    claim = (await store.worker.claim(ClaimParams(limit=1, lease_seconds=60)))[0]
+    await store.worker.complete(
         CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "S", "tags": []})
     )
     failed = await make_failed(store, "failed")

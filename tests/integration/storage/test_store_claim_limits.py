@@ -32,7 +32,7 @@ CARD, TIL = JobType.CARD_ANALYSIS, JobType.TIL_GENERATION
 
 async def claim_limited(store: JobStore, jobs: int, limit: TypeLimit) -> LimitedClaim:
     """Up to `jobs` CARD_ANALYSIS jobs, 60 s leases, within `limit`."""
-    return await store.claim_limited(
+    return await store.worker.claim_limited(
         LimitedClaimParams(job_type=CARD, limit=jobs, lease_seconds=60, type_limit=limit)
     )
 
@@ -59,7 +59,9 @@ async def test_rate_limit_grants_the_burst_then_the_rate(store: JobStore, clock:
     clock.advance(10)  # the bucket holds the burst at most
     assert len((await claim_limited(store, 10, limit)).claims) == 2
     # Another type's jobs were left alone.
-    assert len(await store.claim(ClaimParams(limit=10, lease_seconds=60, only_type=TIL))) == 2
+    assert (
+        len(await store.worker.claim(ClaimParams(limit=10, lease_seconds=60, only_type=TIL))) == 2
+    )
 
 
 async def test_tokens_not_used_stay_in_the_bucket(store: JobStore, clock: FakeClock) -> None:
@@ -105,10 +107,12 @@ async def test_concurrency_limit_counts_every_instance(
     assert theirs.wait_seconds == CONCURRENCY_RECHECK_SECONDS
     assert (await claim_limited(first, 10, limit)).claims == []
     # Other types' running jobs do not count.
-    assert len(await second.claim(ClaimParams(limit=10, lease_seconds=60, only_type=TIL))) == 3
+    assert (
+        len(await second.worker.claim(ClaimParams(limit=10, lease_seconds=60, only_type=TIL))) == 3
+    )
     # A job that ends frees its slot.
     done = mine.claims[0]
-    await first.complete(
+    await first.worker.complete(
         CompleteParams(job_id=done.job.id, token=done.token, result={"summary": "ok"})
     )
     assert len((await claim_limited(second, 10, limit)).claims) == 1
@@ -135,7 +139,7 @@ async def test_instances_racing_never_pass_the_concurrency_limit(
         taken = [(s, c) for s, r in zip(stores, results, strict=True) for c in r.claims]
         assert len(taken) == 3
         for owner, claim in taken:
-            await owner.complete(
+            await owner.worker.complete(
                 CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "ok"})
             )
 
@@ -175,7 +179,7 @@ async def test_a_start_is_never_dated_before_the_end_that_freed_its_slot(
 
         async def complete_on_a() -> None:
             clock.advance(0.5)
-            await a.complete(CompleteParams(running.job.id, running.token, {"summary": "s"}))
+            await a.worker.complete(CompleteParams(running.job.id, running.token, {"summary": "s"}))
 
         real_tx = b._db.tx
 

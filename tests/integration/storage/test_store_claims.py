@@ -31,7 +31,7 @@ async def test_claim_takes_a_batch_oldest_first(store: JobStore, clock: FakeCloc
     for i in range(5):
         jobs.append(await enqueue(store, f"c{i}"))
         clock.advance(1)
-    claims = await store.claim(ClaimParams(limit=3, lease_seconds=60))
+    claims = await store.worker.claim(ClaimParams(limit=3, lease_seconds=60))
     assert [c.job.id for c in claims] == [j.id for j in jobs[:3]]
     for c in claims:
         job = c.job
@@ -45,20 +45,20 @@ async def test_claim_takes_a_batch_oldest_first(store: JobStore, clock: FakeCloc
         assert attempt.attempt == 1 and attempt.start_time == clock.now
         assert attempt.end_time is None
     assert len({c.token for c in claims}) == 3
-    rest = await store.claim(ClaimParams(limit=10, lease_seconds=60))
+    rest = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
     assert [c.job.id for c in rest] == [j.id for j in jobs[3:]]
-    assert await store.claim(ClaimParams(limit=10, lease_seconds=60)) == []
-    assert await store.claim(ClaimParams(limit=0, lease_seconds=60)) == []
+    assert await store.worker.claim(ClaimParams(limit=10, lease_seconds=60)) == []
+    assert await store.worker.claim(ClaimParams(limit=0, lease_seconds=60)) == []
 
 
 async def test_complete_closes_the_attempt_and_clears_the_claim(
     store: JobStore, clock: FakeClock
 ) -> None:
     await enqueue(store, "done")
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     clock.advance(2)
     result = {"summary": "요약", "tags": ["큐"], "embedding": [1.0, 0.0], "model": "local"}
-    job = await store.complete(
+    job = await store.worker.complete(
         CompleteParams(job_id=claim.job.id, token=claim.token, result=result)
     )
     assert job.status is JobStatus.COMPLETED
@@ -67,18 +67,20 @@ async def test_complete_closes_the_attempt_and_clears_the_claim(
     assert job.claim_token is None and job.lease_expires_at is None
     assert job.attempts[0].end_time == clock.now and job.attempts[0].error_code == ""
     assert await store.get(job.id) == job
-    assert await store.next_due_at() is None
+    assert await store.worker.next_due_at() is None
     with pytest.raises(LeaseLostError):
-        await store.complete(CompleteParams(job_id=claim.job.id, token=claim.token, result=result))
+        await store.worker.complete(
+            CompleteParams(job_id=claim.job.id, token=claim.token, result=result)
+        )
 
 
 async def test_fail_with_retry_waits_until_due_then_fails_for_good(
     store: JobStore, clock: FakeClock
 ) -> None:
     await enqueue(store, "flaky")
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     retry_at = clock.now + timedelta(seconds=30)
-    job = await store.fail(
+    job = await store.worker.fail(
         FailParams(
             job_id=claim.job.id,
             token=claim.token,
@@ -91,15 +93,15 @@ async def test_fail_with_retry_waits_until_due_then_fails_for_good(
     assert job.error_code == "DEADLINE_EXCEEDED" and job.error_message == "Timeout: 30s"
     assert job.claim_token is None and job.lease_expires_at is None
     assert job.attempts[0].error_message == "Timeout: 30s" and job.attempts[0].end_time == clock.now
-    assert await store.next_due_at() == retry_at
+    assert await store.worker.next_due_at() == retry_at
 
-    assert await store.claim(ClaimParams(limit=5, lease_seconds=60)) == []  # not due yet
+    assert await store.worker.claim(ClaimParams(limit=5, lease_seconds=60)) == []  # not due yet
     clock.advance(30)
-    (again,) = await store.claim(ClaimParams(limit=5, lease_seconds=60))
+    (again,) = await store.worker.claim(ClaimParams(limit=5, lease_seconds=60))
     assert again.job.attempt_count == 2 and again.job.next_attempt_at is None
     assert [a.attempt for a in again.job.attempts] == [1, 2]
 
-    final = await store.fail(
+    final = await store.worker.fail(
         FailParams(
             job_id=again.job.id,
             token=again.token,
@@ -111,18 +113,20 @@ async def test_fail_with_retry_waits_until_due_then_fails_for_good(
     assert final.failed_at == clock.now and final.next_attempt_at is None
     assert final.error_code == "INTERNAL"
     assert [a.error_code for a in final.attempts] == ["DEADLINE_EXCEEDED", "INTERNAL"]
-    assert await store.next_due_at() is None
+    assert await store.worker.next_due_at() is None
 
 
 async def test_expired_lease_is_claimed_again_as_a_new_attempt(
     store: JobStore, clock: FakeClock
 ) -> None:
     await enqueue(store, "lost", max_attempts=3)
-    (first,) = await store.claim(ClaimParams(limit=1, lease_seconds=10))
+    (first,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=10))
     clock.advance(5)
-    assert await store.claim(ClaimParams(limit=1, lease_seconds=10)) == []  # lease still valid
+    assert (
+        await store.worker.claim(ClaimParams(limit=1, lease_seconds=10)) == []
+    )  # lease still valid
     clock.advance(6)
-    (second,) = await store.claim(ClaimParams(limit=1, lease_seconds=10))
+    (second,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=10))
     job = second.job
     assert job.id == first.job.id and second.token != first.token
     assert job.attempt_count == 2
@@ -134,22 +138,22 @@ async def test_expired_lease_is_claimed_again_as_a_new_attempt(
 
     # The old owner comes back: none of its writes land.
     with pytest.raises(LeaseLostError):
-        await store.complete(
+        await store.worker.complete(
             CompleteParams(job_id=job.id, token=first.token, result={"summary": "stale"})
         )
     with pytest.raises(LeaseLostError):
-        await store.fail(
+        await store.worker.fail(
             FailParams(job_id=job.id, token=first.token, failure=failure(), retry_at=None)
         )
-    assert await store.release(ReleaseParams(job_id=job.id, token=first.token)) is None
+    assert await store.worker.release(ReleaseParams(job_id=job.id, token=first.token)) is None
     assert (
-        await store.renew_leases(
+        await store.worker.renew_leases(
             RenewLeasesParams(leases=[(job.id, first.token)], lease_seconds=60)
         )
         == set()
     )
 
-    done = await store.complete(
+    done = await store.worker.complete(
         CompleteParams(job_id=job.id, token=second.token, result={"summary": "fresh"})
     )
     assert done.result == {"summary": "fresh"}
@@ -157,35 +161,37 @@ async def test_expired_lease_is_claimed_again_as_a_new_attempt(
 
 async def test_exhausted_leases_fail_with_lease_expired(store: JobStore, clock: FakeClock) -> None:
     job = await enqueue(store, "doomed", max_attempts=1)
-    await store.claim(ClaimParams(limit=1, lease_seconds=10))
+    await store.worker.claim(ClaimParams(limit=1, lease_seconds=10))
     clock.advance(11)
     assert (
-        await store.claim(ClaimParams(limit=5, lease_seconds=10)) == []
+        await store.worker.claim(ClaimParams(limit=5, lease_seconds=10)) == []
     )  # attempts used up: not claimed again
-    assert await store.next_due_at() is not None
-    (failed,) = await store.fail_exhausted_leases()
+    assert await store.worker.next_due_at() is not None
+    (failed,) = await store.worker.fail_exhausted_leases()
     assert failed.id == job.id and failed.status is JobStatus.FAILED
     assert failed.error_code == LEASE_EXPIRED_CODE and failed.failed_at == clock.now
     assert failed.claim_token is None
     assert failed.attempts[0].error_code == LEASE_EXPIRED_CODE
     assert failed.attempts[0].end_time == clock.now
-    assert await store.fail_exhausted_leases() == []
-    assert await store.next_due_at() is None
+    assert await store.worker.fail_exhausted_leases() == []
+    assert await store.worker.next_due_at() is None
 
 
 async def test_renew_lease_pushes_expiry(store: JobStore, clock: FakeClock) -> None:
     await enqueue(store, "long")
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=10))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=10))
     clock.advance(8)
-    assert await store.renew_leases(
+    assert await store.worker.renew_leases(
         RenewLeasesParams(leases=[(claim.job.id, claim.token)], lease_seconds=10)
     ) == {claim.job.id}
     clock.advance(8)
-    assert await store.claim(ClaimParams(limit=1, lease_seconds=10)) == []  # renewed: not expired
+    assert (
+        await store.worker.claim(ClaimParams(limit=1, lease_seconds=10)) == []
+    )  # renewed: not expired
     job = await store.get(claim.job.id)
     assert job.lease_expires_at == clock.now + timedelta(seconds=2)
     assert (
-        await store.renew_leases(
+        await store.worker.renew_leases(
             RenewLeasesParams(leases=[(claim.job.id, "wrong-token")], lease_seconds=10)
         )
         == set()
@@ -197,11 +203,13 @@ async def test_renew_leases_renews_every_owned_lease_in_one_call(
 ) -> None:
     for i in range(4):
         await enqueue(store, f"many-{i}")
-    a, b, c, d = await store.claim(ClaimParams(limit=4, lease_seconds=10))
-    await store.complete(CompleteParams(job_id=c.job.id, token=c.token, result={"summary": "done"}))
+    a, b, c, d = await store.worker.claim(ClaimParams(limit=4, lease_seconds=10))
+    await store.worker.complete(
+        CompleteParams(job_id=c.job.id, token=c.token, result={"summary": "done"})
+    )
     await store.cancel(CancelParams(job_id=d.job.id, reason="user left"))
     clock.advance(8)
-    owned = await store.renew_leases(
+    owned = await store.worker.renew_leases(
         RenewLeasesParams(
             leases=[
                 (a.job.id, a.token),
@@ -215,24 +223,24 @@ async def test_renew_leases_renews_every_owned_lease_in_one_call(
     assert owned == {a.job.id}
     assert (await store.get(a.job.id)).lease_expires_at == clock.now + timedelta(seconds=10)
     assert (await store.get(b.job.id)).lease_expires_at == clock.now + timedelta(seconds=2)
-    assert await store.renew_leases(RenewLeasesParams(leases=[], lease_seconds=10)) == set()
+    assert await store.worker.renew_leases(RenewLeasesParams(leases=[], lease_seconds=10)) == set()
 
 
 async def test_release_gives_the_job_back_without_charging(
     store: JobStore, clock: FakeClock
 ) -> None:
     await enqueue(store, "shutdown")
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
-    released = await store.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
+    released = await store.worker.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
     assert released is not None
     assert released.status is JobStatus.PENDING
     assert released.attempt_count == 0 and released.attempts == ()
     assert released.claim_token is None and released.lease_expires_at is None
     assert released.started_at is None
-    (again,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (again,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     assert again.job.attempt_count == 1 and len(again.job.attempts) == 1
     assert (
-        await store.release(ReleaseParams(job_id=claim.job.id, token=claim.token)) is None
+        await store.worker.release(ReleaseParams(job_id=claim.job.id, token=claim.token)) is None
     )  # old token
 
 
@@ -243,14 +251,14 @@ async def test_cancel_in_each_state(store: JobStore, clock: FakeClock) -> None:
     assert cancelled.cancel_reason == "user asked" and cancelled.cancelled_at == clock.now
 
     await enqueue(store, "x-processing")
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     stopped = await store.cancel(CancelParams(job_id=claim.job.id, reason="stop it"))
     assert stopped.status is JobStatus.CANCELLED
     assert stopped.claim_token is None and stopped.lease_expires_at is None
     assert stopped.attempts[-1].end_time == clock.now
     assert stopped.attempts[-1].error_code == "CANCELLED"
     with pytest.raises(LeaseLostError):  # the worker's late write is refused
-        await store.complete(
+        await store.worker.complete(
             CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "late"})
         )
     assert (await store.get(claim.job.id)).status is JobStatus.CANCELLED
@@ -260,8 +268,8 @@ async def test_cancel_in_each_state(store: JobStore, clock: FakeClock) -> None:
             await store.cancel(CancelParams(job_id=terminal_id, reason="again"))
         assert err.value.status == "CANCELLED"
     await enqueue(store, "x-done")
-    (done_claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
-    await store.complete(
+    (done_claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
+    await store.worker.complete(
         CompleteParams(job_id=done_claim.job.id, token=done_claim.token, result={})
     )
     with pytest.raises(InvalidJobStateError):

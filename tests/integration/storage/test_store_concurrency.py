@@ -41,7 +41,7 @@ async def test_concurrent_claimers_never_share_a_job(open_store: OpenStore) -> N
 
         async def claimer(store: JobStore) -> None:
             while True:
-                claims = await store.claim(ClaimParams(limit=7, lease_seconds=60))
+                claims = await store.worker.claim(ClaimParams(limit=7, lease_seconds=60))
                 if not claims:
                     return
                 claimed.extend(c.job.id for c in claims)

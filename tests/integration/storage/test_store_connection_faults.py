@@ -131,7 +131,9 @@ async def test_a_statement_right_after_the_server_ended_the_idle_connection_succ
     store = SqlJobStore(clean_postgres_url, instance_id="faults", clock=clock)
     try:
         await enqueue(store, "first")
-        await store.claim(ClaimParams(limit=1, lease_seconds=60))  # both held connections are taken
+        await store.worker.claim(
+            ClaimParams(limit=1, lease_seconds=60)
+        )  # both held connections are taken
         held = getattr(store._hot, statement).held
         # The server's goodbye has arrived, the end of the socket not yet.
         held._driver._protocol.data_received(_fatal_from_server())
@@ -141,7 +143,7 @@ async def test_a_statement_right_after_the_server_ended_the_idle_connection_succ
             assert await _stored_targets(clean_postgres_url) == {"first", "second"}
         else:
             await enqueue(store, "second")
-            (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+            (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
             assert claim.job.target_id == "second"
     finally:
         await store.close()

@@ -74,13 +74,15 @@ async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock)
     await enqueue(store, "embed-1", job_type=JobType.EMBEDDING)
     await assert_counts_exact(store)
 
-    claims = await store.claim(ClaimParams(limit=4, lease_seconds=60))  # PENDING -> PROCESSING
+    claims = await store.worker.claim(
+        ClaimParams(limit=4, lease_seconds=60)
+    )  # PENDING -> PROCESSING
     await assert_counts_exact(store)
     first, second, third, fourth = claims
-    await store.complete(
+    await store.worker.complete(
         CompleteParams(job_id=first.job.id, token=first.token, result={"ok": True})
     )  # -> COMPLETED
-    await store.fail(
+    await store.worker.fail(
         FailParams(
             job_id=second.job.id,
             token=second.token,
@@ -88,10 +90,10 @@ async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock)
             retry_at=clock() + timedelta(seconds=5),
         )
     )
-    await store.fail(
+    await store.worker.fail(
         FailParams(job_id=third.job.id, token=third.token, failure=failure(), retry_at=None)
     )  # -> FAILED
-    await store.release(
+    await store.worker.release(
         ReleaseParams(job_id=fourth.job.id, token=fourth.token)
     )  # -> PENDING, uncharged
     truth = await assert_counts_exact(store)
@@ -112,7 +114,7 @@ async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock)
     await store.cancel(
         CancelParams(job_id=pending[0].id, reason="operator")
     )  # PENDING -> CANCELLED
-    running = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    running = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     await store.cancel(
         CancelParams(job_id=running[0].job.id, reason="operator")
     )  # PROCESSING -> CANCELLED
@@ -132,11 +134,13 @@ async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock)
     # A lease that expires with its attempts used up: PROCESSING -> FAILED (exhausted).
     last = await enqueue(store, "one-try", max_attempts=1)
     taken = [
-        c for c in await store.claim(ClaimParams(limit=100, lease_seconds=1)) if c.job.id == last.id
+        c
+        for c in await store.worker.claim(ClaimParams(limit=100, lease_seconds=1))
+        if c.job.id == last.id
     ]
     assert taken
     clock.advance(2)
-    assert last.id in [j.id for j in await store.fail_exhausted_leases()]
+    assert last.id in [j.id for j in await store.worker.fail_exhausted_leases()]
     truth = await assert_counts_exact(store)
     assert sum(truth.values()) == 8
 
@@ -199,10 +203,10 @@ async def test_deletes_and_truncate_count(sql_store: SqlJobStore) -> None:
 async def test_an_update_that_keeps_the_status_counts_nothing(sql_store: SqlJobStore) -> None:
     """Lease renewals (and any write leaving the status) add no delta."""
     await enqueue(sql_store, "lease")
-    claims = await sql_store.claim(ClaimParams(limit=1, lease_seconds=60))
+    claims = await sql_store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     await sql_store.fold_counts()
     for _ in range(3):
-        await sql_store.renew_leases(
+        await sql_store.worker.renew_leases(
             RenewLeasesParams(leases=[(claims[0].job.id, claims[0].token)], lease_seconds=60)
         )
     async with sql_store.engine.connect() as conn:
@@ -254,13 +258,13 @@ async def test_concurrent_writers_keep_counts_exact(
             await enqueue(
                 store, f"{name}-{i}", job_type=(JobType.CARD_ANALYSIS, JobType.EMBEDDING)[i % 2]
             )
-            for claim in await store.claim(ClaimParams(limit=3, lease_seconds=60)):
+            for claim in await store.worker.claim(ClaimParams(limit=3, lease_seconds=60)):
                 if i % 3:
-                    await store.complete(
+                    await store.worker.complete(
                         CompleteParams(job_id=claim.job.id, token=claim.token, result={"ok": i})
                     )
                 else:
-                    await store.fail(
+                    await store.worker.fail(
                         FailParams(
                             job_id=claim.job.id, token=claim.token, failure=failure(), retry_at=None
                         )

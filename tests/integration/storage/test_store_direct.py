@@ -49,16 +49,16 @@ async def test_a_dropped_connection_is_replaced(clean_postgres_url: str, clock: 
     store = SqlJobStore(clean_postgres_url, instance_id="direct", clock=clock)
     try:
         await enqueue(store, "before")
-        (claim,) = await store.claim(ClaimParams(limit=5, lease_seconds=60))
+        (claim,) = await store.worker.claim(ClaimParams(limit=5, lease_seconds=60))
         assert await _terminate_other_backends(clean_postgres_url) >= 1
         await asyncio.sleep(0.2)  # the held connections hear that they were ended
         # Idle connections the database ended are replaced before the next statement.
         await enqueue(store, "during")
-        done = await store.complete(
+        done = await store.worker.complete(
             CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "ok"})
         )
         assert done.status is JobStatus.COMPLETED
-        (again,) = await store.claim(ClaimParams(limit=5, lease_seconds=60))
+        (again,) = await store.worker.claim(ClaimParams(limit=5, lease_seconds=60))
         assert again.job.target_id == "during"
     finally:
         await store.close()
@@ -98,7 +98,7 @@ async def test_held_connections_go_back_to_the_pool_with_the_planner_reset(
 ) -> None:
     store = SqlJobStore(clean_postgres_url, instance_id="direct", clock=clock)
     await enqueue(store, "x")
-    await store.claim(
+    await store.worker.claim(
         ClaimParams(limit=1, lease_seconds=60)
     )  # takes the held claim connection (bitmap scans off)
     held = store._hot.claim.held

@@ -142,21 +142,21 @@ async def test_claim_skips_paused_types_and_a_probe_takes_one_of_one_type(
         cards.append(await enqueue(store, f"card-{i}", job_type=CARD))
         tils.append(await enqueue(store, f"til-{i}", job_type=TIL))
         clock.advance(1)
-    probe = await store.claim(
+    probe = await store.worker.claim(
         ClaimParams(limit=1, lease_seconds=60, skip_types=frozenset({CARD}), only_type=CARD)
     )
     assert probe == []  # a skipped type is never claimed, not even by a probe
-    probe = await store.claim(ClaimParams(limit=1, lease_seconds=60, only_type=CARD))
+    probe = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60, only_type=CARD))
     assert [c.job.id for c in probe] == [cards[0].id]
-    claimed = await store.claim(
+    claimed = await store.worker.claim(
         ClaimParams(limit=10, lease_seconds=60, skip_types=frozenset({CARD}))
     )
     assert [c.job.id for c in claimed] == [j.id for j in tils]
     assert (
-        await store.claim(
+        await store.worker.claim(
             ClaimParams(limit=10, lease_seconds=60, skip_types=frozenset({CARD, TIL}))
         )
         == []
     )
-    rest = await store.claim(ClaimParams(limit=10, lease_seconds=60))
+    rest = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
     assert sorted(c.job.id for c in rest) == sorted(j.id for j in cards[1:])

@@ -48,14 +48,14 @@ async def test_the_database_refuses_a_due_at_that_breaks_the_rule(
     assert not await _refused(engine, pending.id, next_attempt_at=later, due_at=later)
 
     await enqueue(sql_store, "processing")
-    (claim,) = await sql_store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (claim,) = await sql_store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     lease = claim.job.lease_expires_at
     assert lease is not None
     assert await _refused(engine, claim.job.id, due_at=lease + timedelta(seconds=1))
     assert await _refused(engine, claim.job.id, lease_expires_at=None)
     assert await _refused(engine, claim.job.id, due_at=None, lease_expires_at=None)
 
-    done = await sql_store.complete(
+    done = await sql_store.worker.complete(
         CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "ok"})
     )
     assert await _refused(engine, done.id, due_at=clock.now)

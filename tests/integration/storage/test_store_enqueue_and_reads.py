@@ -212,7 +212,7 @@ async def test_operators_sql_finds_failed_targets(sql_store: SqlJobStore) -> Non
 
 
 async def test_stats_and_next_due_at(store: JobStore, clock: FakeClock) -> None:
-    assert await store.next_due_at() is None
+    assert await store.worker.next_due_at() is None
     empty = await store.stats()
     assert empty.counts == () and empty.oldest_pending_created_at is None
 
@@ -228,7 +228,7 @@ async def test_stats_and_next_due_at(store: JobStore, clock: FakeClock) -> None:
         (JobType.CARD_ANALYSIS, JobStatus.FAILED): 1,
     }
     assert stats.oldest_pending_created_at == first.created_at
-    assert await store.next_due_at() == clock.now  # released jobs are due at once
+    assert await store.worker.next_due_at() == clock.now  # released jobs are due at once
 
 
 async def test_stats_give_the_oldest_due_job_of_each_type(
@@ -242,7 +242,7 @@ async def test_stats_give_the_oldest_due_job_of_each_type(
     til = await enqueue(store, "t1", job_type=JobType.TIL_GENERATION)
     clock.advance(5)
     await enqueue(store, "r1", job_type=JobType.RECALL_GENERATION)
-    (claim,) = await store.claim(
+    (claim,) = await store.worker.claim(
         ClaimParams(limit=1, lease_seconds=30.0, only_type=JobType.RECALL_GENERATION)
     )
     stats = await store.stats()
@@ -252,7 +252,7 @@ async def test_stats_give_the_oldest_due_job_of_each_type(
     }
     # A failed attempt retried in a minute: not due yet, so not late.
     retry_at = clock.now + timedelta(seconds=60)
-    await store.fail(
+    await store.worker.fail(
         FailParams(job_id=claim.job.id, token=claim.token, failure=failure(), retry_at=retry_at)
     )
     assert JobType.RECALL_GENERATION not in (await store.stats()).oldest_due_by_type

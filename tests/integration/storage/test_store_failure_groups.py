@@ -43,9 +43,11 @@ async def fail_one(
         )
     )
     (claim,) = [
-        c for c in await store.claim(ClaimParams(limit=100, lease_seconds=60)) if c.job.id == job.id
+        c
+        for c in await store.worker.claim(ClaimParams(limit=100, lease_seconds=60))
+        if c.job.id == job.id
     ]
-    return await store.fail(
+    return await store.worker.fail(
         FailParams(
             job_id=job.id,
             token=claim.token,

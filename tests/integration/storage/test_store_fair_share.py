@@ -37,7 +37,7 @@ def callers(claims: list[Claim]) -> Counter[str]:
 async def test_a_backlog_does_not_starve_a_later_caller(store: JobStore, clock: FakeClock) -> None:
     await _enqueue(store, "big", 50, clock)
     await _enqueue(store, "small", 4, clock)
-    first = await store.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=5))
+    first = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=5))
     # Oldest due first, but no caller past five running.
     assert callers(first) == {"big": 5, "small": 4}
     # Each caller's oldest jobs.
@@ -45,14 +45,14 @@ async def test_a_backlog_does_not_starve_a_later_caller(store: JobStore, clock: 
         f"big-{n}" for n in range(5)
     ]
     assert (
-        await store.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=5)) == []
+        await store.worker.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=5)) == []
     )  # big is at its five
     done = next(c for c in first if c.job.requested_by == "big")
-    await store.complete(
+    await store.worker.complete(
         CompleteParams(job_id=done.job.id, token=done.token, result={"summary": "ok"})
     )
     assert callers(
-        await store.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=5))
+        await store.worker.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=5))
     ) == {"big": 1}
 
 
@@ -61,26 +61,26 @@ async def test_running_jobs_count_on_every_instance(
 ) -> None:
     first, second = open_store("a"), open_store("b")
     await _enqueue(first, "big", 20, clock)
-    assert callers(await first.claim(ClaimParams(limit=3, lease_seconds=60, max_per_caller=5))) == {
-        "big": 3
-    }
+    assert callers(
+        await first.worker.claim(ClaimParams(limit=3, lease_seconds=60, max_per_caller=5))
+    ) == {"big": 3}
     await _enqueue(first, "small", 3, clock)
     assert callers(
-        await second.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=5))
+        await second.worker.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=5))
     ) == {"big": 2, "small": 3}
 
 
 async def test_without_the_setting_the_oldest_go_first(store: JobStore, clock: FakeClock) -> None:
     await _enqueue(store, "big", 20, clock)
     await _enqueue(store, "small", 4, clock)
-    assert callers(await store.claim(ClaimParams(limit=10, lease_seconds=60))) == {"big": 10}
+    assert callers(await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))) == {"big": 10}
 
 
 async def test_fair_share_with_skip_types_and_limits(store: JobStore, clock: FakeClock) -> None:
     await _enqueue(store, "big", 10, clock, TIL)
     await _enqueue(store, "big", 10, clock)
     await _enqueue(store, "small", 2, clock)
-    limited = await store.claim_limited(
+    limited = await store.worker.claim_limited(
         LimitedClaimParams(
             job_type=CARD,
             limit=10,
@@ -92,11 +92,11 @@ async def test_fair_share_with_skip_types_and_limits(store: JobStore, clock: Fak
     assert callers(limited.claims) == {"big": 3, "small": 2}
     # TIL skipped, CARD's callers at three and at their last job: nothing more.
     assert (
-        await store.claim(
+        await store.worker.claim(
             ClaimParams(limit=10, lease_seconds=60, skip_types=frozenset({TIL}), max_per_caller=3)
         )
         == []
     )
     assert (
-        await store.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=3)) == []
+        await store.worker.claim(ClaimParams(limit=10, lease_seconds=60, max_per_caller=3)) == []
     )  # big's TIL count too

@@ -58,8 +58,8 @@ async def test_writes_of_one_instance_reach_the_other_listener(
     await listener.start()
     try:
         job = await enqueue(a, "n1")
-        (claim,) = await b.claim(ClaimParams(limit=5, lease_seconds=60))
-        await b.complete(
+        (claim,) = await b.worker.claim(ClaimParams(limit=5, lease_seconds=60))
+        await b.worker.complete(
             CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "ok"})
         )
         await rec.wait_for(lambda: len(rec.changes) >= 3)
@@ -161,7 +161,7 @@ async def test_a_large_batch_is_announced_in_pieces(
     await watcher.add_listener(CHANNEL, keep)
     try:
         ids = {(await enqueue(store, f"big-{i}")).id for i in range(400)}
-        claims = await store.claim(ClaimParams(limit=400, lease_seconds=60))
+        claims = await store.worker.claim(ClaimParams(limit=400, lease_seconds=60))
         assert {c.job.id for c in claims} == ids
 
         def processing() -> list[list[str]]:

@@ -46,7 +46,7 @@ async def claimed(store: JobStore, target_id: str, max_attempts: int = 3) -> Cla
         traceparent=TRACEPARENT,
     )
     await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
-    claims = await store.claim(ClaimParams(limit=10, lease_seconds=60))
+    claims = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
     (claim,) = [c for c in claims if c.job.target_id == target_id]
     return claim
 
@@ -58,7 +58,7 @@ async def test_complete_returns_the_job_as_stored(
     claim = await claimed(store, "done")
     clock.advance(2)
     usage = AttemptUsage(model="local", input_tokens=3, output_tokens=4, duration_seconds=0.5)
-    job = await store.complete(
+    job = await store.worker.complete(
         CompleteParams(
             job_id=claim.job.id,
             token=claim.token,
@@ -74,7 +74,7 @@ async def test_complete_returns_the_job_as_stored(
     assert job.requested_by == "svc:reindexer" and job.created_at == claim.job.created_at
     assert job.attempts[0].end_time == clock.now and job.claim_token is None
     with pytest.raises(LeaseLostError):
-        await store.complete(
+        await store.worker.complete(
             CompleteParams(job_id=claim.job.id, token=claim.token, result={}, claimed=claim.job)
         )
 
@@ -87,7 +87,7 @@ async def test_fail_returns_the_job_as_stored(
     claim = await claimed(store, "failing")
     clock.advance(1)
     retry_at = clock.now + timedelta(seconds=30) if retry else None
-    job = await store.fail(
+    job = await store.worker.fail(
         FailParams(
             job_id=claim.job.id,
             token=claim.token,
@@ -102,7 +102,7 @@ async def test_fail_returns_the_job_as_stored(
     assert (job.request_id, job.traceparent) == ("req-failing", TRACEPARENT)
     assert job.error_code == "DEADLINE_EXCEEDED" and job.attempts[0].end_time == clock.now
     with pytest.raises(LeaseLostError):
-        await store.fail(
+        await store.worker.fail(
             FailParams(
                 job_id=claim.job.id,
                 token=claim.token,
@@ -120,7 +120,7 @@ async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None
     lost = claims[3]
     await store.cancel(CancelParams(job_id=lost.job.id, reason="stop"))
     outcomes = await asyncio.gather(
-        store.complete(
+        store.worker.complete(
             CompleteParams(
                 job_id=claims[0].job.id,
                 token=claims[0].token,
@@ -128,10 +128,10 @@ async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None
                 claimed=claims[0].job,
             )
         ),
-        store.complete(
+        store.worker.complete(
             CompleteParams(job_id=claims[1].job.id, token=claims[1].token, result={"n": 1})
         ),
-        store.fail(
+        store.worker.fail(
             FailParams(
                 job_id=claims[2].job.id,
                 token=claims[2].token,
@@ -140,7 +140,7 @@ async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None
                 claimed=claims[2].job,
             )
         ),
-        store.complete(
+        store.worker.complete(
             CompleteParams(job_id=lost.job.id, token=lost.token, result={"n": 3}, claimed=lost.job)
         ),
         return_exceptions=True,
@@ -153,12 +153,12 @@ async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None
 async def test_a_claimed_job_of_another_id_is_refused(store: JobStore) -> None:
     one, other = await claimed(store, "one"), await claimed(store, "other")
     with pytest.raises(ValueError, match="as claimed"):
-        await store.complete(
+        await store.worker.complete(
             CompleteParams(job_id=one.job.id, token=one.token, result={}, claimed=other.job)
         )
     with pytest.raises(ValueError, match="as claimed"):
         fail = Failure(code="INTERNAL", reason="", message="m", transient=False)
-        await store.fail(
+        await store.worker.fail(
             FailParams(
                 job_id=one.job.id, token=one.token, failure=fail, retry_at=None, claimed=other.job
             )

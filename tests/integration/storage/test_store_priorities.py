@@ -45,7 +45,7 @@ async def test_priority_is_stored_and_read_back(store: JobStore) -> None:
     job = await enqueue(store, "p1", 1)
     assert job.priority == 1
     assert (await store.get(job.id)).priority == 1
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     assert claim.job.priority == 1
 
 
@@ -63,10 +63,10 @@ async def test_the_most_urgent_due_job_is_claimed_first(store: JobStore, clock: 
     also_urgent = await enqueue(store, "urgent-2", 1)
     # A fresh store's first claim is by priority (no job was claimed yet, so the share
     # by age owes nothing): the two urgent ones, oldest first, then the normal one.
-    claims = await store.claim(ClaimParams(limit=3, lease_seconds=60))
+    claims = await store.worker.claim(ClaimParams(limit=3, lease_seconds=60))
     assert {c.job.id for c in claims} == {urgent.id, also_urgent.id, normal.id}
     # The next claim is the share's (3 claimed, none by age): the oldest due job.
-    (by_age,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (by_age,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     assert by_age.job.id == old_low[0].id
 
 
@@ -82,7 +82,7 @@ async def test_a_steady_urgent_stream_leaves_one_claim_in_ten_to_the_oldest(
     for i in range(40):
         await enqueue(store, f"urgent-{i}", 1)
         clock.advance(0.01)
-        (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+        (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
         taken.append(claim.job)
     low = [n for n, job in enumerate(taken, start=1) if job.priority == 5]
     assert low == [2, 12, 22, 32]
@@ -100,7 +100,7 @@ async def test_the_share_holds_for_batches_of_claims(store: JobStore, clock: Fak
         for i in range(10):
             await enqueue(store, f"urgent-{round_}-{i}", 1)
         clock.advance(0.01)
-        claims = await store.claim(ClaimParams(limit=10, lease_seconds=60))
+        claims = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
         assert len(claims) == 10
         claimed += len(claims)
         low += sum(1 for c in claims if c.job.priority == 5)
@@ -112,7 +112,7 @@ async def test_fair_share_claims_by_priority_too(store: JobStore, clock: FakeClo
     await enqueue(store, "low", 5)
     clock.advance(1)
     urgent = await enqueue(store, "urgent", 1)
-    claims = await store.claim(ClaimParams(limit=1, lease_seconds=60, max_per_caller=5))
+    claims = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60, max_per_caller=5))
     assert [c.job.id for c in claims] == [urgent.id]
 
 
@@ -120,7 +120,7 @@ async def test_a_limited_type_is_claimed_by_priority_too(store: JobStore, clock:
     await enqueue(store, "low", 5)
     clock.advance(1)
     urgent = await enqueue(store, "urgent", 1)
-    taken = await store.claim_limited(
+    taken = await store.worker.claim_limited(
         LimitedClaimParams(
             job_type=JobType.CARD_ANALYSIS,
             limit=1,
@@ -198,7 +198,7 @@ async def test_the_claim_by_priority_is_an_index_range_on_postgres(
         assert not any(
             "due_at" in key or "priority" in key for n in sorts for key in n["Sort Key"]
         ), text_plan(nodes)
-        claims = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+        claims = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
         assert [c.job.id for c in claims] == [urgent.id]
     finally:
         await store.close()

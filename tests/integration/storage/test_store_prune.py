@@ -29,12 +29,12 @@ COMPLETED, FAILED, CANCELLED = JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.
 
 async def make_completed(store: JobStore, target_id: str) -> Job:
     await enqueue(store, target_id)
-    claims = await store.claim(ClaimParams(limit=1000, lease_seconds=60))
+    claims = await store.worker.claim(ClaimParams(limit=1000, lease_seconds=60))
     (claim,) = [c for c in claims if c.job.target_id == target_id]
     for other in claims:
         if other is not claim:
-            await store.release(ReleaseParams(job_id=other.job.id, token=other.token))
-    return await store.complete(
+            await store.worker.release(ReleaseParams(job_id=other.job.id, token=other.token))
+    return await store.worker.complete(
         CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "done"})
     )
 
@@ -60,7 +60,7 @@ async def test_prune_deletes_only_terminal_jobs_that_ended_before_the_cutoff(
     old_failed = await make_failed(store, "old-failed")
     old_cancelled = await make_cancelled(store, "old-cancelled")
     processing = await enqueue(store, "still-processing")
-    (claim,) = await store.claim(ClaimParams(limit=1000, lease_seconds=86_400))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1000, lease_seconds=86_400))
     assert claim.job.id == processing.id
     pending = await enqueue(store, "still-pending")
     clock.advance(3600)

@@ -39,7 +39,7 @@ async def test_retry_failed_moves_matching_jobs_and_keeps_history(
     assert job.error_message == "Timeout: deadline exceeded"  # kept until the next outcome
     assert (await store.get(other.id)).status is JobStatus.FAILED
 
-    (claim,) = await store.claim(ClaimParams(limit=10, lease_seconds=60))  # due at once
+    (claim,) = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))  # due at once
     assert claim.job.id == timeout.id and claim.job.attempt_count == 2
 
 

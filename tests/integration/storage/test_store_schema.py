@@ -145,5 +145,5 @@ async def test_only_a_processing_job_can_hold_a_claim_token(sql_store: SqlJobSto
         async with store.engine.connect() as conn:
             with pytest.raises(IntegrityError):
                 await conn.execute(text(sql), {"id": job.id})
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     assert claim.job.id == job.id and claim.token

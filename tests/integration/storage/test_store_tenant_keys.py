@@ -132,14 +132,14 @@ async def test_the_one_tenant_of_auth_off_keeps_global_keys(store: JobStore) -> 
 
 async def _failed(store: JobStore, new: NewJob) -> str:
     job, _ = await store.enqueue(EnqueueParams(job=new, on_duplicate=REJECT))
-    claims = await store.claim(ClaimParams(limit=1000, lease_seconds=60))
+    claims = await store.worker.claim(ClaimParams(limit=1000, lease_seconds=60))
     for claim in claims:
         if claim.job.id == job.id:
-            await store.fail(
+            await store.worker.fail(
                 FailParams(job_id=job.id, token=claim.token, failure=failure(), retry_at=None)
             )
         else:
-            await store.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
+            await store.worker.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
     return job.id
 
 

@@ -27,14 +27,15 @@ async def test_traceparent_is_stored_and_read_back_by_get_list_and_claim(store: 
     assert (await store.get(untraced.id)).traceparent is None
 
     claims = {
-        claim.job.id: claim for claim in await store.claim(ClaimParams(limit=10, lease_seconds=60))
+        claim.job.id: claim
+        for claim in await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
     }
     assert claims[job.id].job.traceparent == TRACEPARENT
     assert claims[untraced.id].job.traceparent is None
 
     # A retry keeps it: every attempt of the job belongs to the same trace.
     claim = claims[job.id]
-    released = await store.release(ReleaseParams(job_id=job.id, token=claim.token))
+    released = await store.worker.release(ReleaseParams(job_id=job.id, token=claim.token))
     assert released is not None and released.traceparent == TRACEPARENT
 
 

@@ -42,10 +42,12 @@ async def run_once(
         )
     )
     (claim,) = [
-        c for c in await store.claim(ClaimParams(limit=100, lease_seconds=60)) if c.job.id == job.id
+        c
+        for c in await store.worker.claim(ClaimParams(limit=100, lease_seconds=60))
+        if c.job.id == job.id
     ]
     if fails:
-        await store.fail(
+        await store.worker.fail(
             FailParams(
                 job_id=job.id,
                 token=claim.token,
@@ -54,7 +56,7 @@ async def run_once(
             )
         )
     else:
-        await store.complete(
+        await store.worker.complete(
             CompleteParams(job_id=job.id, token=claim.token, result={"summary": "s"}, usage=usage)
         )
 
@@ -65,9 +67,9 @@ async def test_each_attempt_keeps_its_usage_and_a_failed_one_too(
     job, _ = await store.enqueue(
         EnqueueParams(job=new_job("t-1", max_attempts=3), on_duplicate=OnDuplicate.REJECT)
     )
-    (first,) = await store.claim(ClaimParams(limit=10, lease_seconds=60))
+    (first,) = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
     # A failed attempt that is retried keeps what its call used.
-    await store.fail(
+    await store.worker.fail(
         FailParams(
             job_id=job.id,
             token=first.token,
@@ -75,8 +77,8 @@ async def test_each_attempt_keeps_its_usage_and_a_failed_one_too(
             retry_at=clock(),
         )
     )
-    (second,) = await store.claim(ClaimParams(limit=10, lease_seconds=60))
-    done = await store.complete(
+    (second,) = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
+    done = await store.worker.complete(
         CompleteParams(job_id=job.id, token=second.token, result={"summary": "s"}, usage=GPT)
     )
     assert [a.usage for a in done.attempts] == [LOCAL, GPT]
@@ -86,9 +88,9 @@ async def test_each_attempt_keeps_its_usage_and_a_failed_one_too(
 
 async def test_an_attempt_without_usage_stays_without(store: JobStore) -> None:
     job, _ = await store.enqueue(EnqueueParams(job=new_job("t-1"), on_duplicate=OnDuplicate.REJECT))
-    (claim,) = await store.claim(ClaimParams(limit=10, lease_seconds=60))
+    (claim,) = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
     assert claim.job.attempts[-1].usage is None, "an open attempt has none"
-    done = await store.complete(
+    done = await store.worker.complete(
         CompleteParams(job_id=job.id, token=claim.token, result={"summary": "s"})
     )
     assert done.attempts[-1].usage is None

@@ -61,7 +61,7 @@ async def enqueue(store: JobStore, count: int = 1, max_attempts: int = 3) -> lis
 async def claimed(store: JobStore, max_attempts: int = 3) -> Claim:
     """One job enqueued and claimed (attempt 1) on `store`."""
     await enqueue(store, max_attempts=max_attempts)
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=LEASE))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=LEASE))
     return claim
 
 

@@ -66,12 +66,12 @@ async def ended(store: MemoryJobStore, target_id: str, status: JobStatus) -> Job
     )
     if status is CANCELLED:
         return await store.cancel(CancelParams(job_id=job.id, reason="no"))
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     if status is COMPLETED:
-        return await store.complete(
+        return await store.worker.complete(
             CompleteParams(job_id=job.id, token=claim.token, result={"summary": "s"})
         )
-    return await store.fail(
+    return await store.worker.fail(
         FailParams(
             job_id=job.id,
             token=claim.token,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from san_jobs.job_service.domain.claim_limits import LimitedClaim, TypeLimit
 from san_jobs.job_service.domain.model import (
@@ -20,6 +21,7 @@ from san_jobs.job_service.domain.model import (
 )
 from san_jobs.job_service.domain.ports import EnqueueParams, LimitedClaimParams
 from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.storage.memory_worker import MemoryWorkerStore
 from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
 
@@ -49,6 +51,12 @@ class RecordingGateway:
 
 
 class CountingStore(MemoryJobStore):
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        super().__init__(clock=clock)
+        self.worker = CountingWorker(clock=clock, table=self.table)
+
+
+class CountingWorker(MemoryWorkerStore):
     """Counts the limited claims: a worker that spun on a limit would make thousands."""
 
     limited_claims = 0
@@ -115,7 +123,7 @@ async def test_rate_limit_paces_the_type_and_does_not_spin() -> None:
     took = max(card_calls) - began
     assert 4.5 <= took <= 5.5  # 50 jobs at 10/s, not at once, not slower
     # About one claim per token, not a busy loop.
-    assert store.limited_claims <= 200
+    assert store.worker.limited_claims <= 200
 
 
 @on_virtual_time
@@ -130,7 +138,7 @@ async def test_concurrency_limit_holds_one_type_and_not_the_others() -> None:
     assert til_done <= 1.2
     card_done = max(t for t, kind in gateway.calls if kind is CARD) + 1.0 - began
     assert 3.0 <= card_done <= 3.5  # three rounds of three
-    assert store.limited_claims <= 200
+    assert store.worker.limited_claims <= 200
 
 
 @on_virtual_time
@@ -138,7 +146,7 @@ async def test_no_limits_claims_as_before() -> None:
     store = CountingStore(clock=running_loop().now)
     gateway = RecordingGateway()
     await run_jobs(store, gateway, {}, [CARD] * 10)
-    assert store.limited_claims == 0
+    assert store.worker.limited_claims == 0
     assert gateway.most_running[CARD] == 10
 
 

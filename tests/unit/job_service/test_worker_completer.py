@@ -31,6 +31,8 @@ from san_jobs.job_service.metrics import (
     SHUTDOWN_CODE,
 )
 from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.storage.memory_rows import MemoryTable
+from san_jobs.job_service.storage.memory_worker import MemoryWorkerStore
 from san_jobs.job_service.worker import CANCELLED_WHY, LEASE_LOST_WHY, PAUSED_CODE, WorkerConfig
 from san_jobs.job_service.worker.completer import Completer
 from san_jobs.job_service.worker.outcome import (
@@ -51,13 +53,13 @@ UNAVAILABLE = Failure("UNAVAILABLE", "", "AI gateway unavailable: down", transie
 TOO_LONG = Failure("INVALID_ARGUMENT", "TOKEN_LIMIT_EXCEEDED", "too long", transient=False)
 
 
-class BlippingStore(MemoryJobStore):
+class BlippingStore(MemoryWorkerStore):
     """MemoryJobStore whose outcome writes fail while `down` (one down per call), or
     raise `refuse` (a value the database will not take); it records each write's
     parameters."""
 
-    def __init__(self) -> None:
-        super().__init__(clock=running_loop().now)
+    def __init__(self, table: MemoryTable) -> None:
+        super().__init__(clock=running_loop().now, table=table)
         self.down: dict[str, int] = {}
         self.refuse: dict[str, Exception] = {}
         self.writes: list[tuple[str, Any]] = []
@@ -85,13 +87,14 @@ class BlippingStore(MemoryJobStore):
 
 class Rig:
     def __init__(self, traced: bool = False) -> None:
-        self.store = BlippingStore()
+        self.store = MemoryJobStore(clock=running_loop().now)
+        self.store.worker = BlippingStore(self.store.table)
         self.published = Published()
         self.metrics = Recorded()
         self.not_renewed: list[str] = []
         self.retries: list[datetime] = []
         self.completer = Completer(
-            self.store,
+            self.store.worker,
             self.published,
             WorkerConfig(backoff=BackoffPolicy(base_delay=2.0, max_delay=300.0)),
             clock=running_loop().now,
@@ -116,7 +119,7 @@ async def test_completed_is_written_with_the_claim_token(caplog: pytest.LogCaptu
 
     claim, job = await rig.write(Completed(answer, call_seconds=0.25))
 
-    ((method, params),) = rig.store.writes
+    ((method, params),) = rig.store.worker.writes
     assert method == "complete" and params.token == claim.token and params.result == RESULT
     assert job.status is JobStatus.COMPLETED and job.result == RESULT
     assert rig.not_renewed == [claim.job.id], "the lease let go before the write"
@@ -147,13 +150,13 @@ async def test_completed_lines_are_gathered_and_written_in_the_next_turn(
 @on_virtual_time
 async def test_a_write_is_retried_through_a_database_blip() -> None:
     rig = Rig()
-    rig.store.down["complete"] = 2
+    rig.store.worker.down["complete"] = 2
     started = running_loop().time()
 
     _, job = await rig.write(Completed(GatewayAnswer(RESULT), call_seconds=0.1))
 
     assert job.status is JobStatus.COMPLETED
-    assert [method for method, _ in rig.store.writes] == ["complete"] * 3
+    assert [method for method, _ in rig.store.worker.writes] == ["complete"] * 3
     assert running_loop().time() - started == pytest.approx(0.4 + 0.8), "backed off between"
     assert rig.metrics.outcomes == [(COMPLETED, "")]
 
@@ -163,11 +166,11 @@ async def test_a_database_down_for_every_try_leaves_the_job_to_its_lease(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     rig = Rig()
-    rig.store.down["complete"] = 99
+    rig.store.worker.down["complete"] = 99
 
     _, job = await rig.write(Completed(GatewayAnswer(RESULT), call_seconds=0.1))
 
-    assert len(rig.store.writes) == 5  # OUTCOME_WRITE_TRIES
+    assert len(rig.store.worker.writes) == 5  # OUTCOME_WRITE_TRIES
     assert job.status is JobStatus.PROCESSING and rig.published.jobs == []
     assert any("outcome not written, database unavailable" in m for m in caplog.messages)
 
@@ -180,7 +183,7 @@ async def test_a_lost_lease_is_logged_and_not_retried(caplog: pytest.LogCaptureF
 
     await rig.completer.write(stale, Completed(GatewayAnswer(RESULT), call_seconds=0.1))
 
-    assert len(rig.store.writes) == 1
+    assert len(rig.store.worker.writes) == 1
     assert (await rig.store.get(claim.job.id)).status is JobStatus.PROCESSING
     assert rig.metrics.lost == 1 and rig.metrics.outcomes == [] and rig.published.jobs == []
     assert (
@@ -223,7 +226,7 @@ async def test_a_give_back_releases_the_job_uncharged(outcome: Outcome, code: st
 
     claim, job = await rig.write(outcome)
 
-    ((method, params),) = rig.store.writes
+    ((method, params),) = rig.store.worker.writes
     assert method == "release" and params.token == claim.token
     assert job.status is JobStatus.PENDING and job.attempt_count == 0
     assert rig.metrics.outcomes == [(GIVEN_BACK, code)]
@@ -252,7 +255,7 @@ async def test_a_stopped_call_writes_nothing(
 
     claim, _ = await rig.write(outcome)
 
-    assert rig.store.writes == [] and rig.published.jobs == []
+    assert rig.store.worker.writes == [] and rig.published.jobs == []
     assert rig.metrics.outcomes == counted
     assert f"job_id={claim.job.id}: gateway call stopped, {outcome.why}" in caplog.messages  # type: ignore[union-attr]
 
@@ -260,11 +263,11 @@ async def test_a_stopped_call_writes_nothing(
 @on_virtual_time
 async def test_an_outcome_the_store_refuses_ends_failed_internal() -> None:
     rig = Rig()
-    rig.store.refuse["complete"] = ValueError("a value the database refuses")
+    rig.store.worker.refuse["complete"] = ValueError("a value the database refuses")
 
     _, job = await rig.write(Completed(GatewayAnswer(RESULT), call_seconds=0.1))
 
-    assert [method for method, _ in rig.store.writes] == ["complete", "fail"]
+    assert [method for method, _ in rig.store.worker.writes] == ["complete", "fail"]
     assert job.status is JobStatus.FAILED and job.error_code == "INTERNAL"
     assert rig.metrics.outcomes == [(FAILED, "INTERNAL")]
 
@@ -272,10 +275,10 @@ async def test_an_outcome_the_store_refuses_ends_failed_internal() -> None:
 @on_virtual_time
 async def test_when_failing_it_fails_too_the_job_is_given_back() -> None:
     rig = Rig()
-    rig.store.refuse["fail"] = ValueError("refused as well")
+    rig.store.worker.refuse["fail"] = ValueError("refused as well")
 
     _, job = await rig.write(Failed(TOO_LONG))
 
-    assert [method for method, _ in rig.store.writes] == ["fail", "fail", "release"]
+    assert [method for method, _ in rig.store.worker.writes] == ["fail", "fail", "release"]
     assert job.status is JobStatus.PENDING and job.attempt_count == 0, "uncharged"
     assert rig.metrics.outcomes == [(GIVEN_BACK, "INTERNAL")]

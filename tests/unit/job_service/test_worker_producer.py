@@ -17,6 +17,8 @@ from san_jobs.job_service.domain.errors import StorageUnavailableError
 from san_jobs.job_service.domain.model import Claim, Failure
 from san_jobs.job_service.domain.ports import ClaimParams, FailParams
 from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.storage.memory_rows import MemoryTable
+from san_jobs.job_service.storage.memory_worker import MemoryWorkerStore
 from san_jobs.job_service.worker import WorkerConfig
 from san_jobs.job_service.worker.producer import Producer
 from tests.support.virtual_time import on_virtual_time, running_loop
@@ -25,9 +27,9 @@ from tests.unit.job_service._worker_parts import LEASE, Published, a_breaker, en
 UNAVAILABLE = Failure("UNAVAILABLE", "", "AI gateway unavailable: down", transient=True)
 
 
-class CountingStore(MemoryJobStore):
-    def __init__(self) -> None:
-        super().__init__(clock=running_loop().now)
+class CountingStore(MemoryWorkerStore):
+    def __init__(self, table: MemoryTable) -> None:
+        super().__init__(clock=running_loop().now, table=table)
         self.calls: list[str] = []
 
     async def claim(self, params: ClaimParams) -> list[Claim]:
@@ -41,13 +43,14 @@ class CountingStore(MemoryJobStore):
 
 class Rig:
     def __init__(self, config: WorkerConfig) -> None:
-        self.store = CountingStore()
+        self.store = MemoryJobStore(clock=running_loop().now)
+        self.store.worker = CountingStore(self.store.table)
         self.published = Published()
         self.started: list[tuple[float, Claim]] = []  # (loop time, claim)
         self.done: set[str] = set()
         self.rescue_error: Exception | None = None
         self.producer = Producer(
-            self.store,
+            self.store.worker,
             a_breaker(self.store),
             self.published,
             config,
@@ -58,7 +61,7 @@ class Rig:
         )
 
     async def _rescue(self) -> None:
-        self.store.calls.append("rescue")
+        self.store.worker.calls.append("rescue")
         if self.rescue_error is not None:
             raise self.rescue_error
 
@@ -82,9 +85,9 @@ async def a_retry_due_in(store: MemoryJobStore, seconds: float) -> datetime:
     """A job failed as another instance's completer would write it: PENDING again,
     due in `seconds`."""
     await enqueue(store)
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=LEASE))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=LEASE))
     retry_at = running_loop().now() + timedelta(seconds=seconds)
-    await store.fail(
+    await store.worker.fail(
         FailParams(
             job_id=claim.job.id,
             token=claim.token,
@@ -120,12 +123,12 @@ async def test_a_wake_up_while_every_place_is_taken_claims_nothing() -> None:
         rig.producer.wake()
         await asyncio.sleep(1)
         assert len(rig.started) == 1
-        claims_before = rig.store.calls.count("claim")
+        claims_before = rig.store.worker.calls.count("claim")
 
         for _ in range(10):  # enqueues on a full pool: no claim statement each
             rig.producer.wake()
             await asyncio.sleep(0.1)
-        assert rig.store.calls.count("claim") == claims_before
+        assert rig.store.worker.calls.count("claim") == claims_before
 
         rig.finish(rig.started[0][1])
         await asyncio.sleep(0.01)
@@ -147,7 +150,7 @@ async def test_it_wakes_at_the_next_due_time_not_the_next_poll() -> None:
 async def test_a_retry_it_was_told_of_wakes_it_without_asking_the_database() -> None:
     async with running(poll_interval=60.0) as rig:
         await asyncio.sleep(1)  # the first due check is done: nothing due
-        checks = rig.store.calls.count("next_due_at")
+        checks = rig.store.worker.calls.count("next_due_at")
         due = await a_retry_due_in(rig.store, 5)  # as this worker's completer writes it
         rig.producer.retry_scheduled(due)
         rig.producer.wake()  # as the end of the attempt's task does
@@ -155,7 +158,7 @@ async def test_a_retry_it_was_told_of_wakes_it_without_asking_the_database() -> 
 
         ((at, _),) = rig.started
         assert 6 <= at < 6.01
-        assert rig.store.calls.count("next_due_at") == checks, "known without a query"
+        assert rig.store.worker.calls.count("next_due_at") == checks, "known without a query"
 
 
 @on_virtual_time
@@ -165,7 +168,7 @@ async def test_the_due_check_rescues_first_and_survives_a_database_blip(
     caplog.set_level(logging.WARNING, logger="job_service.worker")
     async with running(poll_interval=1.0) as rig:
         await asyncio.sleep(0.5)
-        assert rig.store.calls[-2:] == ["rescue", "next_due_at"]
+        assert rig.store.worker.calls[-2:] == ["rescue", "next_due_at"]
         rig.rescue_error = StorageUnavailableError("connection refused")
         await asyncio.sleep(1)
         assert "due check failed: connection refused" in caplog.messages

@@ -17,15 +17,17 @@ from san_jobs.job_service.domain.ports import RenewLeasesParams
 from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE
 from san_jobs.job_service.metrics import FAILED
 from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.storage.memory_rows import MemoryTable
+from san_jobs.job_service.storage.memory_worker import MemoryWorkerStore
 from san_jobs.job_service.worker import WorkerConfig
 from san_jobs.job_service.worker.rescuer import Rescuer
 from tests.support.virtual_time import on_virtual_time, running_loop
 from tests.unit.job_service._worker_parts import LEASE, Published, Recorded, claimed
 
 
-class RenewalsSeen(MemoryJobStore):
-    def __init__(self) -> None:
-        super().__init__(clock=running_loop().now)
+class RenewalsSeen(MemoryWorkerStore):
+    def __init__(self, table: MemoryTable) -> None:
+        super().__init__(clock=running_loop().now, table=table)
         self.renewals: list[tuple[float, list[str]]] = []  # (loop time, job ids)
 
     async def renew_leases(self, params: RenewLeasesParams) -> set[str]:
@@ -35,12 +37,13 @@ class RenewalsSeen(MemoryJobStore):
 
 class Rig:
     def __init__(self) -> None:
-        self.store = RenewalsSeen()
+        self.store = MemoryJobStore(clock=running_loop().now)
+        self.store.worker = RenewalsSeen(self.store.table)
         self.published = Published()
         self.metrics = Recorded()
         self.lost: list[list[str]] = []
         self.rescuer = Rescuer(
-            self.store,
+            self.store.worker,
             self.published,
             WorkerConfig(lease_seconds=LEASE),
             self.metrics,
@@ -67,8 +70,8 @@ async def test_held_leases_are_renewed_every_third_of_a_lease_in_one_statement()
         await asyncio.sleep(LEASE * 2 - 1)  # about twice a lease: alive all along
 
         ids = sorted(c.job.id for c in claims)
-        assert [sorted(seen) for _, seen in rig.store.renewals] == [ids] * 5
-        assert [at for at, _ in rig.store.renewals] == pytest.approx(
+        assert [sorted(seen) for _, seen in rig.store.worker.renewals] == [ids] * 5
+        assert [at for at, _ in rig.store.worker.renewals] == pytest.approx(
             [LEASE / 3 * n for n in range(1, 6)]
         )
         for claim in claims:
@@ -85,7 +88,7 @@ async def test_a_dropped_lease_is_not_renewed() -> None:
         rig.rescuer.hold(claim.job.id, claim.token)
         rig.rescuer.drop(claim.job.id)  # its outcome is being written
         await asyncio.sleep(LEASE)
-    assert rig.store.renewals == []
+    assert rig.store.worker.renewals == []
 
 
 @on_virtual_time

@@ -41,6 +41,8 @@ from san_jobs.job_service.domain.ports import (
 )
 from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE
 from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.storage.memory_rows import MemoryTable
+from san_jobs.job_service.storage.memory_worker import MemoryWorkerStore
 from san_jobs.job_service.updates import UpdateHub
 from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
@@ -96,11 +98,19 @@ class ScriptedGateway:
 
 
 class ScriptedStore(MemoryJobStore):
-    """MemoryJobStore that records the outcome writes and whose lease renewals can
-    fail (a database this instance cannot reach for a while)."""
+    """MemoryJobStore whose worker's port is a ScriptedWorker."""
 
     def __init__(self, clock: Callable[[], datetime]) -> None:
         super().__init__(clock=clock)
+        self.worker = ScriptedWorker(clock=clock, table=self.table)
+
+
+class ScriptedWorker(MemoryWorkerStore):
+    """The memory worker's port, recording the outcome writes, whose lease renewals
+    can fail (a database this instance cannot reach for a while)."""
+
+    def __init__(self, clock: Callable[[], datetime], table: MemoryTable) -> None:
+        super().__init__(clock=clock, table=table)
         self.renewals_down = False
         self.outcome_writes: list[tuple[str, str]] = []  # (method, job id)
 
@@ -318,19 +328,19 @@ async def test_an_outcome_after_another_claim_took_the_job_is_dropped() -> None:
         task = job_task(job.id)
         # This instance cannot reach the database to renew; its lease runs out and
         # another instance claims the job again.
-        service.store.renewals_down = True
+        service.store.worker.renewals_down = True
         await asyncio.sleep(LEASE + 1)
         other = service.another_instance()
-        (taken,) = await other.claim(ClaimParams(limit=1, lease_seconds=LEASE))
+        (taken,) = await other.worker.claim(ClaimParams(limit=1, lease_seconds=LEASE))
         assert taken.job.id == job.id and taken.job.attempt_count == 2
 
         hold.released.set()  # the first call answers now: too late
         await finished(task)
-        assert service.store.outcome_writes == [("complete", job.id)]
+        assert service.store.worker.outcome_writes == [("complete", job.id)]
         current = await other.get(job.id)
         assert current.status is JobStatus.PROCESSING and current.claim_token == taken.token
         assert current.result is None
-        done = await other.complete(
+        done = await other.worker.complete(
             CompleteParams(job_id=job.id, token=taken.token, result={"summary": "fresh"})
         )
 
@@ -345,16 +355,18 @@ async def test_a_lease_found_lost_at_renewal_stops_the_gateway_call() -> None:
         job = await service.enqueue()
         await service.gateway.until_called()
         task = job_task(job.id)
-        service.store.renewals_down = True
+        service.store.worker.renewals_down = True
         await asyncio.sleep(LEASE + 1)
-        (taken,) = await service.another_instance().claim(ClaimParams(limit=1, lease_seconds=LEASE))
-        service.store.renewals_down = False
+        (taken,) = await service.another_instance().worker.claim(
+            ClaimParams(limit=1, lease_seconds=LEASE)
+        )
+        service.store.worker.renewals_down = False
         lost_at = running_loop().time()
 
         await finished(task)  # the next renewal finds the job taken and stops the call
         assert running_loop().time() - lost_at <= LEASE / 3  # at the first renewal
         assert service.gateway.cancelled == [job.id]
-        assert service.store.outcome_writes == []  # no write with the old claim token
+        assert service.store.worker.outcome_writes == []  # no write with the old claim token
         current = await service.store.get(job.id)
         assert current.status is JobStatus.PROCESSING and current.claim_token == taken.token
 
@@ -369,7 +381,7 @@ async def test_cancel_during_the_gateway_call_stops_it_and_writes_no_outcome() -
         await service.app.cancel(job.id, "user left")
         await finished(task)
         assert service.gateway.cancelled == [job.id]
-        assert service.store.outcome_writes == []
+        assert service.store.worker.outcome_writes == []
         assert service.worker.in_flight == 0
         cancelled = await service.store.get(job.id)
 
@@ -403,7 +415,7 @@ async def test_shutdown_lets_calls_finish_within_the_grace_and_gives_back_the_re
     assert given_back.status is JobStatus.PENDING
     assert given_back.attempt_count == 0 and given_back.attempts == ()  # not charged
     assert given_back.started_at is None and given_back.claim_token is None
-    assert ("release", stuck.id) in service.store.outcome_writes
+    assert ("release", stuck.id) in service.store.worker.outcome_writes
     assert service.published.of(stuck.id, JobStatus.PENDING)[-1] == given_back
     # Nothing was claimed once the stop began, though a slot came free.
     assert jobs["waiting"].status is JobStatus.PENDING and jobs["waiting"].attempt_count == 0
@@ -464,8 +476,8 @@ async def test_shutdown_gives_back_jobs_claimed_ahead_at_once_uncharged() -> Non
     assert given_back.attempt_count == 0 and given_back.attempts == ()
     assert given_back.claim_token is None
     # Given back when the stop began, not after the running call's answer.
-    assert service.store.outcome_writes.index(("release", ahead.id)) < (
-        service.store.outcome_writes.index(("complete", running_job.id))
+    assert service.store.worker.outcome_writes.index(("release", ahead.id)) < (
+        service.store.worker.outcome_writes.index(("complete", running_job.id))
     )
 
 
@@ -486,7 +498,7 @@ async def test_cancelling_a_job_claimed_ahead_makes_no_call() -> None:
 
     assert [job_id for job_id, _ in service.gateway.calls] == [running_job.id]
     assert cancelled.status is JobStatus.CANCELLED and cancelled.claim_token is None
-    assert ("release", ahead.id) not in service.store.outcome_writes
+    assert ("release", ahead.id) not in service.store.worker.outcome_writes
 
 
 @on_virtual_time

@@ -13,7 +13,7 @@ import pytest
 from san_jobs.job_service.domain.model import JobStatus, JobType, NewJob, OnDuplicate
 from san_jobs.job_service.domain.ports import ClaimParams, EnqueueParams, ReleaseParams
 from san_jobs.job_service.domain.transitions import RELEASE, Expr, Lit, Source, Transition
-from san_jobs.job_service.storage import memory
+from san_jobs.job_service.storage import memory_worker
 from san_jobs.job_service.storage.apply_transition import Call, apply, blank_row
 from san_jobs.job_service.storage.memory import MemoryJobStore
 
@@ -29,12 +29,12 @@ async def test_a_changed_declaration_changes_what_the_store_writes(
 ) -> None:
     store = MemoryJobStore(clock=lambda: NOW)
     await store.enqueue(EnqueueParams(job=_new_job(), on_duplicate=OnDuplicate.REJECT))
-    (claim,) = await store.claim(ClaimParams(limit=1, lease_seconds=60))
+    (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     marked = dataclasses.replace(
         RELEASE, sets={**RELEASE.sets, "cancel_reason": Lit("given back at shutdown")}
     )
-    monkeypatch.setattr(memory, "RELEASE", marked)
-    released = await store.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
+    monkeypatch.setattr(memory_worker, "RELEASE", marked)
+    released = await store.worker.release(ReleaseParams(job_id=claim.job.id, token=claim.token))
     assert released is not None and released.status is JobStatus.PENDING
     assert released.cancel_reason == "given back at shutdown"
 

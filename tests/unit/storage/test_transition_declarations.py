@@ -11,9 +11,11 @@ import pytest
 
 from san_jobs.job_service.domain import transitions as tr
 from san_jobs.job_service.domain.model import ALLOWED_TRANSITIONS, JobAttempt, JobStatus
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import JobStore, WorkerStore
 
-# Which declarations each write of the JobStore port applies. Every port method is a
+# The ports over async_jobs' rows.
+PORTS = (JobStore, WorkerStore)
+# Which declarations each write of those ports applies. Every port method is a
 # write (here) or a read (READS): a new write without a declaration fails below.
 PORT_WRITES: dict[str, tuple[tr.Transition, ...]] = {
     "enqueue": (tr.ENQUEUE,),
@@ -143,7 +145,8 @@ def test_every_argument_a_declaration_reads_is_declared(transition: tr.Transitio
 def test_each_write_of_the_port_maps_to_a_declaration() -> None:
     methods = {
         name
-        for name, _ in inspect.getmembers(JobStore, predicate=inspect.isfunction)
+        for port in PORTS
+        for name, _ in inspect.getmembers(port, predicate=inspect.isfunction)
         if not name.startswith("_")
     }
     assert methods == set(PORT_WRITES) | FALLBACKS | READS | DISPATCH_PAUSES | COUNTS | RETENTION
