@@ -1,7 +1,7 @@
 """The worker's side of dispatch pauses (domain/dispatch.py): when to stop claiming a
 job type, when to probe it, and whether a failed attempt is charged.
 
-The pauses live in the database (JobStore.dispatch_pauses), shared by every instance;
+The pauses live in the database (PauseStore.dispatch_pauses), shared by every instance;
 this instance reads them again before a claim once its copy is `refresh_interval` old,
 so a pause another instance opens stops this one within a second.
 
@@ -9,7 +9,7 @@ so a pause another instance opens stops this one within a second.
   transient gateway failures (UNAVAILABLE, DEADLINE_EXCEEDED) in a row for one type,
   once no call of that type has succeeded for QUIET_SECONDS.
   While it is open the type is not claimed, except for one probe per probe interval
-  across the cluster (JobStore.take_probe decides which instance sends it); any
+  across the cluster (PauseStore.take_probe decides which instance sends it); any
   success of the type closes it.
 - A rate-limit answer (RESOURCE_EXHAUSTED, ErrorInfo RATE_LIMITED, RetryInfo) pauses
   the type (RATE_LIMITED) until the RetryInfo time; claiming resumes by itself then.
@@ -39,7 +39,7 @@ from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
 from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.failures import GatewayCallError, truncate_error_message
 from san_jobs.job_service.domain.model import Failure, JobType
-from san_jobs.job_service.domain.ports import JobStore, OpenPauseParams, TakeProbeParams
+from san_jobs.job_service.domain.ports import OpenPauseParams, PauseStore, TakeProbeParams
 
 log = logging.getLogger("job_service.dispatch_breaker")
 
@@ -99,7 +99,7 @@ class DispatchBreaker:
 
     def __init__(
         self,
-        store: JobStore,
+        store: PauseStore,
         config: BreakerConfig,
         clock: Callable[[], datetime],
         monotonic: Callable[[], float],
@@ -182,7 +182,7 @@ class DispatchBreaker:
 
     async def take_probes(self) -> list[JobType]:
         """The open circuits whose probe time has come and whose probe this instance
-        won (JobStore.take_probe): claim one job of each."""
+        won (PauseStore.take_probe): claim one job of each."""
         now = self._clock()
         won: list[JobType] = []
         for job_type, pause in list(self.pauses.items()):

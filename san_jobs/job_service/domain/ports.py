@@ -259,6 +259,31 @@ class WorkerStore(Protocol):
         ...
 
 
+class PauseStore(Protocol):
+    """Dispatch pauses (domain/dispatch.py): one row per paused job type, shared by every
+    instance on the database (the dispatch breaker's, and what the pages show)."""
+
+    async def dispatch_pauses(self) -> list[DispatchPause]:
+        """Every paused job type (cheap: every instance reads it about once a second)."""
+        ...
+
+    async def open_pause(self, params: OpenPauseParams) -> DispatchPause:
+        """Pause `job_type` (upsert): reason, until, last_error and opened_by are
+        replaced; `since` is kept when the type is already paused, else it is now.
+        Returns the row as it now is."""
+        ...
+
+    async def close_pause(self, job_type: JobType) -> bool:
+        """Resume `job_type`; True if a pause was removed."""
+        ...
+
+    async def take_probe(self, params: TakeProbeParams) -> bool:
+        """Compare-and-set: if the pause's `until` is past (<= now), move it to
+        `next_probe_at` and return True (this caller sends the probe); else False.
+        Of several instances racing, exactly one wins."""
+        ...
+
+
 class JobStore(Protocol):
     """Everything the service does to `async_jobs`. Every method is one transaction
     (or one atomic statement); every write that changes a job returns the job as it
@@ -268,6 +293,11 @@ class JobStore(Protocol):
     @property
     def worker(self) -> WorkerStore:
         """The worker's port (claim, leases, outcomes)."""
+        ...
+
+    @property
+    def pauses(self) -> PauseStore:
+        """The dispatch pauses."""
         ...
 
     async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
@@ -356,28 +386,6 @@ class JobStore(Protocol):
         """The FAILED jobs `query` selects, counted per (error_code, error_reason,
         message prefix), in domain.failure_groups.group_order: at most `max_groups`
         groups, and whether more were left out. One read."""
-        ...
-
-    # -- dispatch pauses (domain/dispatch.py): one row per paused job type ------------
-
-    async def dispatch_pauses(self) -> list[DispatchPause]:
-        """Every paused job type (cheap: every instance reads it about once a second)."""
-        ...
-
-    async def open_pause(self, params: OpenPauseParams) -> DispatchPause:
-        """Pause `job_type` (upsert): reason, until, last_error and opened_by are
-        replaced; `since` is kept when the type is already paused, else it is now.
-        Returns the row as it now is."""
-        ...
-
-    async def close_pause(self, job_type: JobType) -> bool:
-        """Resume `job_type`; True if a pause was removed."""
-        ...
-
-    async def take_probe(self, params: TakeProbeParams) -> bool:
-        """Compare-and-set: if the pause's `until` is past (<= now), move it to
-        `next_probe_at` and return True (this caller sends the probe); else False.
-        Of several instances racing, exactly one wins."""
         ...
 
     # -- retention (san_jobs/job_service/pruner.py, domain/retention.py) ----------------------

@@ -161,7 +161,7 @@ class HotStatements:
 
 class StoreParts:
     """What the parts of SqlJobStore share. Each part (writes.py, reads.py,
-    operations.py, pauses.py, prune.py, failure_groups.py) is a mixin
+    operations.py, prune.py, failure_groups.py) is a mixin
     of SqlJobStore (repository.py), which sets these in its constructor: so each store
     operation is written once, next to its SQL, and no method only forwards to
     another."""

@@ -21,11 +21,9 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
     FieldViolation,
@@ -63,10 +61,8 @@ from san_jobs.job_service.domain.ports import (
     FailureGroupsParams,
     JobStore,
     ListJobsParams,
-    OpenPauseParams,
     PruneBatchParams,
     RetryFailedParams,
-    TakeProbeParams,
     UsageTotalsParams,
 )
 from san_jobs.job_service.domain.transitions import (
@@ -82,6 +78,7 @@ from san_jobs.job_service.storage.apply_transition import (
     Row,
     status_of,
 )
+from san_jobs.job_service.storage.memory_pauses import MemoryPauseStore
 from san_jobs.job_service.storage.memory_rows import (
     MemoryRows,
     MemoryTable,
@@ -131,8 +128,9 @@ class MemoryJobStore(MemorySchedules, MemoryRows):
         table: MemoryTable | None = None,
     ) -> None:
         super().__init__(clock=clock, table=table)
-        # The worker's port on the same table (memory_worker.py).
+        # The worker's port and the pauses' on the same table.
         self.worker = MemoryWorkerStore(clock=clock, table=self.table)
+        self.pauses = MemoryPauseStore(clock=clock, table=self.table)
 
     async def close(self) -> None:
         await asyncio.sleep(0)
@@ -395,34 +393,6 @@ class MemoryJobStore(MemorySchedules, MemoryRows):
                 job_type = row["job_type"]
                 due[job_type] = min(at, due.get(job_type, at))
         return due
-
-    # -- dispatch pauses (one dict entry per paused type, as one row in SQL) -----------
-
-    async def dispatch_pauses(self) -> list[DispatchPause]:
-        await asyncio.sleep(0)
-        return sorted(self.table.pauses.values(), key=lambda p: str(p.job_type))
-
-    async def open_pause(self, params: OpenPauseParams) -> DispatchPause:
-        await asyncio.sleep(0)
-        job_type, reason, until = params.job_type, params.reason, params.until
-        last_error, instance_id = params.last_error, params.instance_id
-        current = self.table.pauses.get(job_type)
-        since = current.since if current is not None else aware(self._clock())
-        pause = DispatchPause(job_type, reason, since, aware(until), last_error, instance_id)
-        self.table.pauses[job_type] = pause
-        return pause
-
-    async def close_pause(self, job_type: JobType) -> bool:
-        await asyncio.sleep(0)
-        return self.table.pauses.pop(job_type, None) is not None
-
-    async def take_probe(self, params: TakeProbeParams) -> bool:
-        await asyncio.sleep(0)
-        current = self.table.pauses.get(params.job_type)
-        if current is None or current.until > aware(self._clock()):
-            return False
-        self.table.pauses[params.job_type] = replace(current, until=aware(params.next_probe_at))
-        return True
 
     # -- retention (storage/prune.py is the SQL twin) ----------------------------------
 

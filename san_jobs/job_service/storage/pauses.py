@@ -7,13 +7,16 @@ renewed, probes or closes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from san_jobs.job_service.domain.dispatch import DispatchPause, PauseReason
 from san_jobs.job_service.domain.model import JobType
 from san_jobs.job_service.domain.ports import OpenPauseParams, TakeProbeParams
-from san_jobs.job_service.storage.connections import StoreParts
+from san_jobs.job_service.storage.connections import Connections
 from san_jobs.job_service.storage.rows import as_utc
+from san_jobs.job_service.storage.statements import Statements
 
 
 def row_to_pause(row: Any) -> DispatchPause:
@@ -29,7 +32,14 @@ def row_to_pause(row: Any) -> DispatchPause:
     )
 
 
-class PauseQueries(StoreParts):
+class SqlPauseStore:
+    """The pause port (domain/ports.PauseStore) on the `dispatch_pauses` table."""
+
+    def __init__(self, *, db: Connections, sql: Statements, now: Callable[[], datetime]) -> None:
+        self._db = db
+        self._sql = sql
+        self._now = now
+
     async def _pause_rows(self, statement: Any, params: dict[str, Any]) -> list[Any]:
         async with self._db.single() as conn:
             return list((await conn.execute(statement, params)).mappings())

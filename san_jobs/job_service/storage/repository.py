@@ -1,14 +1,16 @@
 """SqlJobStore: the JobStore port on `async_jobs`, made of its parts.
 
-The worker's port is a field, `worker` (worker_store.SqlWorkerStore: the claim,
-leases, outcomes). The other parts are still mixins, each holding the operations of one
-concern, written once with their SQL (connections.StoreParts says what they share):
+The ports already split out are plain fields, each a class of its own file:
+`worker` (worker_store.SqlWorkerStore: the claim, leases, outcomes) and `pauses`
+(pauses.SqlPauseStore: the dispatch pauses). The other parts are still mixins, each
+holding the operations of one concern, written once with their SQL
+(connections.StoreParts says what they share):
 
 - writes.py: enqueue, coalesced into batches;
 - reads.py: one job, many, a page;
 - dependencies.py: Enqueue with depends_on, what a waiting job waits on;
 - operations.py: cancel, RetryFailed, stats, usage;
-- pauses.py, prune.py, failure_groups.py: dispatch pauses, retention, failure groups;
+- prune.py, failure_groups.py: retention, failure groups;
 - changes.py: the change feed (positions, reads, its retention);
 - schedules.py: schedules and the firing of their periods.
 
@@ -34,7 +36,7 @@ from san_jobs.job_service.storage.connections import Connections, HotStatements
 from san_jobs.job_service.storage.dependencies import JobDependencies
 from san_jobs.job_service.storage.failure_groups import FailureGroupQueries
 from san_jobs.job_service.storage.operations import OperatorQueries
-from san_jobs.job_service.storage.pauses import PauseQueries
+from san_jobs.job_service.storage.pauses import SqlPauseStore
 from san_jobs.job_service.storage.ping import DatabasePing
 from san_jobs.job_service.storage.prune import PruneQueries
 from san_jobs.job_service.storage.reads import JobReads
@@ -54,7 +56,6 @@ class SqlJobStore(
     JobWrites,
     JobReads,
     OperatorQueries,
-    PauseQueries,
     PruneQueries,
     FailureGroupQueries,
     ChangeQueries,
@@ -91,6 +92,7 @@ class SqlJobStore(
         self.worker = SqlWorkerStore(
             db=self._db, sql=self._sql, hot=self._hot, now=self._now, read_many=self.get_many
         )
+        self.pauses = SqlPauseStore(db=self._db, sql=self._sql, now=self._now)
         self._start_group_commits(enqueue_interval)
         self._database_ping = DatabasePing(self._db.engine)
 

@@ -93,7 +93,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         self._given_pruner = pruner
         # The paused job types, for GetJobStats and each PENDING job's waiting_for:
         # one store read a second at most, however many jobs are converted.
-        self._pauses = pauses or PauseCache(lambda: app.store.dispatch_pauses())
+        self._pauses = pauses or PauseCache(lambda: app.store.pauses.dispatch_pauses())
         # What a ListJobs page's jobs may take of the send limit (--max-message-bytes).
         self._page_budget_bytes = max_message_bytes - LIST_PAGE_HEADROOM_BYTES
         # A BatchEnqueue answer is the whole message: it may take all of the limit.

@@ -58,7 +58,7 @@ class Worker:
         # Jobs whose attempt this instance stopped on purpose, and how that ends.
         self._stop_requested: dict[str, Stopped] = {}
         self._breaker = DispatchBreaker(
-            store, config.breaker, clock, lambda: asyncio.get_running_loop().time()
+            store.pauses, config.breaker, clock, lambda: asyncio.get_running_loop().time()
         )
         self._rescuer = Rescuer(
             store.worker,

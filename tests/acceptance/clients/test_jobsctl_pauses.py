@@ -47,7 +47,7 @@ def open_pause(database_url: str) -> DispatchPause:
     async def open_it() -> DispatchPause:
         store = SqlJobStore(database_url, instance_id="other-instance")
         try:
-            return await store.open_pause(
+            return await store.pauses.open_pause(
                 OpenPauseParams(
                     job_type=JobType.CARD_ANALYSIS,
                     reason=PauseReason.CIRCUIT_OPEN,

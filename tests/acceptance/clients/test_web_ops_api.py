@@ -68,7 +68,7 @@ def open_til_pause(jobs_database_url: str) -> DispatchPause:
     async def open_it() -> DispatchPause:
         store = SqlJobStore(jobs_database_url, instance_id="other-instance")
         try:
-            return await store.open_pause(
+            return await store.pauses.open_pause(
                 OpenPauseParams(
                     job_type=JobType.TIL_GENERATION,
                     reason=PauseReason.RATE_LIMITED,

@@ -61,7 +61,7 @@ async def test_a_pause_shows_in_stats_get_list_and_stream_then_goes(
     assert not first.job.HasField("waiting_for")
 
     until = datetime.now(UTC) + timedelta(seconds=5)
-    opened = await store.open_pause(
+    opened = await store.pauses.open_pause(
         OpenPauseParams(
             job_type=JobType.CARD_ANALYSIS,
             reason=PauseReason.CIRCUIT_OPEN,
@@ -96,7 +96,7 @@ async def test_a_pause_shows_in_stats_get_list_and_stream_then_goes(
     assert shown.job.status == pb.JOB_STATUS_PENDING
     assert shown.job.waiting_for == paused
 
-    assert await store.close_pause(JobType.CARD_ANALYSIS)
+    assert await store.pauses.close_pause(JobType.CARD_ANALYSIS)
 
     async def stats_clear() -> bool:
         return not (await service.stub.GetJobStats(pb.GetJobStatsRequest())).paused

@@ -23,14 +23,14 @@ FAR = datetime(2100, 1, 1, tzinfo=UTC)
 
 
 async def test_no_pauses_at_first(store: JobStore) -> None:
-    assert await store.dispatch_pauses() == []
-    assert await store.close_pause(CARD) is False
-    assert await store.take_probe(TakeProbeParams(job_type=CARD, next_probe_at=FAR)) is False
+    assert await store.pauses.dispatch_pauses() == []
+    assert await store.pauses.close_pause(CARD) is False
+    assert await store.pauses.take_probe(TakeProbeParams(job_type=CARD, next_probe_at=FAR)) is False
 
 
 async def test_open_pause_upserts_and_keeps_since(store: JobStore, clock: FakeClock) -> None:
     began = clock.now
-    first = await store.open_pause(
+    first = await store.pauses.open_pause(
         OpenPauseParams(
             job_type=CARD,
             reason=PauseReason.CIRCUIT_OPEN,
@@ -44,7 +44,7 @@ async def test_open_pause_upserts_and_keeps_since(store: JobStore, clock: FakeCl
     assert (first.last_error, first.opened_by) == ("UNAVAILABLE: down", "a")
 
     clock.advance(30)
-    again = await store.open_pause(
+    again = await store.pauses.open_pause(
         OpenPauseParams(
             job_type=CARD,
             reason=PauseReason.RATE_LIMITED,
@@ -61,13 +61,13 @@ async def test_open_pause_upserts_and_keeps_since(store: JobStore, clock: FakeCl
         "RATE_LIMITED",
     )
     assert again.until == clock.now + timedelta(seconds=7)
-    assert await store.dispatch_pauses() == [again]
+    assert await store.pauses.dispatch_pauses() == [again]
 
-    assert await store.close_pause(CARD) is True
-    assert await store.close_pause(CARD) is False
-    assert await store.dispatch_pauses() == []
+    assert await store.pauses.close_pause(CARD) is True
+    assert await store.pauses.close_pause(CARD) is False
+    assert await store.pauses.dispatch_pauses() == []
     # A new outage begins a new `since`.
-    reopened = await store.open_pause(
+    reopened = await store.pauses.open_pause(
         OpenPauseParams(
             job_type=CARD,
             reason=PauseReason.CIRCUIT_OPEN,
@@ -81,7 +81,7 @@ async def test_open_pause_upserts_and_keeps_since(store: JobStore, clock: FakeCl
 
 async def test_take_probe_is_a_compare_and_set(store: JobStore, clock: FakeClock) -> None:
     until = clock.now + timedelta(seconds=5)
-    await store.open_pause(
+    await store.pauses.open_pause(
         OpenPauseParams(
             job_type=CARD,
             reason=PauseReason.CIRCUIT_OPEN,
@@ -91,21 +91,26 @@ async def test_take_probe_is_a_compare_and_set(store: JobStore, clock: FakeClock
         )
     )
     assert (
-        await store.take_probe(
+        await store.pauses.take_probe(
             TakeProbeParams(job_type=CARD, next_probe_at=clock.now + timedelta(seconds=5))
         )
         is False
     )  # not yet
     clock.advance(5)
     next_probe = clock.now + timedelta(seconds=5)
-    assert await store.take_probe(TakeProbeParams(job_type=CARD, next_probe_at=next_probe)) is True
     assert (
-        await store.take_probe(TakeProbeParams(job_type=CARD, next_probe_at=next_probe)) is False
+        await store.pauses.take_probe(TakeProbeParams(job_type=CARD, next_probe_at=next_probe))
+        is True
+    )
+    assert (
+        await store.pauses.take_probe(TakeProbeParams(job_type=CARD, next_probe_at=next_probe))
+        is False
     )  # taken
-    (pause,) = await store.dispatch_pauses()
+    (pause,) = await store.pauses.dispatch_pauses()
     assert pause.until == next_probe
     assert (
-        await store.take_probe(TakeProbeParams(job_type=TIL, next_probe_at=next_probe)) is False
+        await store.pauses.take_probe(TakeProbeParams(job_type=TIL, next_probe_at=next_probe))
+        is False
     )  # not paused
 
 
@@ -113,7 +118,7 @@ async def test_take_probe_race_between_instances_has_one_winner(
     open_store: OpenStore, clock: FakeClock
 ) -> None:
     stores = [open_store(f"instance-{i}") for i in range(2)]
-    await stores[0].open_pause(
+    await stores[0].pauses.open_pause(
         OpenPauseParams(
             job_type=CARD,
             reason=PauseReason.CIRCUIT_OPEN,
@@ -126,7 +131,7 @@ async def test_take_probe_race_between_instances_has_one_winner(
         next_probe = clock.now + timedelta(seconds=1)
         won = await asyncio.gather(
             *(
-                s.take_probe(TakeProbeParams(job_type=CARD, next_probe_at=next_probe))
+                s.pauses.take_probe(TakeProbeParams(job_type=CARD, next_probe_at=next_probe))
                 for s in stores
             )
         )

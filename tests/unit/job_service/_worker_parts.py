@@ -18,6 +18,7 @@ from san_jobs.job_service.domain.ports import (
     EnqueueParams,
     JobStore,
     OpenPauseParams,
+    PauseStore,
     TakeProbeParams,
 )
 from san_jobs.job_service.metrics import NoMetrics
@@ -70,8 +71,8 @@ def memory_store() -> MemoryJobStore:
 
 
 class PausesOnly:
-    """The dispatch breaker's store: the pauses and nothing else, so a part that reached
-    the job store through it would fail with AttributeError."""
+    """A pause port (domain/ports.PauseStore) of a dict, so a part that reached the job
+    store through it would fail with AttributeError."""
 
     def __init__(self) -> None:
         self.pauses: dict[JobType, DispatchPause] = {}
@@ -96,9 +97,9 @@ class PausesOnly:
         return False
 
 
-def a_breaker(store: object, clock: Callable[[], datetime] | None = None) -> DispatchBreaker:
+def a_breaker(store: PauseStore, clock: Callable[[], datetime] | None = None) -> DispatchBreaker:
     return DispatchBreaker(
-        store,  # type: ignore[arg-type]  # PausesOnly: the part of JobStore it uses
+        store,
         BreakerConfig(failures=3),
         clock or running_loop().now,
         lambda: asyncio.get_running_loop().time(),

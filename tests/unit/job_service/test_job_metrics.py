@@ -236,7 +236,7 @@ def test_every_metric_has_help_text() -> None:
 
 def test_the_breaker_view_lists_the_pauses_in_force() -> None:
     breaker = DispatchBreaker(
-        MemoryJobStore(), BreakerConfig(max_pause=600), lambda: NOW, lambda: 0
+        MemoryJobStore().pauses, BreakerConfig(max_pause=600), lambda: NOW, lambda: 0
     )
 
     def pause(job_type: JobType, reason: PauseReason, since: float, until: float) -> DispatchPause:

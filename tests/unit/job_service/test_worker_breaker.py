@@ -27,6 +27,7 @@ from san_jobs.job_service.domain.model import (
 )
 from san_jobs.job_service.domain.ports import EnqueueParams, OpenPauseParams
 from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.storage.memory_pauses import MemoryPauseStore
 from san_jobs.job_service.worker import Worker, WorkerConfig
 from tests.support.virtual_time import on_virtual_time, running_loop
 
@@ -133,7 +134,7 @@ async def test_an_outage_opens_the_circuit_probes_and_closes_without_failing_job
         r.gateway.failure = UNAVAILABLE
         await r.enqueue(20)
         await _wait(60)  # a minute's outage
-        (pause,) = await r.store.dispatch_pauses()
+        (pause,) = await r.store.pauses.dispatch_pauses()
         assert pause.reason is PauseReason.CIRCUIT_OPEN and pause.opened_by == "unit"
         assert "AI gateway unavailable" in pause.last_error
         # Only the failures that opened the circuit were charged; none FAILED.
@@ -150,7 +151,7 @@ async def test_an_outage_opens_the_circuit_probes_and_closes_without_failing_job
         r.gateway.failure = None
         done = await r.until_terminal()
         assert all(j.status is JobStatus.COMPLETED for j in done)
-        assert await r.store.dispatch_pauses() == []
+        assert await r.store.pauses.dispatch_pauses() == []
         last = max(j.completed_at for j in done if j.completed_at is not None)
         assert (last - running_loop().now()).total_seconds() <= 0
         assert asyncio.get_running_loop().time() - back < 20
@@ -164,7 +165,7 @@ async def test_permanent_errors_never_trip_it() -> None:
         await r.enqueue(6)
         done = await r.until_terminal()
         assert all(j.status is JobStatus.FAILED for j in done)
-        assert await r.store.dispatch_pauses() == []
+        assert await r.store.pauses.dispatch_pauses() == []
 
 
 @on_virtual_time
@@ -181,7 +182,7 @@ async def test_a_success_resets_the_count() -> None:
         r.worker._gateway = Alternating()
         await r.enqueue(6, max_attempts=5)
         await r.until_terminal()
-        assert await r.store.dispatch_pauses() == []
+        assert await r.store.pauses.dispatch_pauses() == []
 
 
 @on_virtual_time
@@ -194,7 +195,7 @@ async def test_jobs_in_flight_when_it_opens_are_given_back_uncharged() -> None:
         assert await r.charged() == 5
         jobs = await r.all_jobs()
         assert sorted(j.attempt_count for j in jobs) == [0] * 5 + [1] * 5
-        assert len(await r.store.dispatch_pauses()) == 1
+        assert len(await r.store.pauses.dispatch_pauses()) == 1
 
 
 @on_virtual_time
@@ -206,7 +207,7 @@ async def test_a_rate_limit_pauses_the_type_until_the_retry_info_time() -> None:
         r.gateway.failure = limited
         await r.enqueue(6)
         await _wait(1)
-        (pause,) = await r.store.dispatch_pauses()
+        (pause,) = await r.store.pauses.dispatch_pauses()
         assert pause.reason is PauseReason.RATE_LIMITED
         assert (pause.until - pause.since).total_seconds() >= 29.8
         r.gateway.failure = None
@@ -230,7 +231,7 @@ async def test_past_the_max_pause_jobs_fail_saying_since_when() -> None:
         await r.enqueue(3, max_attempts=2)
         done = await r.until_terminal()
         assert all(j.status is JobStatus.FAILED for j in done)
-        (pause,) = await r.store.dispatch_pauses()
+        (pause,) = await r.store.pauses.dispatch_pauses()
         since = pause.since.strftime("%Y-%m-%dT%H:%M:%SZ")
         last = max(done, key=lambda j: j.failed_at or datetime.min.replace(tzinfo=UTC))
         assert last.error_message == f"AI gateway unavailable since {since}: connection refused"
@@ -245,7 +246,7 @@ async def test_a_pause_opened_by_another_instance_stops_this_one_within_a_second
     async with rig(concurrency=1, store=store) as r:
         await r.enqueue(1)
         await _wait(1)
-        await other.open_pause(
+        await other.pauses.open_pause(
             OpenPauseParams(
                 job_type=CARD,
                 reason=PauseReason.CIRCUIT_OPEN,
@@ -259,12 +260,12 @@ async def test_a_pause_opened_by_another_instance_stops_this_one_within_a_second
         await r.enqueue(5)
         await _wait(30)
         assert len(r.gateway.calls) == calls
-        assert await other.close_pause(CARD)
+        assert await other.pauses.close_pause(CARD)
         done = await r.until_terminal()
         assert all(j.status is JobStatus.COMPLETED for j in done)
 
 
-class PauseSpy(MemoryJobStore):
+class PauseSpy(MemoryPauseStore):
     """Records every pause the worker opens."""
 
     opened: list[PauseReason]
@@ -285,14 +286,15 @@ async def test_failures_in_a_row_between_quick_successes_do_not_open_it() -> Non
             self.failure = next(cycle)
             return await super().run(job, deadline)
 
-    store = PauseSpy(clock=running_loop().now)
-    store.opened = []
+    store = MemoryJobStore(clock=running_loop().now)
+    spy = store.pauses = PauseSpy(clock=running_loop().now, table=store.table)
+    spy.opened = []
     async with rig(concurrency=5, gateway=Flaky(latency=0.05), store=store) as r:
         await r.enqueue(200, max_attempts=10)
         while len(r.gateway.calls) < 140:  # twenty runs of six failures, under load
             r.gateway.called.clear()
             await r.gateway.called.wait()
-        assert store.opened == []
+        assert spy.opened == []
 
 
 @on_virtual_time
@@ -311,7 +313,7 @@ async def test_a_call_in_flight_across_a_pause_opened_and_closed_elsewhere_is_no
         await r.enqueue(1)
         await r.gateway.called.wait()  # the call is in flight
         await _wait(1)
-        await other.open_pause(
+        await other.pauses.open_pause(
             OpenPauseParams(
                 job_type=CARD,
                 reason=PauseReason.CIRCUIT_OPEN,
@@ -321,7 +323,7 @@ async def test_a_call_in_flight_across_a_pause_opened_and_closed_elsewhere_is_no
             )
         )
         await _wait(1.5)  # this instance has read the pause
-        assert await other.close_pause(CARD)
+        assert await other.pauses.close_pause(CARD)
         await _wait(1.0)  # and has read that it closed; the call then fails
         r.gateway.failure = None
         (job,) = await r.until_terminal()
@@ -338,7 +340,7 @@ async def test_jobs_claimed_ahead_get_no_call_once_their_type_is_paused() -> Non
         r.gateway.failure = limited
         await r.enqueue(6)
         await _wait(1)
-        (pause,) = await r.store.dispatch_pauses()
+        (pause,) = await r.store.pauses.dispatch_pauses()
         assert pause.reason is PauseReason.RATE_LIMITED
         # The two calls that paused it; the two jobs claimed ahead were given back
         # without a call and uncharged, as if claimed after the pause.

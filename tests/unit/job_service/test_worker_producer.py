@@ -51,7 +51,7 @@ class Rig:
         self.rescue_error: Exception | None = None
         self.producer = Producer(
             self.store.worker,
-            a_breaker(self.store),
+            a_breaker(self.store.pauses),
             self.published,
             config,
             clock=running_loop().now,

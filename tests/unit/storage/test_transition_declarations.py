@@ -11,10 +11,10 @@ import pytest
 
 from san_jobs.job_service.domain import transitions as tr
 from san_jobs.job_service.domain.model import ALLOWED_TRANSITIONS, JobAttempt, JobStatus
-from san_jobs.job_service.domain.ports import JobStore, WorkerStore
+from san_jobs.job_service.domain.ports import JobStore, PauseStore, WorkerStore
 
 # The ports over async_jobs' rows.
-PORTS = (JobStore, WorkerStore)
+PORTS = (JobStore, WorkerStore, PauseStore)
 # Which declarations each write of those ports applies. Every port method is a
 # write (here) or a read (READS): a new write without a declaration fails below.
 PORT_WRITES: dict[str, tuple[tr.Transition, ...]] = {
