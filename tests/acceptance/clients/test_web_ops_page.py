@@ -42,7 +42,9 @@ def open_ops_as(driver: Any, base: str, name: str) -> None:
 
 
 def text_when(driver: Any, element_id: str, check: Any, timeout: float = LIVE_SECONDS) -> str:
-    """The element's text once ``check(text)`` holds."""
+    """The element's text once ``check(text)`` holds (read again when a redraw replaced
+    the element between the lookup and the read)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -50,7 +52,8 @@ def text_when(driver: Any, element_id: str, check: Any, timeout: float = LIVE_SE
         text = str(d.find_element(By.ID, element_id).text)
         return text if check(text) else False
 
-    return str(WebDriverWait(driver, timeout).until(read))
+    wait = WebDriverWait(driver, timeout, ignored_exceptions=[StaleElementReferenceException])
+    return str(wait.until(read))
 
 
 def failed_cards(driver: Any) -> int:
@@ -66,6 +69,22 @@ def failed_cards(driver: Any) -> int:
         except StaleElementReferenceException:
             continue
     raise AssertionError("the counts table never held still long enough to be read")
+
+
+def click_in_redrawn_table(driver: Any, xpath: str) -> None:
+    """Click the element at `xpath` in a table the page redraws every few seconds (the
+    failure groups): an element found just before a redraw is gone when clicked, so it
+    is looked up again, as failed_cards reads its cell."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    for _ in range(20):
+        try:
+            driver.find_element(By.XPATH, xpath).click()
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"the table never held still long enough to click {xpath}")
 
 
 def test_an_operator_watches_retries_and_cancels(browser: object, ops_web: OpsWeb) -> None:
@@ -90,8 +109,7 @@ def test_an_operator_watches_retries_and_cancels(browser: object, ops_web: OpsWe
     # A failure group, and its button fills the retry form.
     groups = text_when(driver, "failure-groups", lambda t: "UNAVAILABLE" in t)
     assert "AI gateway unavailable" in groups
-    row = driver.find_element(By.XPATH, "//table[@id='failure-groups']//tr[td[2]='UNAVAILABLE']")
-    row.find_element(By.TAG_NAME, "button").click()
+    click_in_redrawn_table(driver, "//table[@id='failure-groups']//tr[td[2]='UNAVAILABLE']//button")
     assert (
         driver.find_element(By.ID, "retry-contains")
         .get_attribute("value")
