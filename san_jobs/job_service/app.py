@@ -62,7 +62,9 @@ class BatchLoader:
         try:
             found: dict[str, Job] = {}
             for start in range(0, len(wanted), GET_MANY_CHUNK):
-                for job in await self._store.get_many(wanted[start : start + GET_MANY_CHUNK]):
+                for job in await self._store.queries.get_many(
+                    wanted[start : start + GET_MANY_CHUNK]
+                ):
                     found[job.id] = job
         except Exception as error:
             for _, future in waiting:
@@ -241,7 +243,7 @@ class JobApplication:
         if job is None:
             raise JobNotFoundError(job_id)
         if job.waits_for_dependencies:
-            job = (await self.store.with_waiting_on([job]))[0]
+            job = (await self.store.queries.with_waiting_on([job]))[0]
         return job
 
     async def load(self, job_ids: Sequence[str], owner: str | None = None) -> dict[str, Job]:
@@ -256,13 +258,13 @@ class JobApplication:
     async def list_jobs(
         self, job_filter: JobFilter, page_size: int, page_token: str | None
     ) -> tuple[list[Job], str | None]:
-        jobs, next_token = await self.store.list_jobs(
+        jobs, next_token = await self.store.queries.list_jobs(
             ListJobsParams(job_filter=job_filter, page_size=page_size, page_token=page_token)
         )
-        return await self.store.with_waiting_on(jobs), next_token
+        return await self.store.queries.with_waiting_on(jobs), next_token
 
     async def stats(self) -> JobStats:
-        return await self.store.stats()
+        return await self.store.queries.stats()
 
     # -- other instances -------------------------------------------------------
 
@@ -289,10 +291,10 @@ class JobApplication:
             ended, seen = list(job_ids), set(job_ids)
             while ended:  # a dependent the trigger cancelled ended its own dependents
                 dependents = [
-                    i for i in await self.store.dependents_moved_by(ended) if i not in seen
+                    i for i in await self.store.queries.dependents_moved_by(ended) if i not in seen
                 ]
                 seen.update(dependents)
-                jobs = await self.store.get_many(dependents)
+                jobs = await self.store.queries.get_many(dependents)
                 self.hub.publish(jobs)  # watchers by id and by filter, and the change feed
                 ended = [j.id for j in jobs if j.has_dependents and j.status is JobStatus.CANCELLED]
         except Exception:  # streams poll too; the worker is awake either way

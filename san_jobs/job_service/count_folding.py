@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from san_jobs.job_service.domain.errors import StorageError
-from san_jobs.job_service.domain.ports import JobStore
+from san_jobs.job_service.domain.ports import JobQueries
 from san_jobs.shared.background import BackgroundLoop
 
 log = logging.getLogger("job_service.count_folding")
@@ -24,7 +24,7 @@ FOLD_INTERVAL_SECONDS = 2.0
 
 
 class CountFolder:
-    def __init__(self, store: JobStore, interval: float = FOLD_INTERVAL_SECONDS) -> None:
+    def __init__(self, store: JobQueries, interval: float = FOLD_INTERVAL_SECONDS) -> None:
         self._store = store
         self._interval = interval
         self._loop = BackgroundLoop("count-folder", self._run)

@@ -8,7 +8,7 @@ Two kinds of numbers:
   type (an enum) and error code (gRPC code names and the service's own few words),
   with the children of each job type bound once: no label lookup per job.
 - **State** read when Prometheus scrapes: jobs by type and status, queue depth and
-  the age of the oldest due job per type come from ONE `JobStore.stats()` call
+  the age of the oldest due job per type come from ONE `JobQueries.stats()` call
   (`StatsCollector`, at most one per `STATS_TTL` seconds however many scrapers ask);
   the dispatch pauses from the worker's own view of them (no query), the open
   streams from the stream gate.
@@ -226,7 +226,7 @@ class JobServiceMetrics:
         ttl: float = STATS_TTL,
         timeout: float = STATS_TIMEOUT,
     ) -> StatsCollector:
-        """Expose the job counts from `stats` (JobStore.stats), run on `loop`."""
+        """Expose the job counts from `stats` (JobQueries.stats), run on `loop`."""
         collector = StatsCollector(stats, loop, ttl=ttl, timeout=timeout, clock=self._clock)
         self.registry.register(collector)
         return collector

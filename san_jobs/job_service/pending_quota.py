@@ -4,7 +4,7 @@ together (issue 42, point 6). Without it one tenant could fill the table with jo
 delayed 300 days, or waiting on a job that never ends, and every claim, count and
 index would carry them.
 
-The count is the database's (JobStore.pending_count, stopped at the cap), read again
+The count is the database's (JobQueries.pending_count, stopped at the cap), read again
 when this instance's copy is REFRESH_SECONDS old; between two reads the jobs this
 instance enqueued for the caller are added to it. So the cap holds within what the
 other instances enqueue in a few seconds, for one count every few seconds per active
@@ -42,7 +42,7 @@ class PendingQuota:
         limit: int,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`count(tenant, at_most)`: JobStore.pending_count."""
+        """`count(tenant, at_most)`: JobQueries.pending_count."""
         self._count = count
         self.limit = limit
         self._monotonic = monotonic

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from san_jobs.job_service.domain.errors import PruneRunningError, StorageError
 from san_jobs.job_service.domain.model import JobStatus
-from san_jobs.job_service.domain.ports import CountPrunableParams, JobStore, PruneBatchParams
+from san_jobs.job_service.domain.ports import CountPrunableParams, PruneBatchParams, RetentionStore
 from san_jobs.job_service.domain.retention import (
     PRUNABLE_STATUSES,
     PruneCount,
@@ -66,7 +66,7 @@ class PrunerConfig:
 class Pruner:
     def __init__(
         self,
-        store: JobStore,
+        store: RetentionStore,
         config: PrunerConfig | None = None,
         *,
         on_deleted: OnDeleted | None = None,

@@ -265,18 +265,18 @@ class JobServiceRuntime:
             tracer=None if self.tracing is None else self.tracing.tracer,
             metrics=self.metrics,
         )
-        self.count_folder = CountFolder(self.store)
+        self.count_folder = CountFolder(self.store.queries)
         self.app = JobApplication(
             self.store,
             self.hub,
             self.worker,
             settings.instance_id,
             settings.max_attempts,
-            PendingQuota(self.store.pending_count, settings.max_pending_per_caller),
+            PendingQuota(self.store.queries.pending_count, settings.max_pending_per_caller),
         )
         # Retention: every instance runs one; the store's lock lets one at a time work.
         self.pruner = Pruner(
-            self.store,
+            self.store.retention,
             PrunerConfig(retention=settings.retention(), interval=settings.prune_interval),
             on_deleted=None if self.metrics is None else self.metrics.pruned,
         )
@@ -415,7 +415,7 @@ class JobServiceRuntime:
         """--metrics-listen: serve /metrics (MetricsListenError when it cannot listen)."""
         if self.metrics is None or self.settings.metrics_listen is None:
             return
-        self.metrics.watch_stats(self.store.stats, asyncio.get_running_loop())
+        self.metrics.watch_stats(self.store.queries.stats, asyncio.get_running_loop())
         self.metrics.watch_pauses(self.worker.paused_types)
         self.metrics.watch_streams(lambda: self.stream_gate.open_streams)
         self.metrics.watch_change_feed(

@@ -6,7 +6,7 @@ instead of failing on the provider's 429s. The rate is a token bucket shared thr
 the database (table dispatch_limits): it refills at N tokens a second up to `burst`,
 and each claimed job takes one. The concurrency limit compares the type's PROCESSING
 jobs with N. The store applies both in one transaction that holds the type's bucket
-row, so instances racing for the same type take turns (JobStore.claim_limited).
+row, so instances racing for the same type take turns (WorkerStore.claim_limited).
 
 Types without a limit are claimed as before, by the one claim statement.
 """
@@ -47,7 +47,7 @@ class TypeLimit:
 
 @dataclass(frozen=True, slots=True)
 class LimitedClaim:
-    """What JobStore.claim_limited took, and, when a limit stopped it short of the
+    """What WorkerStore.claim_limited took, and, when a limit stopped it short of the
     jobs asked for, how long until the limit may allow more (seconds; None: no limit
     held the claim back)."""
 

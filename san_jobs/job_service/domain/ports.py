@@ -284,40 +284,37 @@ class PauseStore(Protocol):
         ...
 
 
-class JobStore(Protocol):
-    """Everything the service does to `async_jobs`. Every method is one transaction
-    (or one atomic statement); every write that changes a job returns the job as it
-    now is, so callers can publish the change. Driver errors surface as
-    StorageUnavailableError."""
+class RetentionStore(Protocol):
+    """Retention (san_jobs/job_service/pruner.py, domain/retention.py): terminal jobs
+    counted and deleted past their cutoff, one pruner at a time across instances."""
 
-    @property
-    def worker(self) -> WorkerStore:
-        """The worker's port (claim, leases, outcomes)."""
+    async def count_prunable(self, params: CountPrunableParams) -> dict[JobStatus, int]:
+        """For each (terminal) status in `cutoffs`: how many jobs of it ended (updated_at)
+        before its cutoff, counting at most `limit` (an index range count that stops
+        there, so it stays cheap on a big table). One read."""
         ...
 
-    @property
-    def pauses(self) -> PauseStore:
-        """The dispatch pauses."""
+    async def prune_batch(self, params: PruneBatchParams) -> int:
+        """Delete at most `limit` jobs of terminal `status` that ended before `cutoff`,
+        oldest first, in one short transaction (one statement; rows another
+        transaction holds are skipped on PostgreSQL). The DELETE itself re-checks the
+        status and the age, so a job that is not terminal is never deleted. Returns how
+        many were deleted; fewer than `limit` means none is left (or the rest is held
+        by a concurrent prune)."""
         ...
 
-    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
-        """Insert a PENDING job and commit. Returns (job, deduplicated).
-
-        The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
-        job (deduplicated=True); an active job of the tenant for (job_type,
-        target_id), detected by the partial unique index, raises DuplicateJobError, or
-        with RETURN_EXISTING returns that job. Another tenant's jobs are never found,
-        named or returned."""
+    def prune_lock(self) -> AbstractAsyncContextManager[bool]:
+        """Enter to take the pruners' lock, shared by every instance on the database,
+        without waiting: yields True when this caller holds it until exit, False when
+        another holds it (PostgreSQL: a session advisory lock on a connection kept for
+        the run; SQLite, one instance by design, and memory: a flag on the store)."""
         ...
 
-    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
-        """Each item as `enqueue` would store it, in order: one outcome per item, and
-        an item's own error as its outcome (never raised). Items are resolved in
-        order, so a later item deduplicates to an earlier one of the same call (same
-        tenant and request_id, or same tenant and active (job_type, target_id)).
-        Storage trouble for the whole call (StorageUnavailableError) is raised: some
-        items may then be stored, which their request_id makes safe to send again."""
-        ...
+
+class JobQueries(Protocol):
+    """What callers read about jobs (the application's reads, the pages, the metrics):
+    one job, many, a page, the stats and their counts, usage, failure groups. Driver
+    errors surface as StorageUnavailableError."""
 
     async def get(self, job_id: str) -> Job:
         """One job, or JobNotFoundError."""
@@ -347,23 +344,6 @@ class JobStore(Protocol):
         token raises InvalidRequestError on field `page_token`."""
         ...
 
-    async def cancel(self, params: CancelParams) -> Job:
-        """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
-        late write is refused). JobNotFoundError, or InvalidJobStateError if terminal.
-        With `owner`, only a job whose requested_by is `owner` moves; any other is
-        JobNotFoundError, as if it did not exist."""
-        ...
-
-    async def retry_failed(self, params: RetryFailedParams) -> RetryOutcome:
-        """Move FAILED jobs matching the filter (at most `limit`, oldest failure first)
-        back to PENDING, due now: attempt_count and the attempt history are kept,
-        max_attempts becomes attempt_count + extra_attempts (a fresh round), the
-        error fields stay until the next outcome, failed_at is cleared. Each job
-        moves at most once however many calls race. A job whose (job_type,
-        target_id) already has an active job of the same tenant is skipped with a
-        reason."""
-        ...
-
     async def stats(self) -> JobStats:
         """Counts by (job_type, status), the created_at of the oldest PENDING job and
         each type's oldest due time. One cheap read whatever the table's size (the SQL
@@ -388,28 +368,67 @@ class JobStore(Protocol):
         groups, and whether more were left out. One read."""
         ...
 
-    # -- retention (san_jobs/job_service/pruner.py, domain/retention.py) ----------------------
 
-    async def count_prunable(self, params: CountPrunableParams) -> dict[JobStatus, int]:
-        """For each (terminal) status in `cutoffs`: how many jobs of it ended (updated_at)
-        before its cutoff, counting at most `limit` (an index range count that stops
-        there, so it stays cheap on a big table). One read."""
+class JobStore(Protocol):
+    """Everything the service does to `async_jobs`. Every method is one transaction
+    (or one atomic statement); every write that changes a job returns the job as it
+    now is, so callers can publish the change. Driver errors surface as
+    StorageUnavailableError."""
+
+    @property
+    def worker(self) -> WorkerStore:
+        """The worker's port (claim, leases, outcomes)."""
         ...
 
-    async def prune_batch(self, params: PruneBatchParams) -> int:
-        """Delete at most `limit` jobs of terminal `status` that ended before `cutoff`,
-        oldest first, in one short transaction (one statement; rows another
-        transaction holds are skipped on PostgreSQL). The DELETE itself re-checks the
-        status and the age, so a job that is not terminal is never deleted. Returns how
-        many were deleted; fewer than `limit` means none is left (or the rest is held
-        by a concurrent prune)."""
+    @property
+    def queries(self) -> JobQueries:
+        """The reads."""
         ...
 
-    def prune_lock(self) -> AbstractAsyncContextManager[bool]:
-        """Enter to take the pruners' lock, shared by every instance on the database,
-        without waiting: yields True when this caller holds it until exit, False when
-        another holds it (PostgreSQL: a session advisory lock on a connection kept for
-        the run; SQLite, one instance by design, and memory: a flag on the store)."""
+    @property
+    def pauses(self) -> PauseStore:
+        """The dispatch pauses."""
+        ...
+
+    @property
+    def retention(self) -> RetentionStore:
+        """The pruner's port."""
+        ...
+
+    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
+        """Insert a PENDING job and commit. Returns (job, deduplicated).
+
+        The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
+        job (deduplicated=True); an active job of the tenant for (job_type,
+        target_id), detected by the partial unique index, raises DuplicateJobError, or
+        with RETURN_EXISTING returns that job. Another tenant's jobs are never found,
+        named or returned."""
+        ...
+
+    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
+        """Each item as `enqueue` would store it, in order: one outcome per item, and
+        an item's own error as its outcome (never raised). Items are resolved in
+        order, so a later item deduplicates to an earlier one of the same call (same
+        tenant and request_id, or same tenant and active (job_type, target_id)).
+        Storage trouble for the whole call (StorageUnavailableError) is raised: some
+        items may then be stored, which their request_id makes safe to send again."""
+        ...
+
+    async def cancel(self, params: CancelParams) -> Job:
+        """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
+        late write is refused). JobNotFoundError, or InvalidJobStateError if terminal.
+        With `owner`, only a job whose requested_by is `owner` moves; any other is
+        JobNotFoundError, as if it did not exist."""
+        ...
+
+    async def retry_failed(self, params: RetryFailedParams) -> RetryOutcome:
+        """Move FAILED jobs matching the filter (at most `limit`, oldest failure first)
+        back to PENDING, due now: attempt_count and the attempt history are kept,
+        max_attempts becomes attempt_count + extra_attempts (a fresh round), the
+        error fields stay until the next outcome, failed_at is cleared. Each job
+        moves at most once however many calls race. A job whose (job_type,
+        target_id) already has an active job of the same tenant is skipped with a
+        reason."""
         ...
 
     async def ping(self) -> None:

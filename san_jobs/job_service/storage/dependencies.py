@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy import and_, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.dependencies import (
@@ -200,56 +199,3 @@ class JobDependencies(JobWrites):
     async def _job_in(self, conn: AsyncConnection, job_id: str) -> Job:
         jobs = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
         return jobs[0]
-
-    # -- reads --------------------------------------------------------------------------
-
-    async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
-        """`jobs` with `waiting_on` filled in for those waiting for dependencies: one
-        query for all of them (none when no job waits)."""
-        waiting = [job.id for job in jobs if job.waits_for_dependencies]
-        if not waiting:
-            return list(jobs)
-        open_ones: dict[str, list[tuple[int, str]]] = {}
-        async with self._db.single() as conn:
-            for chunk in chunks(waiting):
-                rows = await conn.execute(
-                    select(_deps.job_id, _deps.depends_on_id, _deps.position)
-                    .join(async_jobs, _jobs.id == _deps.depends_on_id)
-                    .where(and_(_deps.job_id.in_(list(chunk)), _jobs.status != "COMPLETED"))
-                )
-                for job_id, dependency_id, position in rows:
-                    open_ones.setdefault(job_id, []).append((position, dependency_id))
-        return [
-            replace(job, waiting_on=tuple(d for _, d in sorted(open_ones[job.id])))
-            if job.id in open_ones
-            else job
-            for job in jobs
-        ]
-
-    async def dependents_moved_by(self, job_ids: Sequence[str]) -> list[str]:
-        """The dependents that the end of `job_ids` moved, in the statement that ended
-        them (the trigger writes the ended job's updated_at into each): now due, or
-        CANCELLED. Not those it only counted down (still waiting for others): with
-        100 jobs ending that 1,000 others all wait for, each end loaded all 1,000."""
-        dependent, ended = async_jobs.alias("dependent"), async_jobs.alias("ended")
-        found: list[str] = []
-        async with self._db.single() as conn:
-            for chunk in chunks(list(job_ids)):
-                rows = await conn.execute(
-                    select(_deps.job_id)
-                    .join(dependent, dependent.c.id == _deps.job_id)
-                    .join(ended, ended.c.id == _deps.depends_on_id)
-                    .where(
-                        and_(
-                            _deps.depends_on_id.in_(list(chunk)),
-                            dependent.c.updated_at == ended.c.updated_at,
-                            or_(
-                                dependent.c.status != JobStatus.PENDING.value,
-                                dependent.c.dependencies_left == 0,
-                            ),
-                        )
-                    )
-                    .distinct()
-                )
-                found += [row[0] for row in rows]
-        return found

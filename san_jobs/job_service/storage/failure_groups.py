@@ -20,8 +20,6 @@ from san_jobs.job_service.domain.failure_groups import (
     group_order,
 )
 from san_jobs.job_service.domain.model import JobStatus
-from san_jobs.job_service.domain.ports import FailureGroupsParams
-from san_jobs.job_service.storage.connections import StoreParts
 from san_jobs.job_service.storage.rows import as_utc, aware
 from san_jobs.job_service.storage.tables import async_jobs
 from san_jobs.job_service.storage.transition_sql import Term, status_test
@@ -54,18 +52,7 @@ def failure_groups_query(query: FailureQuery, max_groups: int) -> Any:
     )
 
 
-class FailureGroupQueries(StoreParts):
-    async def failure_groups(self, params: FailureGroupsParams) -> tuple[list[FailureGroup], bool]:
-        """The groups of the query in :func:`group_order`, at most ``max_groups``, and
-        whether more were left out."""
-        max_groups = params.max_groups
-        async with self._db.single() as conn:
-            statement = failure_groups_query(params.query, max_groups)
-            rows = (await conn.execute(statement)).all()
-        return _groups(rows, max_groups)
-
-
-def _groups(rows: Any, max_groups: int) -> tuple[list[FailureGroup], bool]:
+def groups_of(rows: Any, max_groups: int) -> tuple[list[FailureGroup], bool]:
     groups: list[FailureGroup] = []
     for code, reason, prefix, count, latest, example in rows:
         failed_at = as_utc(latest)

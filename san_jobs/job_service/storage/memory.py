@@ -18,9 +18,7 @@ is notified: notifications are PostgreSQL's.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,38 +30,20 @@ from san_jobs.job_service.domain.errors import (
     JobNotFoundError,
     StorageFailureError,
 )
-from san_jobs.job_service.domain.failure_groups import (
-    FailureGroup,
-    group_order,
-    message_prefix,
-)
 from san_jobs.job_service.domain.job_ids import new_job_id
 from san_jobs.job_service.domain.model import (
     ACTIVE_STATUSES,
-    TERMINAL_STATUSES,
-    AttemptUsage,
     Job,
-    JobCount,
-    JobFilter,
-    JobStats,
-    JobStatus,
-    JobType,
     NewJob,
     OnDuplicate,
     RetryOutcome,
 )
-from san_jobs.job_service.domain.page_token import decode_page_token, encode_page_token
 from san_jobs.job_service.domain.ports import (
     CancelParams,
-    CountPrunableParams,
     EnqueueOutcome,
     EnqueueParams,
-    FailureGroupsParams,
     JobStore,
-    ListJobsParams,
-    PruneBatchParams,
     RetryFailedParams,
-    UsageTotalsParams,
 )
 from san_jobs.job_service.domain.transitions import (
     CANCEL,
@@ -73,48 +53,23 @@ from san_jobs.job_service.domain.transitions import (
     active_holder_reason,
     cancel_message,
 )
-from san_jobs.job_service.domain.usage import UsageTotal, group_key
 from san_jobs.job_service.storage.apply_transition import (
     Row,
     status_of,
 )
 from san_jobs.job_service.storage.memory_pauses import MemoryPauseStore
+from san_jobs.job_service.storage.memory_queries import MemoryJobQueries
+from san_jobs.job_service.storage.memory_retention import MemoryRetentionStore
 from san_jobs.job_service.storage.memory_rows import (
     MemoryRows,
     MemoryTable,
     as_json,
     job_of,
+    matches,
 )
 from san_jobs.job_service.storage.memory_schedules import MemorySchedules
 from san_jobs.job_service.storage.memory_worker import MemoryWorkerStore
-from san_jobs.job_service.storage.rows import aware, utc_now
-
-
-def _matches(row: Row, f: JobFilter) -> bool:
-    """JobFilter's criteria, AND-combined, with SQL's NULLs (a NULL never matches)."""
-    failed_at: datetime | None = row["failed_at"]
-    message: str | None = row["error_message"]
-    return (
-        (f.requested_by is None or row["requested_by"] == f.requested_by)
-        and (not f.job_ids or row["id"] in f.job_ids)
-        and (not f.statuses or status_of(row) in f.statuses)
-        and (not f.job_types or row["job_type"] in f.job_types)
-        and (not f.target_ids or row["target_id"] in f.target_ids)
-        # Exact and case-sensitive, as on both databases (no LIKE wildcards).
-        and (
-            not f.error_message_contains
-            or (message is not None and f.error_message_contains in message)
-        )
-        and (f.created_after is None or row["created_at"] >= aware(f.created_after))
-        and (f.created_before is None or row["created_at"] < aware(f.created_before))
-        and (
-            f.failed_after is None or (failed_at is not None and failed_at >= aware(f.failed_after))
-        )
-        and (
-            f.failed_before is None
-            or (failed_at is not None and failed_at < aware(f.failed_before))
-        )
-    )
+from san_jobs.job_service.storage.rows import utc_now
 
 
 class MemoryJobStore(MemorySchedules, MemoryRows):
@@ -128,9 +83,11 @@ class MemoryJobStore(MemorySchedules, MemoryRows):
         table: MemoryTable | None = None,
     ) -> None:
         super().__init__(clock=clock, table=table)
-        # The worker's port and the pauses' on the same table.
+        # The ports split out so far, on the same table.
         self.worker = MemoryWorkerStore(clock=clock, table=self.table)
         self.pauses = MemoryPauseStore(clock=clock, table=self.table)
+        self.retention = MemoryRetentionStore(clock=clock, table=self.table)
+        self.queries = MemoryJobQueries(clock=clock, table=self.table)
 
     async def close(self) -> None:
         await asyncio.sleep(0)
@@ -150,7 +107,7 @@ class MemoryJobStore(MemorySchedules, MemoryRows):
                 return row
         return None
 
-    # -- enqueue and reads ----------------------------------------------------------
+    # -- enqueue ----------------------------------------------------------
 
     async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
         await asyncio.sleep(0)
@@ -200,53 +157,6 @@ class MemoryJobStore(MemorySchedules, MemoryRows):
         }
         return self._write(ENQUEUE, None, self._call(args)), False
 
-    async def get(self, job_id: str) -> Job:
-        await asyncio.sleep(0)
-        row = self._rows.get(job_id)
-        if row is None:
-            raise JobNotFoundError(job_id)
-        return job_of(row)
-
-    async def get_many(self, job_ids: Sequence[str]) -> list[Job]:
-        await asyncio.sleep(0)
-        return [job_of(self._rows[i]) for i in dict.fromkeys(job_ids) if i in self._rows]
-
-    async def pending_count(self, tenant: str, at_most: int) -> int:
-        await asyncio.sleep(0)
-        pending = sum(
-            1
-            for row in self._rows.values()
-            if row["status"] == "PENDING" and row["tenant"] == tenant
-        )
-        return min(pending, at_most)
-
-    async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
-        return list(jobs)  # no job here has dependencies (_enqueue_now)
-
-    async def dependents_moved_by(self, job_ids: Sequence[str]) -> list[str]:
-        return []
-
-    async def list_jobs(self, params: ListJobsParams) -> tuple[list[Job], str | None]:
-        await asyncio.sleep(0)
-        job_filter, page_size, page_token = params.job_filter, params.page_size, params.page_token
-        page_size = max(1, page_size)
-        after = decode_page_token(page_token) if page_token else None
-        rows = sorted(
-            (
-                row
-                for row in self._rows.values()
-                if _matches(row, job_filter)
-                and (after is None or (row["created_at"], row["id"]) < after)
-            ),
-            key=lambda row: (row["created_at"], row["id"]),
-            reverse=True,
-        )
-        jobs = [job_of(row) for row in rows[: page_size + 1]]
-        if len(jobs) <= page_size:
-            return jobs, None
-        jobs = jobs[:page_size]
-        return jobs, encode_page_token(jobs[-1].created_at, jobs[-1].id)
-
     # -- operators ------------------------------------------------------------------
 
     async def cancel(self, params: CancelParams) -> Job:
@@ -276,7 +186,7 @@ class MemoryJobStore(MemorySchedules, MemoryRows):
             (
                 row
                 for row in self._rows.values()
-                if status_of(row) in RETRY_FAILED.sources and _matches(row, job_filter)
+                if status_of(row) in RETRY_FAILED.sources and matches(row, job_filter)
             ),
             key=lambda row: (row["failed_at"], row["id"]),
         )[: max(0, limit)]
@@ -299,138 +209,6 @@ class MemoryJobStore(MemorySchedules, MemoryRows):
                 self._write(RETRY_FAILED, row, self._call(args))
         retried = tuple(row["id"] for row in to_move)
         return RetryOutcome(len(candidates), retried, tuple(skipped))
-
-    async def usage_totals(self, params: UsageTotalsParams) -> tuple[list[UsageTotal], bool]:
-        await asyncio.sleep(0)
-        query, max_groups = params.query, params.max_groups
-        groups: dict[tuple[JobType, str, str], list[AttemptUsage]] = {}
-        for row in self._rows.values():
-            for attempt in row["attempts"]:
-                if attempt.usage is not None and query.counts(
-                    row["job_type"], row["requested_by"], attempt
-                ):
-                    key = (row["job_type"], attempt.usage.model, row["requested_by"])
-                    groups.setdefault(key, []).append(attempt.usage)
-        totals = sorted(
-            (
-                UsageTotal(
-                    job_type=job_type,
-                    model=model,
-                    requested_by=requested_by,
-                    attempts=len(used),
-                    cached_attempts=sum(u.cached for u in used),
-                    input_tokens=sum(u.input_tokens for u in used),
-                    output_tokens=sum(u.output_tokens for u in used),
-                    duration_seconds=sum(u.duration_seconds for u in used),
-                )
-                for (job_type, model, requested_by), used in groups.items()
-            ),
-            key=group_key,
-        )
-        return totals[:max_groups], len(totals) > max_groups
-
-    async def failure_groups(self, params: FailureGroupsParams) -> tuple[list[FailureGroup], bool]:
-        await asyncio.sleep(0)
-        query, max_groups = params.query, params.max_groups
-        selection = query.job_filter()
-        members: dict[tuple[str, str, str], list[Row]] = {}
-        for row in self._rows.values():
-            if _matches(row, selection):
-                key = (
-                    row["error_code"] or "",
-                    row["error_reason"] or "",
-                    message_prefix(row["error_message"]),
-                )
-                members.setdefault(key, []).append(row)
-        groups = sorted(
-            (
-                FailureGroup(
-                    error_code=code,
-                    error_reason=reason,
-                    message_prefix=prefix,
-                    count=len(rows),
-                    latest_failed_at=max(row["failed_at"] for row in rows),
-                    example_job_id=max(row["id"] for row in rows),
-                )
-                for (code, reason, prefix), rows in members.items()
-            ),
-            key=group_order,
-        )
-        return groups[:max_groups], len(groups) > max_groups
-
-    async def stats(self) -> JobStats:
-        await asyncio.sleep(0)
-        counts = Counter((row["job_type"], status_of(row)) for row in self._rows.values())
-        oldest = min(
-            (
-                row["created_at"]
-                for row in self._rows.values()
-                if status_of(row) is JobStatus.PENDING
-            ),
-            default=None,
-        )
-        return JobStats(
-            counts=tuple(
-                sorted(
-                    (JobCount(job_type, status, n) for (job_type, status), n in counts.items()),
-                    key=lambda c: (str(c.job_type), str(c.status)),
-                )
-            ),
-            oldest_pending_created_at=oldest,
-            oldest_due_by_type=self._oldest_due_by_type(),
-        )
-
-    async def fold_counts(self) -> int:
-        await asyncio.sleep(0)
-        return 0  # counted from the rows each time (the table is small)
-
-    def _oldest_due_by_type(self) -> dict[JobType, datetime]:
-        now = aware(self._clock())
-        due: dict[JobType, datetime] = {}
-        for row in self._rows.values():
-            at = row["due_at"]
-            if status_of(row) is JobStatus.PENDING and at is not None and at <= now:
-                job_type = row["job_type"]
-                due[job_type] = min(at, due.get(job_type, at))
-        return due
-
-    # -- retention (storage/prune.py is the SQL twin) ----------------------------------
-
-    def _past(self, status: JobStatus, cutoff: datetime) -> list[Row]:
-        """Jobs of terminal `status` that ended (updated_at) before `cutoff`, oldest first."""
-        if status not in TERMINAL_STATUSES:
-            raise ValueError(f"only terminal jobs are pruned, not {status.value}")
-        cutoff = aware(cutoff)
-        rows = [
-            row
-            for row in self._rows.values()
-            if status_of(row) is status and row["updated_at"] < cutoff
-        ]
-        return sorted(rows, key=lambda row: row["updated_at"])
-
-    async def count_prunable(self, params: CountPrunableParams) -> dict[JobStatus, int]:
-        await asyncio.sleep(0)
-        limit = max(0, params.limit)
-        return {s: min(len(self._past(s, c)), limit) for s, c in params.cutoffs.items()}
-
-    async def prune_batch(self, params: PruneBatchParams) -> int:
-        await asyncio.sleep(0)
-        chosen = self._past(params.status, params.cutoff)[: max(0, params.limit)]
-        for row in chosen:
-            del self._rows[row["id"]]
-        return len(chosen)
-
-    @asynccontextmanager
-    async def prune_lock(self) -> AsyncIterator[bool]:
-        await asyncio.sleep(0)
-        if self.table.prune_locked:
-            yield False
-            return
-        self.table.prune_locked = True
-        try:
-            yield True
-        finally:
-            self.table.prune_locked = False
 
 
 if TYPE_CHECKING:

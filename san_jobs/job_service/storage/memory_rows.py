@@ -12,7 +12,7 @@ from typing import Any
 
 from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import StorageFailureError
-from san_jobs.job_service.domain.model import AttemptUsage, Job, JobStatus, JobType
+from san_jobs.job_service.domain.model import AttemptUsage, Job, JobFilter, JobStatus, JobType
 from san_jobs.job_service.domain.schedules import Schedule
 from san_jobs.job_service.domain.transitions import Transition
 from san_jobs.job_service.storage.apply_transition import (
@@ -55,6 +55,33 @@ def job_of(row: Row) -> Job:
     values["request_params"] = copy.deepcopy(row["request_params"])
     values["result"] = copy.deepcopy(row["result"])
     return Job(**values)
+
+
+def matches(row: Row, f: JobFilter) -> bool:
+    """JobFilter's criteria, AND-combined, with SQL's NULLs (a NULL never matches)."""
+    failed_at: datetime | None = row["failed_at"]
+    message: str | None = row["error_message"]
+    return (
+        (f.requested_by is None or row["requested_by"] == f.requested_by)
+        and (not f.job_ids or row["id"] in f.job_ids)
+        and (not f.statuses or status_of(row) in f.statuses)
+        and (not f.job_types or row["job_type"] in f.job_types)
+        and (not f.target_ids or row["target_id"] in f.target_ids)
+        # Exact and case-sensitive, as on both databases (no LIKE wildcards).
+        and (
+            not f.error_message_contains
+            or (message is not None and f.error_message_contains in message)
+        )
+        and (f.created_after is None or row["created_at"] >= aware(f.created_after))
+        and (f.created_before is None or row["created_at"] < aware(f.created_before))
+        and (
+            f.failed_after is None or (failed_at is not None and failed_at >= aware(f.failed_after))
+        )
+        and (
+            f.failed_before is None
+            or (failed_at is not None and failed_at < aware(f.failed_before))
+        )
+    )
 
 
 class MemoryTable:

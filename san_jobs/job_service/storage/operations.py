@@ -8,23 +8,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from san_jobs.job_service.domain.errors import InvalidJobStateError, JobNotFoundError
 from san_jobs.job_service.domain.model import (
     Job,
-    JobCount,
-    JobStats,
-    JobStatus,
-    JobType,
     RetryOutcome,
 )
-from san_jobs.job_service.domain.ports import CancelParams, RetryFailedParams, UsageTotalsParams
+from san_jobs.job_service.domain.ports import CancelParams, RetryFailedParams
 from san_jobs.job_service.domain.transitions import (
     NOT_CANCELLABLE,
     RETRIED_BY_ANOTHER_CALL,
     active_holder_reason,
     cancel_message,
 )
-from san_jobs.job_service.domain.usage import UsageTotal, group_key
-from san_jobs.job_service.storage import counts, queries
+from san_jobs.job_service.storage import queries
 from san_jobs.job_service.storage.connections import StoreParts
-from san_jobs.job_service.storage.rows import as_utc, chunks
+from san_jobs.job_service.storage.rows import chunks
 from san_jobs.job_service.storage.transition_sql import time_params
 
 
@@ -137,53 +132,3 @@ class OperatorQueries(StoreParts):
         }
         holders = await self._db.jobs(conn, self._sql.active_for_target, params)
         return holders[0].id if holders else None
-
-    async def stats(self) -> JobStats:
-        """One statement, whatever the table's size (storage/counts.py)."""
-        async with self._db.single() as conn:
-            rows = (await conn.execute(counts.stats_statement(), {"now": self._now()})).all()
-        found = tuple(
-            sorted(
-                (JobCount(JobType(r.job_type), JobStatus(r.status), int(r.n)) for r in rows),
-                key=lambda c: (c.job_type.value, c.status.value),
-            )
-        )
-        return JobStats(
-            counts=found,
-            oldest_pending_created_at=as_utc(rows[0].oldest_pending) if rows else None,
-            oldest_due_by_type={
-                JobType(r.job_type): at for r in rows if (at := as_utc(r.oldest_due)) is not None
-            },
-        )
-
-    async def fold_counts(self) -> int:
-        """Move the count deltas into the totals (PostgreSQL; SQLite keeps none).
-        Returns how many delta rows were folded."""
-        if not self._db.pg:
-            return 0
-        async with self._db.tx() as conn:
-            return int((await conn.execute(counts.fold_statement())).scalar_one())
-
-    async def usage_totals(self, params: UsageTotalsParams) -> tuple[list[UsageTotal], bool]:
-        max_groups = params.max_groups
-        statement = queries.usage_totals(params.query, max_groups, self._db.pg)
-        async with self._db.single() as conn:
-            rows = (await conn.execute(statement)).all()
-        # Sorted here too: the databases' collations may order the words otherwise.
-        totals = sorted(
-            (
-                UsageTotal(
-                    job_type=JobType(row[0]),
-                    model=str(row[1]),
-                    requested_by=str(row[2]),
-                    attempts=int(row[3]),
-                    cached_attempts=int(row[4] or 0),
-                    input_tokens=int(row[5] or 0),
-                    output_tokens=int(row[6] or 0),
-                    duration_seconds=float(row[7] or 0.0),
-                )
-                for row in rows
-            ),
-            key=group_key,
-        )
-        return totals[:max_groups], len(totals) > max_groups

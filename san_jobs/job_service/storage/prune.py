@@ -45,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.model import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 from san_jobs.job_service.domain.ports import CountPrunableParams, PruneBatchParams
-from san_jobs.job_service.storage.connections import StoreParts
+from san_jobs.job_service.storage.connections import Connections
 from san_jobs.job_service.storage.errors import storage_errors
 from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
 
@@ -106,7 +106,12 @@ def count_past_statement(status: JobStatus, cutoff: datetime, limit: int) -> Sel
     return select(func.count()).select_from(capped.subquery())
 
 
-class PruneQueries(StoreParts):
+class SqlRetentionStore:
+    """The retention port (domain/ports.RetentionStore) on `async_jobs`."""
+
+    def __init__(self, db: Connections) -> None:
+        self._db = db
+
     async def count_prunable(self, params: CountPrunableParams) -> dict[JobStatus, int]:
         counts: dict[JobStatus, int] = {}
         async with self._db.single() as conn:

@@ -1,16 +1,16 @@
 """SqlJobStore: the JobStore port on `async_jobs`, made of its parts.
 
 The ports already split out are plain fields, each a class of its own file:
-`worker` (worker_store.SqlWorkerStore: the claim, leases, outcomes) and `pauses`
-(pauses.SqlPauseStore: the dispatch pauses). The other parts are still mixins, each
-holding the operations of one concern, written once with their SQL
-(connections.StoreParts says what they share):
+`worker` (worker_store.SqlWorkerStore: the claim, leases, outcomes), `queries`
+(job_queries.SqlJobQueries: reads, stats, usage, failure groups), `pauses`
+(pauses.SqlPauseStore: the dispatch pauses) and `retention`
+(prune.SqlRetentionStore). The other parts are still mixins, each holding the
+operations of one concern, written once with their SQL (connections.StoreParts says
+what they share):
 
 - writes.py: enqueue, coalesced into batches;
-- reads.py: one job, many, a page;
-- dependencies.py: Enqueue with depends_on, what a waiting job waits on;
-- operations.py: cancel, RetryFailed, stats, usage;
-- prune.py, failure_groups.py: retention, failure groups;
+- dependencies.py: Enqueue with depends_on;
+- operations.py: cancel, RetryFailed;
 - changes.py: the change feed (positions, reads, its retention);
 - schedules.py: schedules and the firing of their periods.
 
@@ -34,12 +34,11 @@ from san_jobs.job_service.storage.batching import MAX_BATCH
 from san_jobs.job_service.storage.changes import ChangeQueries
 from san_jobs.job_service.storage.connections import Connections, HotStatements
 from san_jobs.job_service.storage.dependencies import JobDependencies
-from san_jobs.job_service.storage.failure_groups import FailureGroupQueries
+from san_jobs.job_service.storage.job_queries import SqlJobQueries
 from san_jobs.job_service.storage.operations import OperatorQueries
 from san_jobs.job_service.storage.pauses import SqlPauseStore
 from san_jobs.job_service.storage.ping import DatabasePing
-from san_jobs.job_service.storage.prune import PruneQueries
-from san_jobs.job_service.storage.reads import JobReads
+from san_jobs.job_service.storage.prune import SqlRetentionStore
 from san_jobs.job_service.storage.rows import aware, utc_now
 from san_jobs.job_service.storage.schedules import ScheduleQueries
 from san_jobs.job_service.storage.statements import Statements
@@ -54,10 +53,7 @@ MAX_INSTANCE_ID_BYTES = 200
 class SqlJobStore(
     JobDependencies,  # first: its methods are what JobWrites calls
     JobWrites,
-    JobReads,
     OperatorQueries,
-    PruneQueries,
-    FailureGroupQueries,
     ChangeQueries,
     ScheduleQueries,
 ):
@@ -88,11 +84,13 @@ class SqlJobStore(
         self._db = Connections(database, pool_size=pool_size, max_overflow=max_overflow)
         self._sql = Statements(self._db.pg, instance_id)
         self._hot = HotStatements.of(self._sql, self._db)
-        self._read_many = self.get_many
+        self.queries = SqlJobQueries(db=self._db, sql=self._sql, now=self._now)
+        self._read_many = self.queries.get_many
         self.worker = SqlWorkerStore(
-            db=self._db, sql=self._sql, hot=self._hot, now=self._now, read_many=self.get_many
+            db=self._db, sql=self._sql, hot=self._hot, now=self._now, read_many=self._read_many
         )
         self.pauses = SqlPauseStore(db=self._db, sql=self._sql, now=self._now)
+        self.retention = SqlRetentionStore(self._db)
         self._start_group_commits(enqueue_interval)
         self._database_ping = DatabasePing(self._db.engine)
 

@@ -41,7 +41,7 @@ from san_jobs.job_service.storage.transition_sql import Rows, time_params
 
 
 class JobWrites(StoreParts):
-    # get_many (reads.py), for rows an in-doubt or refused statement left unknown.
+    # get_many (job_queries.py), for rows an in-doubt or refused statement left unknown.
     _read_many: Callable[[Sequence[str]], Awaitable[list[Job]]]
 
     async def _enqueue_with_dependencies(

@@ -200,7 +200,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     @unary_errors
     async def GetUsage(self, request: pb.GetUsageRequest, context: Context) -> pb.GetUsageResponse:
         query = requests.usage(request, datetime.now(UTC), _owner())
-        totals, truncated = await self._app.store.usage_totals(
+        totals, truncated = await self._app.store.queries.usage_totals(
             UsageTotalsParams(query=query, max_groups=MAX_USAGE_GROUPS)
         )
         return usage_totals_to_pb(totals, truncated, query)
@@ -210,7 +210,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         self, request: pb.ListFailureGroupsRequest, context: Context
     ) -> pb.ListFailureGroupsResponse:
         query = requests.failure_groups(request, datetime.now(UTC))
-        groups, truncated = await self._app.store.failure_groups(
+        groups, truncated = await self._app.store.queries.failure_groups(
             FailureGroupsParams(query=query, max_groups=MAX_FAILURE_GROUPS)
         )
         return failure_groups_to_pb(groups, truncated, query)
@@ -221,7 +221,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     ) -> pb.PruneJobsResponse:
         actor = _actor("")
         if self._given_pruner is None:
-            self._given_pruner = Pruner(self._app.store)
+            self._given_pruner = Pruner(self._app.store.retention)
         pruner = self._given_pruner
         if request.dry_run:
             return prune_response(await pruner.dry_run(actor), dry_run=True)

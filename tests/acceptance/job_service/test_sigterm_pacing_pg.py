@@ -85,7 +85,7 @@ async def until_completed(service: RunningService, job_ids: list[str], count: in
 async def stored_jobs(database_url: str, job_ids: list[str]) -> list[Job]:
     store = SqlJobStore(database_url, instance_id="test-reader")
     try:
-        return await store.get_many(job_ids)
+        return await store.queries.get_many(job_ids)
     finally:
         await store.close()
 

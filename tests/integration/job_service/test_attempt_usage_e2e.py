@@ -69,7 +69,7 @@ async def test_usage_is_stored_per_attempt_shown_by_getjob_and_summed(
     assert attempt.usage.input_tokens == estimate_tokens_all(["", TEXT])
     assert attempt.usage.output_tokens > 0
     assert attempt.usage.duration.ToTimedelta().total_seconds() > 0
-    stored = await service.runtime.store.get(ids[0])
+    stored = await service.runtime.store.queries.get(ids[0])
     assert stored.result is not None and "usage" not in stored.result
 
     summed = await service.stub.GetUsage(pb.GetUsageRequest())

@@ -275,7 +275,7 @@ async def test_retention_keeps_a_finished_job_an_active_one_depends_on(
     store = service.runtime.store
     cutoff = datetime.now(UTC) + timedelta(seconds=1)
     params = PruneBatchParams(status=JobStatus.COMPLETED, cutoff=cutoff, limit=100)
-    assert await store.prune_batch(params) == 1
+    assert await store.retention.prune_batch(params) == 1
     with pytest.raises(grpc.aio.AioRpcError):
         await get(service, lone.id)
     assert (await get(service, done.id)).status == pb.JOB_STATUS_COMPLETED

@@ -181,9 +181,9 @@ async def test_the_end_of_a_job_loads_only_the_dependents_it_moved(
     store = service.runtime.store
     held.release(first)
     await wait_terminal(service.stub, [first], timeout=20)
-    assert await store.dependents_moved_by([first]) == []  # all still wait for `second`
+    assert await store.queries.dependents_moved_by([first]) == []  # all still wait for `second`
     held[second].fail = Fail(grpc.StatusCode.INVALID_ARGUMENT, "refused")
     held.release(second)
     await wait_terminal(service.stub, [second, *shared], timeout=20)
-    assert sorted(await store.dependents_moved_by([second])) == sorted(shared)
-    assert await store.dependents_moved_by([first]) == []
+    assert sorted(await store.queries.dependents_moved_by([second])) == sorted(shared)
+    assert await store.queries.dependents_moved_by([first]) == []

@@ -48,7 +48,7 @@ async def wait_for_calls(gateway: ScriptedGateway, job_ids: list[str]) -> None:
 async def stored_when_settled(service: Service, job_id: str) -> Job:
     """The stored job once it is neither PENDING nor PROCESSING."""
     for _ in range(1500):
-        job = await service.runtime.store.get(job_id)
+        job = await service.runtime.store.queries.get(job_id)
         if job.status not in {JobStatus.PENDING, JobStatus.PROCESSING}:
             return job
         await asyncio.sleep(0.02)

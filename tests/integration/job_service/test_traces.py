@@ -119,7 +119,7 @@ async def test_one_trace_runs_from_the_clients_enqueue_to_the_gateways_backend_c
         job_id = reply.job.id
         final = await wait_terminal(stub, [job_id], timeout=20)
         assert final[job_id].status == pb.JOB_STATUS_COMPLETED
-        stored = await runtime.store.get(job_id)
+        stored = await runtime.store.queries.get(job_id)
 
     trace_id = mine.get_span_context().trace_id
     in_trace = [s for s in exporter.get_finished_spans() if s.context.trace_id == trace_id]
@@ -189,7 +189,7 @@ async def test_a_malformed_traceparent_is_ignored_and_the_call_starts_a_new_trac
                 ]
             )
         ]
-        stored = [await runtime.store.get(reply.job.id) for reply in replies]
+        stored = [await runtime.store.queries.get(reply.job.id) for reply in replies]
     enqueues = [s for s in exporter.get_finished_spans() if s.name == ENQUEUE]
     assert len(enqueues) == 3
     for span in enqueues:
@@ -227,6 +227,6 @@ async def test_untraced_services_store_no_traceparent_and_make_no_spans(
             )
         final = await wait_terminal(stub, [reply.job.id], timeout=20)
         assert final[reply.job.id].status == pb.JOB_STATUS_COMPLETED
-        assert (await runtime.store.get(reply.job.id)).traceparent is None
+        assert (await runtime.store.queries.get(reply.job.id)).traceparent is None
     assert [s.name for s in exporter.get_finished_spans()] == ["client enqueue"]
     assert trace.get_current_span().get_span_context().is_valid is False

@@ -218,7 +218,7 @@ async def test_shutdown_gives_back_unfinished_jobs_uncharged(start_service: Star
             break
         await asyncio.sleep(0.02)
     await service.runtime.worker.stop(0.2)
-    jobs = await service.runtime.store.get_many(ids)
+    jobs = await service.runtime.store.queries.get_many(ids)
     assert {j.status.value for j in jobs} == {"PENDING"}
     assert {j.attempt_count for j in jobs} == {0}
     assert all(j.attempts == () for j in jobs)
@@ -243,6 +243,6 @@ async def test_shutdown_during_the_outcome_write_leaves_nothing_processing(
     job = (await service.stub.Enqueue(card_request("cut", "Text."))).job
     await asyncio.wait_for(writing.wait(), 10)
     await service.runtime.worker.stop(0.05)
-    [stored] = await store.get_many([job.id])
+    [stored] = await store.queries.get_many([job.id])
     assert stored.status.value == "PENDING"
     assert stored.attempt_count == 0

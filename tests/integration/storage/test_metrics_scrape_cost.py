@@ -51,7 +51,7 @@ async def store(counted_store: tuple[SqlJobStore, StatementCounter]) -> SqlJobSt
 @pytest.fixture
 async def served(store: SqlJobStore) -> AsyncIterator[tuple[JobServiceMetrics, MetricsServer]]:
     metrics = JobServiceMetrics()
-    metrics.watch_stats(store.stats, asyncio.get_running_loop())
+    metrics.watch_stats(store.queries.stats, asyncio.get_running_loop())
     server = MetricsServer("127.0.0.1:0", metrics.registry)
     server.start()
     yield metrics, server
@@ -77,7 +77,7 @@ async def test_scrapes_cost_one_stats_query(
         new = NewJob(JobType.EMBEDDING, target, {"text": "x"}, "", None, 3)
         await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
     counter.count = 0
-    await store.stats()
+    await store.queries.stats()
     assert counter.count == 1  # stats() is one statement (storage/counts.py)
 
     counter.count = 0

@@ -147,7 +147,7 @@ async def test_concurrent_enqueues_have_the_outcomes_of_one_at_a_time(
     for outcome in together:
         if not isinstance(outcome, BaseException):
             job, _ = outcome
-            assert await store.get(job.id) == job
+            assert await store.queries.get(job.id) == job
 
 
 async def test_batched_enqueue_returns_the_same_job_as_a_single_one(
@@ -174,7 +174,7 @@ async def test_batched_enqueue_returns_the_same_job_as_a_single_one(
         assert job.created_at == job.updated_at == clock.now == single.created_at
         assert job.requested_by == "tester" and job.max_attempts == 3
         assert job.result is None and job.error_message is None and job.claim_token is None
-        assert await store.get(job.id) == job
+        assert await store.queries.get(job.id) == job
     assert await store.worker.next_due_at() == clock.now
     assert [
         c.job.id for c in await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
@@ -197,7 +197,7 @@ async def test_batches_follow_the_load_and_split_at_the_maximum(sql_store: SqlJo
         )
     assert inserts(seen) == 2
     assert len({job.id for job, _ in results}) == count
-    stats = await store.stats()
+    stats = await store.queries.stats()
     assert sum(c.count for c in stats.counts) == count + 1
 
 
@@ -211,7 +211,7 @@ async def test_enqueue_is_committed_when_it_returns(open_store: OpenStore) -> No
                 EnqueueParams(job=new_job(f"seen-{i}"), on_duplicate=REJECT)
             )
             # Another engine, another connection: only committed rows are visible there.
-            assert await reader.get(job.id) == job
+            assert await reader.queries.get(job.id) == job
 
         await asyncio.gather(*(enqueue_then_read(i) for i in range(60)))
     finally:
@@ -233,7 +233,7 @@ async def test_a_row_the_database_refuses_fails_only_its_own_caller(store: JobSt
     assert isinstance(results[3], StorageFailureError)
     written = [r for i, r in enumerate(results) if i != 3]
     assert all(isinstance(r, tuple) and not r[1] for r in written)
-    stats = await store.stats()
+    stats = await store.queries.stats()
     assert sum(c.count for c in stats.counts) == 5
 
 
@@ -272,7 +272,7 @@ async def test_concurrent_completes_only_stale_tokens_lose_their_lease(
     for job_id, outcome in zip(ids, outcomes, strict=True):
         if job_id in stale_token or job_id in cancelled:
             assert isinstance(outcome, LeaseLostError) and outcome.job_id == job_id
-            job = await store.get(job_id)
+            job = await store.queries.get(job_id)
             assert job.status is (
                 JobStatus.CANCELLED if job_id in cancelled else JobStatus.PROCESSING
             )
@@ -283,7 +283,7 @@ async def test_concurrent_completes_only_stale_tokens_lose_their_lease(
             assert outcome.result == result and outcome.completed_at == clock.now
             assert outcome.claim_token is None and outcome.lease_expires_at is None
             assert outcome.attempts[-1].end_time == clock.now
-            assert await store.get(job_id) == outcome
+            assert await store.queries.get(job_id) == outcome
 
 
 async def test_the_same_job_twice_in_one_burst_completes_once(store: JobStore) -> None:
@@ -296,7 +296,7 @@ async def test_the_same_job_twice_in_one_burst_completes_once(store: JobStore) -
     )
     assert isinstance(outcomes[0], Job) and outcomes[0].result == {"model": "a"}
     assert isinstance(outcomes[1], LeaseLostError)
-    assert (await store.get(job_id)).result == {"model": "a"}
+    assert (await store.queries.get(job_id)).result == {"model": "a"}
 
 
 async def test_concurrent_failures_retry_or_fail_per_row(store: JobStore, clock: FakeClock) -> None:
@@ -327,7 +327,7 @@ async def test_concurrent_failures_retry_or_fail_per_row(store: JobStore, clock:
     for index, (job_id, outcome) in enumerate(zip(ids, outcomes, strict=True)):
         if index % 4 == 3:
             assert isinstance(outcome, LeaseLostError) and outcome.job_id == job_id
-            assert (await store.get(job_id)).status is JobStatus.PROCESSING
+            assert (await store.queries.get(job_id)).status is JobStatus.PROCESSING
             continue
         assert isinstance(outcome, Job) and outcome.claim_token is None
         attempt = outcome.attempts[-1]
@@ -341,7 +341,7 @@ async def test_concurrent_failures_retry_or_fail_per_row(store: JobStore, clock:
             assert outcome.status is JobStatus.FAILED
             assert outcome.failed_at == clock.now and outcome.next_attempt_at is None
             assert outcome.error_message == attempt.error_message == "Timeout: 너무 오래"
-        assert await store.get(job_id) == outcome
+        assert await store.queries.get(job_id) == outcome
     # The retries are due at retry_at, not before.
     assert await store.worker.claim(ClaimParams(limit=100, lease_seconds=60)) == []
     clock.advance(30)
@@ -369,6 +369,6 @@ async def test_an_outcome_the_database_refuses_fails_only_its_own_caller(
         for index, outcome in enumerate(outcomes):
             if index != 2:
                 assert isinstance(outcome, Job) and outcome.status is JobStatus.FAILED
-        assert (await store.get(ids[2])).status is JobStatus.PROCESSING
+        assert (await store.queries.get(ids[2])).status is JobStatus.PROCESSING
     finally:
         await store.close()

@@ -105,7 +105,7 @@ async def test_stats_reads_counts_and_pending_indexes_only(
     assert used <= {"ix_async_jobs_pending_created_at", "ix_async_jobs_pending_type_due"}, scans
     assert "ix_async_jobs_pending_type_due" in used
     # And the answer is the table's.
-    stats = await big_store.stats()
+    stats = await big_store.queries.stats()
     assert sum(c.count for c in stats.counts) == ROWS + 20
     assert set(stats.oldest_due_by_type) == {JobType.CARD_ANALYSIS, JobType.EMBEDDING}
 

@@ -190,7 +190,7 @@ async def test_a_start_is_never_dated_before_the_end_that_freed_its_slot(
 
         monkeypatch.setattr(b._db, "tx", hooked_tx)
         (started,) = (await claim_limited(b, 1, limit)).claims
-        ended = (await a.get(running.job.id)).attempts[-1].end_time
+        ended = (await a.queries.get(running.job.id)).attempts[-1].end_time
         assert ended is not None
         assert started.job.attempts[-1].start_time >= ended
     finally:

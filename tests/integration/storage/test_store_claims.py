@@ -66,7 +66,7 @@ async def test_complete_closes_the_attempt_and_clears_the_claim(
     assert job.completed_at == clock.now
     assert job.claim_token is None and job.lease_expires_at is None
     assert job.attempts[0].end_time == clock.now and job.attempts[0].error_code == ""
-    assert await store.get(job.id) == job
+    assert await store.queries.get(job.id) == job
     assert await store.worker.next_due_at() is None
     with pytest.raises(LeaseLostError):
         await store.worker.complete(
@@ -188,7 +188,7 @@ async def test_renew_lease_pushes_expiry(store: JobStore, clock: FakeClock) -> N
     assert (
         await store.worker.claim(ClaimParams(limit=1, lease_seconds=10)) == []
     )  # renewed: not expired
-    job = await store.get(claim.job.id)
+    job = await store.queries.get(claim.job.id)
     assert job.lease_expires_at == clock.now + timedelta(seconds=2)
     assert (
         await store.worker.renew_leases(
@@ -221,8 +221,8 @@ async def test_renew_leases_renews_every_owned_lease_in_one_call(
         )
     )
     assert owned == {a.job.id}
-    assert (await store.get(a.job.id)).lease_expires_at == clock.now + timedelta(seconds=10)
-    assert (await store.get(b.job.id)).lease_expires_at == clock.now + timedelta(seconds=2)
+    assert (await store.queries.get(a.job.id)).lease_expires_at == clock.now + timedelta(seconds=10)
+    assert (await store.queries.get(b.job.id)).lease_expires_at == clock.now + timedelta(seconds=2)
     assert await store.worker.renew_leases(RenewLeasesParams(leases=[], lease_seconds=10)) == set()
 
 
@@ -261,7 +261,7 @@ async def test_cancel_in_each_state(store: JobStore, clock: FakeClock) -> None:
         await store.worker.complete(
             CompleteParams(job_id=claim.job.id, token=claim.token, result={"summary": "late"})
         )
-    assert (await store.get(claim.job.id)).status is JobStatus.CANCELLED
+    assert (await store.queries.get(claim.job.id)).status is JobStatus.CANCELLED
 
     for terminal_id in (pending.id, claim.job.id):
         with pytest.raises(InvalidJobStateError) as err:

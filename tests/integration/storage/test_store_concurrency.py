@@ -51,7 +51,7 @@ async def test_concurrent_claimers_never_share_a_job(open_store: OpenStore) -> N
         counts = Counter(claimed)
         assert [job_id for job_id, n in counts.items() if n > 1] == []
         assert set(claimed) == set(ids)
-        stats = await stores[0].stats()
+        stats = await stores[0].queries.stats()
         assert {c.status: c.count for c in stats.counts} == {JobStatus.PROCESSING: 500}
     finally:
         for store in stores:
@@ -75,7 +75,7 @@ async def test_concurrent_retry_failed_moves_each_job_once(open_store: OpenStore
         moved = Counter(job_id for o in outcomes for job_id in o.retried_ids)
         assert set(moved) == set(failed)
         assert set(moved.values()) == {1}
-        jobs = await stores[0].get_many(failed)
+        jobs = await stores[0].queries.get_many(failed)
         assert {j.status for j in jobs} == {JobStatus.PENDING}
         assert {j.max_attempts for j in jobs} == {2}
     finally:

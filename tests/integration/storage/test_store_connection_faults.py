@@ -161,11 +161,11 @@ async def test_a_pooled_connection_the_server_ended_fails_readably_and_is_droppe
             # The server's goodbye has arrived, the end of the socket not yet.
             driver._protocol.data_received(_fatal_from_server())
         with pytest.raises(StorageUnavailableError) as refused:
-            await store.get(job.id)
+            await store.queries.get(job.id)
         assert str(refused.value) == (
             "database unavailable: the server had ended this connection (statement not sent)"
         )
-        assert (await store.get(job.id)).target_id == "first"  # on another connection
+        assert (await store.queries.get(job.id)).target_id == "first"  # on another connection
         async with store._db.autocommit.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver.get_server_pid() != ended_pid

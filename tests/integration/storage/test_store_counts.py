@@ -43,7 +43,7 @@ async def listed(store: JobStore) -> Counts:
     found: Counter[tuple[JobType, JobStatus]] = Counter()
     token: str | None = None
     while True:
-        jobs, token = await store.list_jobs(
+        jobs, token = await store.queries.list_jobs(
             ListJobsParams(job_filter=JobFilter(), page_size=100, page_token=token)
         )
         found.update((job.job_type, job.status) for job in jobs)
@@ -53,9 +53,9 @@ async def listed(store: JobStore) -> Counts:
 
 async def assert_counts_exact(store: JobStore) -> Counts:
     truth = await listed(store)
-    assert counted(await store.stats()) == truth
-    await store.fold_counts()
-    assert counted(await store.stats()) == truth
+    assert counted(await store.queries.stats()) == truth
+    await store.queries.fold_counts()
+    assert counted(await store.queries.stats()) == truth
     return truth
 
 
@@ -68,7 +68,7 @@ async def table_counts(store: SqlJobStore) -> Counts:
 
 
 async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock) -> None:
-    assert counted(await store.stats()) == {}
+    assert counted(await store.queries.stats()) == {}
     for i in range(6):
         await enqueue(store, f"t-{i}")
     await enqueue(store, "embed-1", job_type=JobType.EMBEDDING)
@@ -105,7 +105,7 @@ async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock)
     pending = [
         j
         for j in (
-            await store.list_jobs(
+            await store.queries.list_jobs(
                 ListJobsParams(job_filter=JobFilter(), page_size=100, page_token=None)
             )
         )[0]
@@ -158,7 +158,7 @@ async def test_counts_of_failed_jobs_and_retries(store: JobStore) -> None:
         )
     )
     assert dry.matched_count == 3
-    assert counted(await store.stats())[(JobType.TIL_GENERATION, JobStatus.FAILED)] == 3
+    assert counted(await store.queries.stats())[(JobType.TIL_GENERATION, JobStatus.FAILED)] == 3
     await store.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(job_types=(JobType.TIL_GENERATION,)),
@@ -186,25 +186,27 @@ async def test_deletes_and_truncate_count(sql_store: SqlJobStore) -> None:
                 " (SELECT id FROM async_jobs WHERE status = 'FAILED' LIMIT 2)"
             )
         )
-    assert counted(await sql_store.stats()) == await table_counts(sql_store)
-    assert counted(await sql_store.stats())[(JobType.CARD_ANALYSIS, JobStatus.FAILED)] == 3
-    await sql_store.fold_counts()
+    assert counted(await sql_store.queries.stats()) == await table_counts(sql_store)
+    assert counted(await sql_store.queries.stats())[(JobType.CARD_ANALYSIS, JobStatus.FAILED)] == 3
+    await sql_store.queries.fold_counts()
     async with sql_store.engine.begin() as conn:
         await conn.execute(text("DELETE FROM async_jobs WHERE status = 'FAILED'"))
-    assert counted(await sql_store.stats()) == {(JobType.EMBEDDING, JobStatus.PENDING): 3}
+    assert counted(await sql_store.queries.stats()) == {(JobType.EMBEDDING, JobStatus.PENDING): 3}
     if sql_store.engine.dialect.name == "postgresql":
         async with sql_store.engine.begin() as conn:
             await conn.execute(text("TRUNCATE async_jobs"))
-        assert counted(await sql_store.stats()) == {}
+        assert counted(await sql_store.queries.stats()) == {}
         await enqueue(sql_store, "after-truncate")
-        assert counted(await sql_store.stats()) == {(JobType.CARD_ANALYSIS, JobStatus.PENDING): 1}
+        assert counted(await sql_store.queries.stats()) == {
+            (JobType.CARD_ANALYSIS, JobStatus.PENDING): 1
+        }
 
 
 async def test_an_update_that_keeps_the_status_counts_nothing(sql_store: SqlJobStore) -> None:
     """Lease renewals (and any write leaving the status) add no delta."""
     await enqueue(sql_store, "lease")
     claims = await sql_store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
-    await sql_store.fold_counts()
+    await sql_store.queries.fold_counts()
     for _ in range(3):
         await sql_store.worker.renew_leases(
             RenewLeasesParams(leases=[(claims[0].job.id, claims[0].token)], lease_seconds=60)
@@ -218,7 +220,7 @@ async def test_fold_moves_the_deltas_into_the_totals(sql_store: SqlJobStore) -> 
     postgres = sql_store.engine.dialect.name == "postgresql"
     for i in range(4):
         await make_failed(sql_store, f"r-{i}")
-    before = counted(await sql_store.stats())
+    before = counted(await sql_store.queries.stats())
 
     async def rows(table: str) -> int:
         async with sql_store.engine.connect() as conn:
@@ -229,10 +231,10 @@ async def test_fold_moves_the_deltas_into_the_totals(sql_store: SqlJobStore) -> 
     # 4 + 4*2*2 rows); SQLite's triggers update the totals at once.
     assert waiting == (20 if postgres else 0)
     # Two folds at once take each delta exactly once.
-    folded = await asyncio.gather(sql_store.fold_counts(), sql_store.fold_counts())
+    folded = await asyncio.gather(sql_store.queries.fold_counts(), sql_store.queries.fold_counts())
     assert sum(folded) == waiting
     assert await rows("async_job_count_deltas") == 0
-    assert counted(await sql_store.stats()) == before == await table_counts(sql_store)
+    assert counted(await sql_store.queries.stats()) == before == await table_counts(sql_store)
     async with sql_store.engine.connect() as conn:
         totals = {
             (JobType(t), JobStatus(s)): int(n)
@@ -242,7 +244,7 @@ async def test_fold_moves_the_deltas_into_the_totals(sql_store: SqlJobStore) -> 
             if n
         }
     assert totals == before
-    assert await sql_store.fold_counts() == 0
+    assert await sql_store.queries.fold_counts() == 0
 
 
 async def test_concurrent_writers_keep_counts_exact(
@@ -272,14 +274,14 @@ async def test_concurrent_writers_keep_counts_exact(
 
     async def folder(store: JobStore) -> None:
         for _ in range(10):
-            await store.fold_counts()
+            await store.queries.fold_counts()
             await asyncio.sleep(0)
 
     await asyncio.gather(writer(stores[0], "a"), writer(stores[1], "b"), folder(open_store("c")))
     truth = await assert_counts_exact(stores[0])
     assert sum(truth.values()) == 60
     if isinstance(stores[0], SqlJobStore):
-        assert counted(await stores[1].stats()) == await table_counts(stores[0])
+        assert counted(await stores[1].queries.stats()) == await table_counts(stores[0])
 
 
 @pytest.mark.postgres
@@ -312,11 +314,11 @@ async def test_concurrent_transactions_on_postgres_count_exactly(
                     {"p": f"tx{n}-%", "cut": f"tx{n}-2"},
                 )
 
-        await asyncio.gather(*(transaction(n) for n in range(8)), store.fold_counts())
+        await asyncio.gather(*(transaction(n) for n in range(8)), store.queries.fold_counts())
         truth = await table_counts(store)
         assert sum(truth.values()) == 160
-        assert counted(await store.stats()) == truth
-        await store.fold_counts()
-        assert counted(await store.stats()) == truth
+        assert counted(await store.queries.stats()) == truth
+        await store.queries.fold_counts()
+        assert counted(await store.queries.stats()) == truth
     finally:
         await store.close()

@@ -81,7 +81,7 @@ async def test_a_connection_lost_under_a_statement_fails_that_statement_only(
         assert {
             j.target_id
             for j in (
-                await store.list_jobs(
+                await store.queries.list_jobs(
                     ListJobsParams(job_filter=JobFilter(), page_size=10, page_token=None)
                 )
             )[0]

@@ -43,7 +43,7 @@ async def test_enqueue_then_get_round_trips_korean_text_and_utc_times(store: Job
     assert job.status is JobStatus.PENDING
     assert job.attempt_count == 0 and job.attempts == ()
 
-    got = await store.get(job.id)
+    got = await store.queries.get(job.id)
     assert got == job
     assert got.request_params == params
     assert got.target_id == "스크랩-42"
@@ -53,13 +53,13 @@ async def test_enqueue_then_get_round_trips_korean_text_and_utc_times(store: Job
 
 async def test_get_unknown_job_raises_not_found(store: JobStore) -> None:
     with pytest.raises(JobNotFoundError):
-        await store.get("00000000-0000-0000-0000-000000000000")
+        await store.queries.get("00000000-0000-0000-0000-000000000000")
 
 
 async def test_get_many_leaves_unknown_ids_out(store: JobStore) -> None:
     a = await enqueue(store, "a")
     b = await enqueue(store, "b")
-    got = await store.get_many([b.id, "nope", a.id, b.id])
+    got = await store.queries.get_many([b.id, "nope", a.id, b.id])
     assert [j.id for j in got] == [b.id, a.id]
 
 
@@ -90,7 +90,7 @@ async def test_concurrent_enqueues_of_one_target_make_exactly_one_job(store: Job
     assert len(jobs) == 1
     assert len(errors) == 7 and all(isinstance(e, DuplicateJobError) for e in errors)
     assert {e.existing_job_id for e in errors if isinstance(e, DuplicateJobError)} == {jobs[0].id}
-    listed, _ = await store.list_jobs(
+    listed, _ = await store.queries.list_jobs(
         ListJobsParams(job_filter=JobFilter(), page_size=100, page_token=None)
     )
     assert len(listed) == 1
@@ -135,7 +135,7 @@ async def test_list_jobs_pages_newest_first_without_gaps(store: JobStore, clock:
     token = None
     pages = 0
     while True:
-        jobs, token = await store.list_jobs(
+        jobs, token = await store.queries.list_jobs(
             ListJobsParams(job_filter=JobFilter(), page_size=10, page_token=token)
         )
         pages += 1
@@ -150,7 +150,7 @@ async def test_list_jobs_pages_newest_first_without_gaps(store: JobStore, clock:
 
 async def test_list_jobs_rejects_a_malformed_page_token(store: JobStore) -> None:
     with pytest.raises(InvalidRequestError) as err:
-        await store.list_jobs(
+        await store.queries.list_jobs(
             ListJobsParams(job_filter=JobFilter(), page_size=10, page_token="not-a-token!")
         )
     assert err.value.violations[0].field == "page_token"
@@ -164,7 +164,7 @@ async def test_list_jobs_filters(store: JobStore, clock: FakeClock) -> None:
     failed = await make_failed(store, "f3", "Rate Limit Exceeded (Too many requests)")
 
     async def ids(f: JobFilter) -> set[str]:
-        jobs, _ = await store.list_jobs(
+        jobs, _ = await store.queries.list_jobs(
             ListJobsParams(job_filter=f, page_size=100, page_token=None)
         )
         return {j.id for j in jobs}
@@ -185,7 +185,7 @@ async def test_error_message_contains_escapes_like_wildcards(store: JobStore) ->
     await make_failed(store, "w3", "disk 1000 full and fieldXname")
 
     async def ids(needle: str) -> set[str]:
-        jobs, _ = await store.list_jobs(
+        jobs, _ = await store.queries.list_jobs(
             ListJobsParams(
                 job_filter=JobFilter(error_message_contains=needle), page_size=100, page_token=None
             )
@@ -213,14 +213,14 @@ async def test_operators_sql_finds_failed_targets(sql_store: SqlJobStore) -> Non
 
 async def test_stats_and_next_due_at(store: JobStore, clock: FakeClock) -> None:
     assert await store.worker.next_due_at() is None
-    empty = await store.stats()
+    empty = await store.queries.stats()
     assert empty.counts == () and empty.oldest_pending_created_at is None
 
     first = await enqueue(store, "s1")
     clock.advance(5)
     await enqueue(store, "s2")
     await make_failed(store, "s3")
-    stats = await store.stats()
+    stats = await store.queries.stats()
     counts = {(c.job_type, c.status): c.count for c in stats.counts}
     # make_failed claimed and released s1, s2 on its way.
     assert counts == {
@@ -245,7 +245,7 @@ async def test_stats_give_the_oldest_due_job_of_each_type(
     (claim,) = await store.worker.claim(
         ClaimParams(limit=1, lease_seconds=30.0, only_type=JobType.RECALL_GENERATION)
     )
-    stats = await store.stats()
+    stats = await store.queries.stats()
     assert stats.oldest_due_by_type == {
         JobType.CARD_ANALYSIS: first.created_at,
         JobType.TIL_GENERATION: til.created_at,
@@ -255,9 +255,9 @@ async def test_stats_give_the_oldest_due_job_of_each_type(
     await store.worker.fail(
         FailParams(job_id=claim.job.id, token=claim.token, failure=failure(), retry_at=retry_at)
     )
-    assert JobType.RECALL_GENERATION not in (await store.stats()).oldest_due_by_type
+    assert JobType.RECALL_GENERATION not in (await store.queries.stats()).oldest_due_by_type
     clock.advance(61)
-    assert (await store.stats()).oldest_due_by_type[JobType.RECALL_GENERATION] == retry_at
+    assert (await store.queries.stats()).oldest_due_by_type[JobType.RECALL_GENERATION] == retry_at
 
 
 async def test_job_ids_are_time_ordered_uuid7(store: JobStore, clock: FakeClock) -> None:

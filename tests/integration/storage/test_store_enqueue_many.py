@@ -56,11 +56,11 @@ def duplicate_of(outcome: EnqueueOutcome) -> str:
 
 
 async def all_jobs(store: JobStore) -> list[Job]:
-    jobs, token = await store.list_jobs(
+    jobs, token = await store.queries.list_jobs(
         ListJobsParams(job_filter=JobFilter(), page_size=1_000, page_token=None)
     )
     while token is not None:
-        page, token = await store.list_jobs(
+        page, token = await store.queries.list_jobs(
             ListJobsParams(job_filter=JobFilter(), page_size=1_000, page_token=token)
         )
         jobs += page
@@ -81,7 +81,7 @@ async def test_new_items_are_stored_and_returned_in_order(store: JobStore) -> No
     jobs = [job_of(o) for o in outcomes]
     assert [j.target_id for j in jobs] == [f"t-{i}" for i in range(5)]
     for job, new in zip(jobs, news, strict=True):
-        assert await store.get(job.id) == job
+        assert await store.queries.get(job.id) == job
         assert job.request_params == new.request_params
 
 
@@ -325,7 +325,7 @@ async def test_a_job_that_ended_after_the_insert_is_enqueued_again(
     (outcome,) = await sql_store.enqueue_many(items(new_job("t")))
     created = job_of(outcome)
     assert created.id != held.id
-    assert (await sql_store.get(created.id)) == created
+    assert (await sql_store.queries.get(created.id)) == created
 
 
 async def test_request_params_are_stored_as_sent(store: JobStore) -> None:
@@ -341,5 +341,5 @@ async def test_request_params_are_stored_as_sent(store: JobStore) -> None:
     jobs = [job_of(o) for o in await store.enqueue_many(items(*news))]
     for job, sent in zip(jobs, params, strict=True):
         assert job.request_params == sent
-        stored = await store.get(job.id)
+        stored = await store.queries.get(job.id)
         assert stored is not None and stored.request_params == sent

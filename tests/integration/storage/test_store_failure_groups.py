@@ -80,7 +80,7 @@ async def test_failures_are_grouped_by_code_reason_and_message_prefix(
     # Not FAILED: not counted.
     await enqueue(store, "pending")
 
-    groups, truncated = await store.failure_groups(
+    groups, truncated = await store.queries.failure_groups(
         FailureGroupsParams(query=day_before(clock), max_groups=100)
     )
 
@@ -96,7 +96,7 @@ async def test_failures_are_grouped_by_code_reason_and_message_prefix(
     assert groups[0].example_job_id in {job.id for job in timeouts}
     assert groups[2].latest_failed_at == last_down.failed_at
     for group in groups:
-        example = await store.get(group.example_job_id)
+        example = await store.queries.get(group.example_job_id)
         assert example.error_code == group.error_code
         assert (example.error_message or "").startswith(group.message_prefix)
 
@@ -113,18 +113,18 @@ async def test_only_the_range_and_the_types_asked_for_are_counted(
     await fail_one(store, "late", TIMEOUT)
     end = start + timedelta(seconds=60)
 
-    (group,), _ = await store.failure_groups(
+    (group,), _ = await store.queries.failure_groups(
         FailureGroupsParams(query=FailureQuery(start, end), max_groups=100)
     )
     assert group.count == 2
-    (card,), _ = await store.failure_groups(
+    (card,), _ = await store.queries.failure_groups(
         FailureGroupsParams(
             query=FailureQuery(start, end, job_types=(JobType.CARD_ANALYSIS,)), max_groups=100
         )
     )
     assert card.count == 1
-    assert (await store.get(card.example_job_id)).target_id == "card"
-    nothing, truncated = await store.failure_groups(
+    assert (await store.queries.get(card.example_job_id)).target_id == "card"
+    nothing, truncated = await store.queries.failure_groups(
         FailureGroupsParams(
             query=FailureQuery(start, end, job_types=(JobType.EMBEDDING,)), max_groups=100
         )
@@ -141,7 +141,7 @@ async def test_at_most_max_groups_largest_first_and_truncated_says_so(
         await fail_one(store, f"mid{i}", "Middle failure")
     await fail_one(store, "small", "Small failure")
 
-    groups, truncated = await store.failure_groups(
+    groups, truncated = await store.queries.failure_groups(
         FailureGroupsParams(query=day_before(clock), max_groups=2)
     )
     assert [(g.message_prefix, g.count) for g in groups] == [
@@ -149,7 +149,7 @@ async def test_at_most_max_groups_largest_first_and_truncated_says_so(
         ("Middle failure", 2),
     ]
     assert truncated
-    groups, truncated = await store.failure_groups(
+    groups, truncated = await store.queries.failure_groups(
         FailureGroupsParams(query=day_before(clock), max_groups=3)
     )
     assert len(groups) == 3
@@ -164,7 +164,7 @@ async def test_a_retried_job_leaves_its_group(store: JobStore, clock: FakeClock)
             job_filter=JobFilter(job_ids=(job.id,)), limit=10, dry_run=False, extra_attempts=1
         )
     )
-    (group,), _ = await store.failure_groups(
+    (group,), _ = await store.queries.failure_groups(
         FailureGroupsParams(query=day_before(clock), max_groups=100)
     )
     assert group.count == 1

@@ -67,7 +67,7 @@ async def test_complete_returns_the_job_as_stored(
             claimed=claim.job if give_claimed else None,
         )
     )
-    assert job == await store.get(claim.job.id)
+    assert job == await store.queries.get(claim.job.id)
     assert job.status is JobStatus.COMPLETED and job.result == {"summary": "요약"}
     assert job.request_params == claim.job.request_params
     assert (job.request_id, job.traceparent) == ("req-done", TRACEPARENT)
@@ -96,7 +96,7 @@ async def test_fail_returns_the_job_as_stored(
             claimed=claim.job if give_claimed else None,
         )
     )
-    assert job == await store.get(claim.job.id)
+    assert job == await store.queries.get(claim.job.id)
     assert job.status is (JobStatus.PENDING if retry else JobStatus.FAILED)
     assert job.request_params == claim.job.request_params
     assert (job.request_id, job.traceparent) == ("req-failing", TRACEPARENT)
@@ -147,7 +147,7 @@ async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None
     )
     assert isinstance(outcomes[3], LeaseLostError)
     for claim, outcome in zip(claims[:3], outcomes[:3], strict=True):
-        assert outcome == await store.get(claim.job.id)
+        assert outcome == await store.queries.get(claim.job.id)
 
 
 async def test_a_claimed_job_of_another_id_is_refused(store: JobStore) -> None:

@@ -44,7 +44,7 @@ async def enqueue(
 async def test_priority_is_stored_and_read_back(store: JobStore) -> None:
     job = await enqueue(store, "p1", 1)
     assert job.priority == 1
-    assert (await store.get(job.id)).priority == 1
+    assert (await store.queries.get(job.id)).priority == 1
     (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     assert claim.job.priority == 1
 

@@ -46,7 +46,7 @@ async def make_cancelled(store: JobStore, target_id: str) -> Job:
 
 async def exists(store: JobStore, job_id: str) -> bool:
     try:
-        await store.get(job_id)
+        await store.queries.get(job_id)
     except JobNotFoundError:
         return False
     return True
@@ -71,34 +71,50 @@ async def test_prune_deletes_only_terminal_jobs_that_ended_before_the_cutoff(
     new_failed = await make_failed(store, "new-failed")
 
     cutoffs = {COMPLETED: cutoff, FAILED: cutoff, CANCELLED: cutoff}
-    assert await store.count_prunable(CountPrunableParams(cutoffs=cutoffs, limit=100)) == {
+    assert await store.retention.count_prunable(
+        CountPrunableParams(cutoffs=cutoffs, limit=100)
+    ) == {
         COMPLETED: 1,
         FAILED: 1,
         CANCELLED: 1,
     }
     # Active statuses are never pruned, whatever the caller asks.
     with pytest.raises(ValueError, match="only terminal"):
-        await store.prune_batch(
+        await store.retention.prune_batch(
             PruneBatchParams(status=JobStatus.PENDING, cutoff=clock(), limit=100)
         )
     assert (
-        await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=100)) == 1
+        await store.retention.prune_batch(
+            PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=100)
+        )
+        == 1
     )
-    assert await store.prune_batch(PruneBatchParams(status=FAILED, cutoff=cutoff, limit=100)) == 1
     assert (
-        await store.prune_batch(PruneBatchParams(status=CANCELLED, cutoff=cutoff, limit=100)) == 1
+        await store.retention.prune_batch(PruneBatchParams(status=FAILED, cutoff=cutoff, limit=100))
+        == 1
     )
     assert (
-        await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=100)) == 0
+        await store.retention.prune_batch(
+            PruneBatchParams(status=CANCELLED, cutoff=cutoff, limit=100)
+        )
+        == 1
+    )
+    assert (
+        await store.retention.prune_batch(
+            PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=100)
+        )
+        == 0
     )
 
     for gone in (old_done, old_failed, old_cancelled):
         assert not await exists(store, gone.id)
     for kept in (pending, processing, new_done, new_failed):
         assert await exists(store, kept.id)
-    assert (await store.get(pending.id)).status is JobStatus.PENDING
-    assert (await store.get(processing.id)).status is JobStatus.PROCESSING
-    assert await store.count_prunable(CountPrunableParams(cutoffs=cutoffs, limit=100)) == {
+    assert (await store.queries.get(pending.id)).status is JobStatus.PENDING
+    assert (await store.queries.get(processing.id)).status is JobStatus.PROCESSING
+    assert await store.retention.count_prunable(
+        CountPrunableParams(cutoffs=cutoffs, limit=100)
+    ) == {
         COMPLETED: 0,
         FAILED: 0,
         CANCELLED: 0,
@@ -113,25 +129,38 @@ async def test_prune_batches_take_the_oldest_first_and_counts_stop_at_the_limit(
         done.append(await make_completed(store, f"done-{i}"))
         clock.advance(60)
     cutoff = clock()
-    assert await store.count_prunable(
+    assert await store.retention.count_prunable(
         CountPrunableParams(cutoffs={COMPLETED: cutoff}, limit=3)
     ) == {COMPLETED: 3}
-    assert await store.count_prunable(
+    assert await store.retention.count_prunable(
         CountPrunableParams(cutoffs={COMPLETED: cutoff}, limit=10)
     ) == {COMPLETED: 5}
     # Only the statuses asked about are counted.
-    assert await store.count_prunable(CountPrunableParams(cutoffs={}, limit=10)) == {}
+    assert await store.retention.count_prunable(CountPrunableParams(cutoffs={}, limit=10)) == {}
 
-    assert await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=2)) == 2
+    assert (
+        await store.retention.prune_batch(
+            PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=2)
+        )
+        == 2
+    )
     assert [await exists(store, j.id) for j in done] == [False, False, True, True, True]
     # The cutoff is strict: a job that ended at it stays.
     at_cutoff = done[3].updated_at
     assert (
-        await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=at_cutoff, limit=10)) == 1
+        await store.retention.prune_batch(
+            PruneBatchParams(status=COMPLETED, cutoff=at_cutoff, limit=10)
+        )
+        == 1
     )
     assert [await exists(store, j.id) for j in done] == [False, False, False, True, True]
-    assert await store.prune_batch(PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=2)) == 2
-    assert await store.count_prunable(
+    assert (
+        await store.retention.prune_batch(
+            PruneBatchParams(status=COMPLETED, cutoff=cutoff, limit=2)
+        )
+        == 2
+    )
+    assert await store.retention.count_prunable(
         CountPrunableParams(cutoffs={COMPLETED: cutoff}, limit=10)
     ) == {COMPLETED: 0}
 
@@ -146,26 +175,29 @@ async def test_a_retried_failed_job_is_not_pruned_as_failed(
     )
     assert outcome.retried_ids == (failed.id,)
     clock.advance(60)
-    assert await store.prune_batch(PruneBatchParams(status=FAILED, cutoff=clock(), limit=10)) == 0
-    assert (await store.get(failed.id)).status is JobStatus.PENDING
+    assert (
+        await store.retention.prune_batch(PruneBatchParams(status=FAILED, cutoff=clock(), limit=10))
+        == 0
+    )
+    assert (await store.queries.get(failed.id)).status is JobStatus.PENDING
 
 
 async def test_one_prune_lock_holder_per_database(
     open_store: OpenStore, store_database: str | None
 ) -> None:
     first, second = open_store("instance-a"), open_store("instance-b")
-    async with first.prune_lock() as held:
+    async with first.retention.prune_lock() as held:
         assert held
-        async with second.prune_lock() as also_held:
+        async with second.retention.prune_lock() as also_held:
             if store_database is not None and store_database.startswith("sqlite"):
                 # SQLite serves one instance by design: no cluster lock to take.
                 assert also_held
             else:
                 assert not also_held
     # Released on exit: the other instance's turn.
-    async with second.prune_lock() as held:
+    async with second.retention.prune_lock() as held:
         assert held
-    async with first.prune_lock() as held:
+    async with first.retention.prune_lock() as held:
         assert held
 
 
@@ -178,10 +210,10 @@ async def test_the_prune_lock_is_dropped_with_a_run_that_fails(
     second = SqlJobStore(clean_postgres_url, instance_id="instance-b", clock=clock)
     try:
         with pytest.raises(RuntimeError):
-            async with first.prune_lock() as held:
+            async with first.retention.prune_lock() as held:
                 assert held
                 raise RuntimeError("a run that failed half way")
-        async with second.prune_lock() as held:
+        async with second.retention.prune_lock() as held:
             assert held
     finally:
         await first.close()

@@ -31,13 +31,13 @@ async def test_retry_failed_moves_matching_jobs_and_keeps_history(
     assert outcome.matched_count == 1
     assert outcome.retried_ids == (timeout.id,) and outcome.skipped == ()
 
-    job = await store.get(timeout.id)
+    job = await store.queries.get(timeout.id)
     assert job.status is JobStatus.PENDING
     assert job.failed_at is None and job.next_attempt_at is None
     assert job.attempt_count == 1 and job.max_attempts == 4
     assert len(job.attempts) == 1 and job.attempts[0].error_message.startswith("Timeout")
     assert job.error_message == "Timeout: deadline exceeded"  # kept until the next outcome
-    assert (await store.get(other.id)).status is JobStatus.FAILED
+    assert (await store.queries.get(other.id)).status is JobStatus.FAILED
 
     (claim,) = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))  # due at once
     assert claim.job.id == timeout.id and claim.job.attempt_count == 2
@@ -54,14 +54,14 @@ async def test_retry_failed_dry_run_limit_and_time_filters(
         RetryFailedParams(job_filter=JobFilter(), limit=3, dry_run=True, extra_attempts=1)
     )
     assert dry.matched_count == 3 and dry.retried_ids == tuple(ids[:3])  # oldest failure first
-    failed, _ = await store.list_jobs(
+    failed, _ = await store.queries.list_jobs(
         ListJobsParams(
             job_filter=JobFilter(statuses=(JobStatus.FAILED,)), page_size=100, page_token=None
         )
     )
     assert len(failed) == 5  # a dry run moves nothing
 
-    fourth_failed_at = (await store.get(ids[3])).failed_at
+    fourth_failed_at = (await store.queries.get(ids[3])).failed_at
     assert fourth_failed_at is not None
     late = await store.retry_failed(
         RetryFailedParams(
@@ -105,7 +105,7 @@ async def test_retry_failed_skips_a_target_with_an_active_job(store: JobStore) -
         assert outcome.skipped == (
             (failed.id, f"an active job exists for this job type and target: {active.id}"),
         )
-    assert (await store.get(failed.id)).status is JobStatus.FAILED
+    assert (await store.queries.get(failed.id)).status is JobStatus.FAILED
 
 
 async def test_two_failed_jobs_of_one_target_retry_only_one(
@@ -139,7 +139,7 @@ async def test_retry_failed_by_ids_and_targets(store: JobStore) -> None:
         )
     )
     assert by_target.retried_ids == (c.id,)
-    assert (await store.get(b.id)).status is JobStatus.FAILED
+    assert (await store.queries.get(b.id)).status is JobStatus.FAILED
     # Only FAILED jobs move: a retried (now PENDING) job is not matched again.
     again = await store.retry_failed(
         RetryFailedParams(

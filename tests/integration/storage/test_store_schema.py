@@ -94,7 +94,7 @@ async def test_migrate_twice_is_a_no_op(sql_store: SqlJobStore, database_url: st
     job = await enqueue(sql_store, "survives-migrate")
     await migrate(database_url)
     await migrate(database_url)
-    assert await sql_store.get(job.id) == job
+    assert await sql_store.queries.get(job.id) == job
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     async with sql_store.engine.connect() as conn:
         versions = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
@@ -116,7 +116,7 @@ async def test_an_unreachable_database_raises_storage_unavailable(tmp_path) -> N
         store = SqlJobStore(url)
         try:
             with pytest.raises(StorageUnavailableError):
-                await store.list_jobs(
+                await store.queries.list_jobs(
                     ListJobsParams(job_filter=JobFilter(), page_size=10, page_token=None)
                 )
         finally:
@@ -128,7 +128,7 @@ async def test_an_unmigrated_database_raises_storage_failure(tmp_path) -> None: 
     store = SqlJobStore(f"sqlite+aiosqlite:///{tmp_path}/empty.db")
     try:
         with pytest.raises(StorageFailureError):
-            await store.get("x")
+            await store.queries.get("x")
     finally:
         await store.close()
 

@@ -156,5 +156,5 @@ async def test_retry_failed_checks_the_active_slot_within_the_tenant(store: JobS
     assert [job_id for job_id, _ in outcome.skipped] == [bob_failed]
     (reason,) = [reason for _, reason in outcome.skipped]
     assert bob_active.id in reason and alice_failed not in reason
-    moved = await store.get(alice_failed)
+    moved = await store.queries.get(alice_failed)
     assert moved.status.value == "PENDING" and moved.tenant == "alice"

@@ -23,8 +23,8 @@ async def test_traceparent_is_stored_and_read_back_by_get_list_and_claim(store: 
     )
     assert untraced.traceparent is None
 
-    assert (await store.get(job.id)).traceparent == TRACEPARENT
-    assert (await store.get(untraced.id)).traceparent is None
+    assert (await store.queries.get(job.id)).traceparent == TRACEPARENT
+    assert (await store.queries.get(untraced.id)).traceparent is None
 
     claims = {
         claim.job.id: claim
@@ -54,4 +54,4 @@ async def test_enqueues_batched_together_keep_each_its_own_traceparent(store: Jo
     )
     for (job, _), parent in zip(jobs, parents, strict=True):
         assert job.traceparent == parent
-        assert (await store.get(job.id)).traceparent == parent
+        assert (await store.queries.get(job.id)).traceparent == parent

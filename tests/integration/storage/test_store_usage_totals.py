@@ -83,7 +83,7 @@ async def test_each_attempt_keeps_its_usage_and_a_failed_one_too(
     )
     assert [a.usage for a in done.attempts] == [LOCAL, GPT]
     assert done.result == {"summary": "s"}, "usage never enters the stored result"
-    assert [a.usage for a in (await store.get(job.id)).attempts] == [LOCAL, GPT]
+    assert [a.usage for a in (await store.queries.get(job.id)).attempts] == [LOCAL, GPT]
 
 
 async def test_an_attempt_without_usage_stays_without(store: JobStore) -> None:
@@ -111,7 +111,7 @@ async def test_usage_is_summed_by_type_model_and_caller_over_the_range(
     await run_once(store, "late", GPT)  # after the range
     end = start + timedelta(seconds=60)
 
-    totals, truncated = await store.usage_totals(
+    totals, truncated = await store.queries.usage_totals(
         UsageTotalsParams(query=UsageQuery(start=start, end=end), max_groups=100)
     )
 
@@ -122,7 +122,7 @@ async def test_usage_is_summed_by_type_model_and_caller_over_the_range(
         UsageTotal(JobType.CARD_ANALYSIS, "san-local-v1", "alice", 1, 0, 10, 4, 0.5),
         UsageTotal(JobType.EMBEDDING, "san-local-v1", "alice", 1, 0, 10, 4, 0.5),
     ]
-    later, _ = await store.usage_totals(
+    later, _ = await store.queries.usage_totals(
         UsageTotalsParams(query=UsageQuery(start=end, end=clock() + timedelta(1)), max_groups=100)
     )
     assert [(t.requested_by, t.attempts) for t in later] == [("alice", 1)]
@@ -137,19 +137,19 @@ async def test_usage_filters_by_type_and_caller_and_is_bounded(
     await run_once(store, "e1", LOCAL, job_type=JobType.EMBEDDING, caller="bob")
     end = start + timedelta(seconds=60)
 
-    embeddings, _ = await store.usage_totals(
+    embeddings, _ = await store.queries.usage_totals(
         UsageTotalsParams(
             query=UsageQuery(start=start, end=end, job_types=(JobType.EMBEDDING,)), max_groups=100
         )
     )
     assert [(t.job_type, t.requested_by) for t in embeddings] == [(JobType.EMBEDDING, "bob")]
-    bobs, _ = await store.usage_totals(
+    bobs, _ = await store.queries.usage_totals(
         UsageTotalsParams(
             query=UsageQuery(start=start, end=end, requested_by="bob"), max_groups=100
         )
     )
     assert [t.job_type for t in bobs] == [JobType.CARD_ANALYSIS, JobType.EMBEDDING]
-    first, truncated = await store.usage_totals(
+    first, truncated = await store.queries.usage_totals(
         UsageTotalsParams(query=UsageQuery(start=start, end=end), max_groups=2)
     )
     assert truncated
@@ -157,7 +157,7 @@ async def test_usage_filters_by_type_and_caller_and_is_bounded(
         ("gpt-4o-mini", "alice"),
         ("gpt-4o-mini", "bob"),
     ]
-    empty, truncated = await store.usage_totals(
+    empty, truncated = await store.queries.usage_totals(
         UsageTotalsParams(query=UsageQuery(start=end, end=end), max_groups=10)
     )
     assert (empty, truncated) == ([], False)

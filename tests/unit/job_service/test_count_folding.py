@@ -9,10 +9,10 @@ import pytest
 
 from san_jobs.job_service.count_folding import CountFolder
 from san_jobs.job_service.domain.errors import StorageUnavailableError
-from san_jobs.job_service.storage.memory import MemoryJobStore
+from san_jobs.job_service.storage.memory_queries import MemoryJobQueries
 
 
-class FoldingStore(MemoryJobStore):
+class FoldingStore(MemoryJobQueries):
     def __init__(self, failures: int) -> None:
         super().__init__()
         self.folds = 0

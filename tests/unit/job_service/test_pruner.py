@@ -96,7 +96,7 @@ def pruner(
         "batch_pause": 0.5,
     } | config
     return Pruner(
-        store,
+        store.retention,
         PrunerConfig(**settings),  # type: ignore[arg-type]
         on_deleted=None if deleted is None else lambda s, n: deleted.append((s, n)),
         clock=clock,
@@ -191,7 +191,7 @@ async def test_runs_of_one_instance_take_turns(store: MemoryJobStore, clock: Fak
         await release.wait()
 
     prune = Pruner(
-        store,
+        store.retention,
         PrunerConfig(retention=RetentionPolicy(completed=100.0), batch_size=1),
         clock=clock,
         sleep=slow_pause,
@@ -221,12 +221,12 @@ async def test_the_loop_runs_soon_after_start_then_every_interval(
 
 def test_the_delays_are_jittered_around_the_interval(store: MemoryJobStore) -> None:
     config = PrunerConfig(interval=100.0, jitter=0.1, first_delay=5.0)
-    low = Pruner(store, config, rand=lambda: 0.0)
-    high = Pruner(store, config, rand=lambda: 1.0)
+    low = Pruner(store.retention, config, rand=lambda: 0.0)
+    high = Pruner(store.retention, config, rand=lambda: 1.0)
     assert (low.next_delay(), high.next_delay()) == (90.0, 110.0)
     assert (low.next_delay(first=True), high.next_delay(first=True)) == (4.5, 5.5)
     # A short interval: the first run no later than one interval after start.
-    short = Pruner(store, PrunerConfig(interval=0.5, jitter=0.0), rand=lambda: 0.5)
+    short = Pruner(store.retention, PrunerConfig(interval=0.5, jitter=0.0), rand=lambda: 0.5)
     assert short.next_delay(first=True) == 0.5
 
 
@@ -241,7 +241,7 @@ async def test_a_failing_metrics_callback_does_not_stop_the_deletes(
         raise RuntimeError("metrics bug")
 
     prune = Pruner(
-        store, PrunerConfig(retention=RetentionPolicy(completed=100.0)), on_deleted=broken
+        store.retention, PrunerConfig(retention=RetentionPolicy(completed=100.0)), on_deleted=broken
     )
     prune._clock = clock
     with caplog.at_level(logging.ERROR):
@@ -251,7 +251,7 @@ async def test_a_failing_metrics_callback_does_not_stop_the_deletes(
 
 
 async def test_nothing_runs_when_every_status_is_kept_forever(store: MemoryJobStore) -> None:
-    prune = Pruner(store, PrunerConfig(retention=RetentionPolicy(None, None, None)))
+    prune = Pruner(store.retention, PrunerConfig(retention=RetentionPolicy(None, None, None)))
     prune.start()
     assert not prune._loop.running
     await prune.stop()

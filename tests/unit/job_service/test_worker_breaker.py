@@ -74,7 +74,7 @@ class Rig:
         self.worker.wake()
 
     async def all_jobs(self) -> list[Job]:
-        return await self.store.get_many(self.jobs)
+        return await self.store.queries.get_many(self.jobs)
 
     async def charged(self, code: str = "UNAVAILABLE") -> int:
         return sum(a.error_code == code for j in await self.all_jobs() for a in j.attempts)

@@ -103,7 +103,7 @@ async def run_jobs(
     try:
         async with asyncio.timeout(3600):
             while True:
-                finished = await store.get_many(ids)
+                finished = await store.queries.get_many(ids)
                 if all(j.status is JobStatus.COMPLETED for j in finished):
                     return finished
                 done.clear()

@@ -108,7 +108,7 @@ class Rig:
     async def write(self, outcome: Outcome, max_attempts: int = 3) -> tuple[Claim, Job]:
         claim = await claimed(self.store, max_attempts)
         await self.completer.write(claim, outcome)
-        return claim, await self.store.get(claim.job.id)
+        return claim, await self.store.queries.get(claim.job.id)
 
 
 @on_virtual_time
@@ -184,7 +184,7 @@ async def test_a_lost_lease_is_logged_and_not_retried(caplog: pytest.LogCaptureF
     await rig.completer.write(stale, Completed(GatewayAnswer(RESULT), call_seconds=0.1))
 
     assert len(rig.store.worker.writes) == 1
-    assert (await rig.store.get(claim.job.id)).status is JobStatus.PROCESSING
+    assert (await rig.store.queries.get(claim.job.id)).status is JobStatus.PROCESSING
     assert rig.metrics.lost == 1 and rig.metrics.outcomes == [] and rig.published.jobs == []
     assert (
         f"job_id={claim.job.id}: lease lost (cancelled or claimed again); outcome discarded"

@@ -65,7 +65,7 @@ class Rig:
 
     async def until(self, job_id: str, status: JobStatus) -> None:
         async with asyncio.timeout(3600):
-            while (await self.store.get(job_id)).status is not status:
+            while (await self.store.queries.get(job_id)).status is not status:
                 self.changed.clear()
                 await self.changed.wait()
 

@@ -75,7 +75,7 @@ async def test_held_leases_are_renewed_every_third_of_a_lease_in_one_statement()
             [LEASE / 3 * n for n in range(1, 6)]
         )
         for claim in claims:
-            job = await rig.store.get(claim.job.id)
+            job = await rig.store.queries.get(claim.job.id)
             assert job.status is JobStatus.PROCESSING and job.lease_expires_at is not None
             assert job.lease_expires_at > running_loop().now()
     assert rig.lost == []
@@ -121,5 +121,5 @@ async def test_the_jobs_whose_last_lease_expired_are_failed(
     assert failed.error_code == LEASE_EXPIRED_CODE
     assert rig.metrics.outcomes == [(FAILED, LEASE_EXPIRED_CODE)]
     assert f"job_id={last.job.id} failed: lease expired on its last attempt" in caplog.messages
-    left = await rig.store.get(with_attempts_left.job.id)
+    left = await rig.store.queries.get(with_attempts_left.job.id)
     assert left.status is JobStatus.PROCESSING, "the next claim takes it again"

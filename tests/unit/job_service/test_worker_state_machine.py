@@ -337,7 +337,7 @@ async def test_an_outcome_after_another_claim_took_the_job_is_dropped() -> None:
         hold.released.set()  # the first call answers now: too late
         await finished(task)
         assert service.store.worker.outcome_writes == [("complete", job.id)]
-        current = await other.get(job.id)
+        current = await other.queries.get(job.id)
         assert current.status is JobStatus.PROCESSING and current.claim_token == taken.token
         assert current.result is None
         done = await other.worker.complete(
@@ -367,7 +367,7 @@ async def test_a_lease_found_lost_at_renewal_stops_the_gateway_call() -> None:
         assert running_loop().time() - lost_at <= LEASE / 3  # at the first renewal
         assert service.gateway.cancelled == [job.id]
         assert service.store.worker.outcome_writes == []  # no write with the old claim token
-        current = await service.store.get(job.id)
+        current = await service.store.queries.get(job.id)
         assert current.status is JobStatus.PROCESSING and current.claim_token == taken.token
 
 
@@ -383,7 +383,7 @@ async def test_cancel_during_the_gateway_call_stops_it_and_writes_no_outcome() -
         assert service.gateway.cancelled == [job.id]
         assert service.store.worker.outcome_writes == []
         assert service.worker.in_flight == 0
-        cancelled = await service.store.get(job.id)
+        cancelled = await service.store.queries.get(job.id)
 
     assert cancelled.status is JobStatus.CANCELLED and cancelled.result is None
     assert cancelled.claim_token is None
@@ -406,7 +406,8 @@ async def test_shutdown_lets_calls_finish_within_the_grace_and_gives_back_the_re
         await service.worker.stop(grace=5.0)
         assert loop.time() - stopping_at == pytest.approx(5.0, abs=0.01)  # the grace, not longer
         jobs = {
-            j.target_id: j for j in await service.store.get_many([quick.id, stuck.id, waiting.id])
+            j.target_id: j
+            for j in await service.store.queries.get_many([quick.id, stuck.id, waiting.id])
         }
 
     assert jobs["quick"].status is JobStatus.COMPLETED
@@ -425,7 +426,9 @@ async def test_shutdown_lets_calls_finish_within_the_grace_and_gives_back_the_re
 
 
 async def statuses(service: Service, jobs: Sequence[Job]) -> dict[str, JobStatus]:
-    return {j.target_id: j.status for j in await service.store.get_many([j.id for j in jobs])}
+    return {
+        j.target_id: j.status for j in await service.store.queries.get_many([j.id for j in jobs])
+    }
 
 
 @on_virtual_time
@@ -461,12 +464,14 @@ async def test_shutdown_gives_back_jobs_claimed_ahead_at_once_uncharged() -> Non
         await service.gateway.until_called(1)
         ahead = await service.enqueue("ahead")
         await asyncio.sleep(1.0)
-        assert (await service.store.get(ahead.id)).status is JobStatus.PROCESSING
+        assert (await service.store.queries.get(ahead.id)).status is JobStatus.PROCESSING
         loop = running_loop()
         loop.call_later(2.0, holds["running"].released.set)  # answers during the grace
 
         await service.worker.stop(grace=5.0)
-        jobs = {j.target_id: j for j in await service.store.get_many([running_job.id, ahead.id])}
+        jobs = {
+            j.target_id: j for j in await service.store.queries.get_many([running_job.id, ahead.id])
+        }
 
     assert jobs["running"].status is JobStatus.COMPLETED
     # Never called: back to PENDING, the attempt not charged, not left PROCESSING.
@@ -494,7 +499,7 @@ async def test_cancelling_a_job_claimed_ahead_makes_no_call() -> None:
         assert service.worker.in_flight == 1
         holds["running"].released.set()
         await service.published.terminal(running_job.id)
-        cancelled = await service.store.get(ahead.id)
+        cancelled = await service.store.queries.get(ahead.id)
 
     assert [job_id for job_id, _ in service.gateway.calls] == [running_job.id]
     assert cancelled.status is JobStatus.CANCELLED and cancelled.claim_token is None
@@ -510,7 +515,7 @@ async def test_lease_of_a_job_claimed_ahead_is_renewed_while_it_waits() -> None:
         await service.gateway.until_called(1)
         ahead = await service.enqueue("ahead")
         await asyncio.sleep(LEASE * 3)  # three leases long: renewed, never lost
-        waiting = await service.store.get(ahead.id)
+        waiting = await service.store.queries.get(ahead.id)
         assert waiting.status is JobStatus.PROCESSING and waiting.attempt_count == 1
         holds["running"].released.set()
         done = await service.published.terminal(ahead.id)

@@ -11,10 +11,16 @@ import pytest
 
 from san_jobs.job_service.domain import transitions as tr
 from san_jobs.job_service.domain.model import ALLOWED_TRANSITIONS, JobAttempt, JobStatus
-from san_jobs.job_service.domain.ports import JobStore, PauseStore, WorkerStore
+from san_jobs.job_service.domain.ports import (
+    JobQueries,
+    JobStore,
+    PauseStore,
+    RetentionStore,
+    WorkerStore,
+)
 
 # The ports over async_jobs' rows.
-PORTS = (JobStore, WorkerStore, PauseStore)
+PORTS = (JobStore, WorkerStore, JobQueries, PauseStore, RetentionStore)
 # Which declarations each write of those ports applies. Every port method is a
 # write (here) or a read (READS): a new write without a declaration fails below.
 PORT_WRITES: dict[str, tuple[tr.Transition, ...]] = {
