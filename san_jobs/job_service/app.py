@@ -101,7 +101,7 @@ class JobApplication:
         quota = self.pending_quota
         if quota is not None:
             await quota.check(new.tenant)
-        job, deduplicated = await self.store.enqueue(
+        job, deduplicated = await self.store.commands.enqueue(
             EnqueueParams(job=new, on_duplicate=on_duplicate)
         )
         if quota is not None and not deduplicated and job.status is JobStatus.PENDING:
@@ -162,7 +162,7 @@ class JobApplication:
     async def _enqueue_within_quota(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
         quota = self.pending_quota
         if quota is None:
-            return await self.store.enqueue_many(items)
+            return await self.store.commands.enqueue_many(items)
         room = {tenant: await quota.room(tenant) for tenant in {i.job.tenant for i in items}}
         kept: list[int] = []
         outcomes: list[EnqueueOutcome | None] = [None] * len(items)
@@ -174,7 +174,7 @@ class JobApplication:
             else:
                 outcomes[index] = quota.refusal(tenant)
         if kept:
-            stored = await self.store.enqueue_many([items[i] for i in kept])
+            stored = await self.store.commands.enqueue_many([items[i] for i in kept])
             for index, outcome in zip(kept, stored, strict=True):
                 outcomes[index] = outcome
                 if (
@@ -190,7 +190,9 @@ class JobApplication:
     ) -> Job:
         """Cancel a job; with `owner`, only one that `owner` requested (any other is
         JobNotFoundError). `actor` names the caller in the audit line."""
-        job = await self.store.cancel(CancelParams(job_id=job_id, reason=reason, owner=owner))
+        job = await self.store.commands.cancel(
+            CancelParams(job_id=job_id, reason=reason, owner=owner)
+        )
         audit.info("CancelJob by %s: cancelled 1 job (%s)", actor, job.id)
         log.info("job_id=%s cancelled: %s", job.id, reason or "no reason given")
         self.hub.publish([job])
@@ -200,7 +202,7 @@ class JobApplication:
     async def retry_failed(
         self, job_filter: JobFilter, limit: int, dry_run: bool, requested_by: str
     ) -> RetryOutcome:
-        outcome = await self.store.retry_failed(
+        outcome = await self.store.commands.retry_failed(
             RetryFailedParams(
                 job_filter=job_filter,
                 limit=limit,

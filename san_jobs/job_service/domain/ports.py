@@ -32,7 +32,7 @@ from san_jobs.job_service.domain.model import (
 from san_jobs.job_service.domain.schedules import FireOutcome, NewSchedule, Schedule
 from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal
 
-# One item of `JobStore.enqueue_many`: (job, deduplicated) as `enqueue` returns, or the
+# One item of `JobCommands.enqueue_many`: (job, deduplicated) as `enqueue` returns, or the
 # error `enqueue` would have raised for that item alone: DuplicateJobError, or a
 # StorageError other than StorageUnavailableError (the database refused its data).
 EnqueueOutcome = tuple[Job, bool] | JobServiceError
@@ -311,6 +311,49 @@ class RetentionStore(Protocol):
         ...
 
 
+class JobCommands(Protocol):
+    """What callers ask of jobs: Enqueue (one, or BatchEnqueue's many), CancelJob and
+    RetryFailed. Every method is one transaction (or one atomic statement) and returns
+    the jobs as they now are, so callers can publish the change. Driver errors
+    surface as StorageUnavailableError."""
+
+    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
+        """Insert a PENDING job and commit. Returns (job, deduplicated).
+
+        The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
+        job (deduplicated=True); an active job of the tenant for (job_type,
+        target_id), detected by the partial unique index, raises DuplicateJobError, or
+        with RETURN_EXISTING returns that job. Another tenant's jobs are never found,
+        named or returned."""
+        ...
+
+    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
+        """Each item as `enqueue` would store it, in order: one outcome per item, and
+        an item's own error as its outcome (never raised). Items are resolved in
+        order, so a later item deduplicates to an earlier one of the same call (same
+        tenant and request_id, or same tenant and active (job_type, target_id)).
+        Storage trouble for the whole call (StorageUnavailableError) is raised: some
+        items may then be stored, which their request_id makes safe to send again."""
+        ...
+
+    async def cancel(self, params: CancelParams) -> Job:
+        """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
+        late write is refused). JobNotFoundError, or InvalidJobStateError if terminal.
+        With `owner`, only a job whose requested_by is `owner` moves; any other is
+        JobNotFoundError, as if it did not exist."""
+        ...
+
+    async def retry_failed(self, params: RetryFailedParams) -> RetryOutcome:
+        """Move FAILED jobs matching the filter (at most `limit`, oldest failure first)
+        back to PENDING, due now: attempt_count and the attempt history are kept,
+        max_attempts becomes attempt_count + extra_attempts (a fresh round), the
+        error fields stay until the next outcome, failed_at is cleared. Each job
+        moves at most once however many calls race. A job whose (job_type,
+        target_id) already has an active job of the same tenant is skipped with a
+        reason."""
+        ...
+
+
 class JobQueries(Protocol):
     """What callers read about jobs (the application's reads, the pages, the metrics):
     one job, many, a page, the stats and their counts, usage, failure groups. Driver
@@ -370,14 +413,17 @@ class JobQueries(Protocol):
 
 
 class JobStore(Protocol):
-    """Everything the service does to `async_jobs`. Every method is one transaction
-    (or one atomic statement); every write that changes a job returns the job as it
-    now is, so callers can publish the change. Driver errors surface as
-    StorageUnavailableError."""
+    """Everything the service does to `async_jobs`, one port per consumer: each a
+    field, each implemented once in SQL and once in memory (storage/)."""
 
     @property
     def worker(self) -> WorkerStore:
         """The worker's port (claim, leases, outcomes)."""
+        ...
+
+    @property
+    def commands(self) -> JobCommands:
+        """Enqueue, cancel, RetryFailed."""
         ...
 
     @property
@@ -393,42 +439,6 @@ class JobStore(Protocol):
     @property
     def retention(self) -> RetentionStore:
         """The pruner's port."""
-        ...
-
-    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
-        """Insert a PENDING job and commit. Returns (job, deduplicated).
-
-        The keys are `new.tenant`'s alone: a `request_id` the tenant used returns its
-        job (deduplicated=True); an active job of the tenant for (job_type,
-        target_id), detected by the partial unique index, raises DuplicateJobError, or
-        with RETURN_EXISTING returns that job. Another tenant's jobs are never found,
-        named or returned."""
-        ...
-
-    async def enqueue_many(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
-        """Each item as `enqueue` would store it, in order: one outcome per item, and
-        an item's own error as its outcome (never raised). Items are resolved in
-        order, so a later item deduplicates to an earlier one of the same call (same
-        tenant and request_id, or same tenant and active (job_type, target_id)).
-        Storage trouble for the whole call (StorageUnavailableError) is raised: some
-        items may then be stored, which their request_id makes safe to send again."""
-        ...
-
-    async def cancel(self, params: CancelParams) -> Job:
-        """PENDING or PROCESSING -> CANCELLED (claim token cleared, so the worker's
-        late write is refused). JobNotFoundError, or InvalidJobStateError if terminal.
-        With `owner`, only a job whose requested_by is `owner` moves; any other is
-        JobNotFoundError, as if it did not exist."""
-        ...
-
-    async def retry_failed(self, params: RetryFailedParams) -> RetryOutcome:
-        """Move FAILED jobs matching the filter (at most `limit`, oldest failure first)
-        back to PENDING, due now: attempt_count and the attempt history are kept,
-        max_attempts becomes attempt_count + extra_attempts (a fresh round), the
-        error fields stay until the next outcome, failed_at is cleared. Each job
-        moves at most once however many calls race. A job whose (job_type,
-        target_id) already has an active job of the same tenant is skipped with a
-        reason."""
         ...
 
     async def ping(self) -> None:

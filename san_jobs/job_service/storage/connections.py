@@ -160,10 +160,10 @@ class HotStatements:
 
 
 class StoreParts:
-    """What the mixin parts of SqlJobStore share (writes.py, dependencies.py,
-    operations.py, changes.py, schedules.py). SqlJobStore (repository.py) sets these in
-    its constructor: so each store operation is written once, next to its SQL, and no
-    method only forwards to another."""
+    """What the mixin parts of SqlJobStore share (changes.py, schedules.py).
+    SqlJobStore (repository.py) sets these in its constructor: so each store
+    operation is written once, next to its SQL, and no method only forwards to
+    another."""
 
     _db: Connections
     _sql: Statements

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -38,17 +39,18 @@ from san_jobs.job_service.domain.model import (
     OnDuplicate,
 )
 from san_jobs.job_service.domain.transitions import CANCELLED_CODE
-from san_jobs.job_service.storage.errors import sqlstate
-from san_jobs.job_service.storage.rows import chunks
-from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
-from san_jobs.job_service.storage.transition_sql import time_params
-from san_jobs.job_service.storage.writes import (
+from san_jobs.job_service.storage.connections import Connections
+from san_jobs.job_service.storage.enqueue_conflicts import (
     CONFLICT_TRIES,
     KEPT_CONFLICTING,
-    JobWrites,
     conflict_answer,
     enqueue_row,
 )
+from san_jobs.job_service.storage.errors import sqlstate
+from san_jobs.job_service.storage.rows import chunks
+from san_jobs.job_service.storage.statements import Statements
+from san_jobs.job_service.storage.tables import async_jobs, job_dependencies
+from san_jobs.job_service.storage.transition_sql import time_params
 
 _jobs = async_jobs.c
 _deps = job_dependencies.c
@@ -81,10 +83,15 @@ class _Conflict(Exception):
     """The INSERT met a job holding the request_id or the active target: rolled back."""
 
 
-class JobDependencies(JobWrites):
-    async def _enqueue_with_dependencies(
-        self, new: NewJob, on_duplicate: OnDuplicate
-    ) -> tuple[Job, bool]:
+class DependentEnqueue:
+    """The Enqueue of a job with depends_on (job_commands.SqlJobCommands sends it here)."""
+
+    def __init__(self, *, db: Connections, sql: Statements, now: Callable[[], datetime]) -> None:
+        self._db = db
+        self._sql = sql
+        self._now = now
+
+    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         """One transaction: mark the dependencies (has_dependents, which also locks
         their rows, so none ends unseen meanwhile), check them (each the caller's, of
         a type this job takes), insert the job waiting for those not COMPLETED, its

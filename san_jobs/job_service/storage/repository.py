@@ -1,18 +1,16 @@
 """SqlJobStore: the JobStore port on `async_jobs`, made of its parts.
 
-The ports already split out are plain fields, each a class of its own file:
-`worker` (worker_store.SqlWorkerStore: the claim, leases, outcomes), `queries`
-(job_queries.SqlJobQueries: reads, stats, usage, failure groups), `pauses`
-(pauses.SqlPauseStore: the dispatch pauses) and `retention`
-(prune.SqlRetentionStore). The other parts are still mixins, each holding the
-operations of one concern, written once with their SQL (connections.StoreParts says
-what they share):
+Each port of domain/ports.py is a plain field, a class of its own file:
 
-- writes.py: enqueue, coalesced into batches;
-- dependencies.py: Enqueue with depends_on;
-- operations.py: cancel, RetryFailed;
-- changes.py: the change feed (positions, reads, its retention);
-- schedules.py: schedules and the firing of their periods.
+- `commands` (job_commands.SqlJobCommands): Enqueue, BatchEnqueue, cancel,
+  RetryFailed (a job with depends_on: dependencies.py);
+- `queries` (job_queries.SqlJobQueries): reads, stats, usage, failure groups;
+- `worker` (worker_store.SqlWorkerStore): the claim, leases, outcomes;
+- `pauses` (pauses.SqlPauseStore): the dispatch pauses;
+- `retention` (prune.SqlRetentionStore): the pruner's counts, deletes and lock.
+
+The change feed (changes.py) and schedules (schedules.py) are still mixins of the
+store (connections.StoreParts says what they share).
 
 What each write does is declared in domain/transitions.py and compiled to SQL once per
 store (statements.py, transition_sql.py; the compiled text is checked in under sql/);
@@ -33,9 +31,8 @@ from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EX
 from san_jobs.job_service.storage.batching import MAX_BATCH
 from san_jobs.job_service.storage.changes import ChangeQueries
 from san_jobs.job_service.storage.connections import Connections, HotStatements
-from san_jobs.job_service.storage.dependencies import JobDependencies
+from san_jobs.job_service.storage.job_commands import SqlJobCommands
 from san_jobs.job_service.storage.job_queries import SqlJobQueries
-from san_jobs.job_service.storage.operations import OperatorQueries
 from san_jobs.job_service.storage.pauses import SqlPauseStore
 from san_jobs.job_service.storage.ping import DatabasePing
 from san_jobs.job_service.storage.prune import SqlRetentionStore
@@ -43,20 +40,13 @@ from san_jobs.job_service.storage.rows import aware, utc_now
 from san_jobs.job_service.storage.schedules import ScheduleQueries
 from san_jobs.job_service.storage.statements import Statements
 from san_jobs.job_service.storage.worker_store import SqlWorkerStore
-from san_jobs.job_service.storage.writes import JobWrites
 
 __all__ = ["LEASE_EXPIRED_CODE", "LEASE_EXPIRED_MESSAGE", "MAX_BATCH", "SqlJobStore", "utc_now"]
 
 MAX_INSTANCE_ID_BYTES = 200
 
 
-class SqlJobStore(
-    JobDependencies,  # first: its methods are what JobWrites calls
-    JobWrites,
-    OperatorQueries,
-    ChangeQueries,
-    ScheduleQueries,
-):
+class SqlJobStore(ChangeQueries, ScheduleQueries):
     """JobStore on SQLAlchemy 2 async: SQLite (aiosqlite, WAL) or PostgreSQL (asyncpg).
 
     On PostgreSQL every write that changes jobs also sends `pg_notify('san_jobs', ...)`
@@ -91,7 +81,14 @@ class SqlJobStore(
         )
         self.pauses = SqlPauseStore(db=self._db, sql=self._sql, now=self._now)
         self.retention = SqlRetentionStore(self._db)
-        self._start_group_commits(enqueue_interval)
+        self.commands = SqlJobCommands(
+            db=self._db,
+            sql=self._sql,
+            hot=self._hot,
+            now=self._now,
+            read_many=self._read_many,
+            enqueue_interval=enqueue_interval,
+        )
         self._database_ping = DatabasePing(self._db.engine)
 
     @property
@@ -106,7 +103,7 @@ class SqlJobStore(
         return aware(self._clock())
 
     async def close(self) -> None:
-        await self._wait_writes_idle()
+        await self.commands.wait_idle()
         await self.worker.wait_idle()
         await self._database_ping.close()
         await self._hot.close()

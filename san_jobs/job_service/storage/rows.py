@@ -158,7 +158,7 @@ def pending_job(job_id: str, new: NewJob, now: datetime) -> Job:
     set_scheduled_at(job, new.scheduled_at)
     set_priority(job, new.priority)
     # A job with dependencies is inserted by a transaction that reads it back
-    # (writes.py, _enqueue_with_dependencies): none here.
+    # (dependencies.DependentEnqueue): none here.
     set_depends_on(job, ())
     set_dependencies_left(job, None)
     set_has_dependents(job, False)

@@ -70,13 +70,13 @@ from san_jobs.job_service.domain.schedules import (
     plan_fire,
 )
 from san_jobs.job_service.storage.connections import StoreParts
-from san_jobs.job_service.storage.rows import as_utc
-from san_jobs.job_service.storage.tables import api_tokens, async_jobs, job_schedules
-from san_jobs.job_service.storage.writes import (
+from san_jobs.job_service.storage.enqueue_conflicts import (
     CONFLICT_TRIES,
     KEPT_CONFLICTING,
     insert_or_answer,
 )
+from san_jobs.job_service.storage.rows import as_utc
+from san_jobs.job_service.storage.tables import api_tokens, async_jobs, job_schedules
 
 __all__ = ["FireOutcome", "ScheduleQueries", "row_to_schedule"]
 

@@ -90,7 +90,7 @@ class Statements:
         # Group commit: every row of the batch in one INSERT; rows refused by a unique
         # index (including a row of the same batch) are left out of RETURNING. Rows go
         # in array order, so the earlier caller wins a conflict inside the batch. Only
-        # the ids come back: the new rows are exactly what was sent (see writes.py).
+        # the ids come back: the new rows are exactly what was sent (see job_commands.py).
         self.enqueue_rows: Rows = sql.rows([ENQUEUE], per_row_time=False)
         columns = sql.insert_values(ENQUEUE, self.enqueue_rows)
         rows = select(*columns.values()).select_from(self.enqueue_rows.table)

@@ -164,7 +164,9 @@ def fail_paused_job(jobs_database_url: str, target: str, message: str) -> str:
                 request_id=None,
                 max_attempts=1,
             )
-            job, _ = await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
+            job, _ = await store.commands.enqueue(
+                EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT)
+            )
             claims = await store.worker.claim(
                 ClaimParams(limit=1000, lease_seconds=60, only_type=JobType.TIL_GENERATION)
             )

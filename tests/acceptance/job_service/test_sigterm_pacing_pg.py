@@ -45,7 +45,7 @@ async def enqueue_in_one_statement(database_url: str, count: int) -> list[str]:
     try:
         made = await asyncio.gather(
             *(
-                store.enqueue(
+                store.commands.enqueue(
                     EnqueueParams(
                         job=NewJob(
                             job_type=JobType.CARD_ANALYSIS,

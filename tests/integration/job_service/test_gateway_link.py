@@ -70,7 +70,7 @@ async def test_a_call_too_big_to_send_fails_alone_and_the_stream_survives(
         await wait_for_calls(gateway, normal)  # both in flight on the shared stream
         # An old row (or one stored under a raised --max-text-chars) bigger than the
         # gateway accepts: written straight to the store, as Enqueue would refuse it.
-        big, _ = await service.runtime.store.enqueue(
+        big, _ = await service.runtime.store.commands.enqueue(
             EnqueueParams(
                 job=NewJob(
                     JobType.CARD_ANALYSIS, "big", {"text": "x" * (17 * 1024 * 1024)}, "", None, 3
@@ -113,7 +113,7 @@ async def test_an_answer_too_large_to_store_fails_its_job_alone(
         normal = (await service.stub.Enqueue(card_request("small", "Short text."))).job.id
         await wait_terminal(service.stub, [normal], timeout=30)
         # 1.2 MB in one sentence: an input only a raised --max-text-chars lets in.
-        big, _ = await service.runtime.store.enqueue(
+        big, _ = await service.runtime.store.commands.enqueue(
             EnqueueParams(
                 job=NewJob(
                     JobType.CARD_ANALYSIS, "huge-answer", {"text": "y" * 1_200_000}, "", None, 3

@@ -145,7 +145,7 @@ async def test_long_job_renews_its_lease(start_service: StartService) -> None:
 async def test_job_whose_wakeup_was_lost_is_found_by_the_poll(start_service: StartService) -> None:
     service = await start_service(poll_interval=0.2)
     # Written straight to the store: nobody wakes the worker.
-    job, _ = await service.runtime.store.enqueue(
+    job, _ = await service.runtime.store.commands.enqueue(
         EnqueueParams(
             job=NewJob(
                 JobType.CARD_ANALYSIS, "silent", {"text": "Nobody told the worker."}, "", None, 3

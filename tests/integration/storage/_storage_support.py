@@ -37,7 +37,7 @@ def new_job(
 
 
 async def enqueue(store: JobStore, target_id: str = "scrap-1", **kwargs: Any) -> Job:
-    job, _ = await store.enqueue(
+    job, _ = await store.commands.enqueue(
         EnqueueParams(job=new_job(target_id, **kwargs), on_duplicate=OnDuplicate.REJECT)
     )
     return job

@@ -75,7 +75,7 @@ async def test_scrapes_cost_one_stats_query(
     _, server = served
     for target in ("a", "b", "c"):
         new = NewJob(JobType.EMBEDDING, target, {"text": "x"}, "", None, 3)
-        await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
+        await store.commands.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
     counter.count = 0
     await store.queries.stats()
     assert counter.count == 1  # stats() is one statement (storage/counts.py)

@@ -126,19 +126,19 @@ async def test_0011_scopes_the_keys_of_the_rows_there_and_of_old_code(url_at_001
         alice = dataclasses.replace(
             new_job("t-elsewhere", request_id="rid-alice"), requested_by="alice-svc"
         )
-        job, deduplicated = await store.enqueue(
+        job, deduplicated = await store.commands.enqueue(
             EnqueueParams(
                 job=dataclasses.replace(alice, tenant="alice-svc"), on_duplicate=OnDuplicate.REJECT
             )
         )
         assert deduplicated and job.id == "job-alice-done" and job.tenant == "alice-svc"
         bob = dataclasses.replace(alice, requested_by="bob", tenant="bob")
-        job, deduplicated = await store.enqueue(
+        job, deduplicated = await store.commands.enqueue(
             EnqueueParams(job=bob, on_duplicate=OnDuplicate.REJECT)
         )
         assert not deduplicated and job.tenant == "bob"
         # --auth off's tenant "" holds the row of a caller without a token.
-        job, deduplicated = await store.enqueue(
+        job, deduplicated = await store.commands.enqueue(
             EnqueueParams(job=new_job("t-2"), on_duplicate=OnDuplicate.RETURN_EXISTING)
         )
         assert deduplicated and job.id == "job-anon-active"

@@ -123,7 +123,7 @@ async def _one(
     store: JobStore, new: NewJob, on_duplicate: OnDuplicate
 ) -> tuple[Job, bool] | BaseException:
     try:
-        return await store.enqueue(EnqueueParams(job=new, on_duplicate=on_duplicate))
+        return await store.commands.enqueue(EnqueueParams(job=new, on_duplicate=on_duplicate))
     except DuplicateJobError as error:
         return error
 
@@ -157,7 +157,7 @@ async def test_batched_enqueue_returns_the_same_job_as_a_single_one(
     params = {"text": '오늘은 "큐"를 배웠다 📝', "title": "TIL"}
     jobs = await asyncio.gather(
         *(
-            store.enqueue(
+            store.commands.enqueue(
                 EnqueueParams(
                     job=new_job(f"same-{i}", params=params, request_id=f"r-{i}"),
                     on_duplicate=REJECT,
@@ -166,7 +166,7 @@ async def test_batched_enqueue_returns_the_same_job_as_a_single_one(
             for i in range(3)
         )
     )
-    single, _ = await store._enqueue_one(new_job("single", params=params), REJECT)
+    single, _ = await store.commands._enqueue_one(new_job("single", params=params), REJECT)
     for job, deduplicated in jobs:
         assert not deduplicated
         assert job.status is JobStatus.PENDING and job.attempts == () and job.attempt_count == 0
@@ -184,14 +184,16 @@ async def test_batched_enqueue_returns_the_same_job_as_a_single_one(
 async def test_batches_follow_the_load_and_split_at_the_maximum(sql_store: SqlJobStore) -> None:
     store = sql_store
     with batch_statements() as seen:
-        job, _ = await store.enqueue(EnqueueParams(job=new_job("lone"), on_duplicate=REJECT))
+        job, _ = await store.commands.enqueue(
+            EnqueueParams(job=new_job("lone"), on_duplicate=REJECT)
+        )
     assert inserts(seen) == 1 and job.status is JobStatus.PENDING  # alone: no waiting
 
     count = MAX_BATCH + 20
     with batch_statements() as seen:
         results = await asyncio.gather(
             *(
-                store.enqueue(EnqueueParams(job=new_job(f"many-{i}"), on_duplicate=REJECT))
+                store.commands.enqueue(EnqueueParams(job=new_job(f"many-{i}"), on_duplicate=REJECT))
                 for i in range(count)
             )
         )
@@ -207,7 +209,7 @@ async def test_enqueue_is_committed_when_it_returns(open_store: OpenStore) -> No
     try:
 
         async def enqueue_then_read(i: int) -> None:
-            job, _ = await writer.enqueue(
+            job, _ = await writer.commands.enqueue(
                 EnqueueParams(job=new_job(f"seen-{i}"), on_duplicate=REJECT)
             )
             # Another engine, another connection: only committed rows are visible there.
@@ -224,7 +226,7 @@ async def test_a_row_the_database_refuses_fails_only_its_own_caller(store: JobSt
     bad = new_job("bad", max_attempts=0)  # breaks CHECK (max_attempts >= 1)
     results = await asyncio.gather(
         *(
-            store.enqueue(EnqueueParams(job=n, on_duplicate=REJECT))
+            store.commands.enqueue(EnqueueParams(job=n, on_duplicate=REJECT))
             for n in [*good[:3], bad, *good[3:]]
         ),
         return_exceptions=True,
@@ -254,7 +256,7 @@ async def test_concurrent_completes_only_stale_tokens_lose_their_lease(
     stale_token = set(ids[::5])  # a token that is not (or no longer) the job's
     cancelled = set(ids[1::7]) - stale_token  # cancelled: claim token cleared
     for job_id in cancelled:
-        await store.cancel(CancelParams(job_id=job_id, reason="test"))
+        await store.commands.cancel(CancelParams(job_id=job_id, reason="test"))
     clock.advance(3)
     result = {"summary": "요약", "tags": ["t"], "embedding": [0.5, 1.0], "model": "m"}
 

@@ -127,7 +127,7 @@ async def test_retry_failed_by_type_and_time_uses_a_failed_index(
         "ix_async_jobs_failed_type_at",
         "ix_async_jobs_failed_at",
     }, scans
-    outcome = await big_store.retry_failed(
+    outcome = await big_store.commands.retry_failed(
         RetryFailedParams(job_filter=job_filter, limit=1000, dry_run=True, extra_attempts=1)
     )
     assert 0 < outcome.matched_count < ROWS * 12 // 100 // 4

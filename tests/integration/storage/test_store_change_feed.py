@@ -48,9 +48,9 @@ async def test_each_end_and_retry_is_one_change_with_the_job_as_it_was(
     )
     failed = await make_failed(store, "failed")
     cancelled = await enqueue(store, "cancelled")
-    await store.cancel(CancelParams(job_id=cancelled.id, reason="no longer needed"))
+    await store.commands.cancel(CancelParams(job_id=cancelled.id, reason="no longer needed"))
     clock.advance(1)
-    await store.retry_failed(
+    await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(statuses=(JobStatus.FAILED,)),
             limit=10,
@@ -94,10 +94,10 @@ async def test_retention_deletes_a_prefix_and_says_how_far(
     first = await enqueue(store, "old-1")
     second = await enqueue(store, "old-2")
     for job in (first, second):
-        await store.cancel(CancelParams(job_id=job.id, reason=""))
+        await store.commands.cancel(CancelParams(job_id=job.id, reason=""))
     clock.advance(3600)
     young = await enqueue(store, "young")
-    await store.cancel(CancelParams(job_id=young.id, reason=""))
+    await store.commands.cancel(CancelParams(job_id=young.id, reason=""))
     await store.sequence_changes(1000)
 
     cutoff = clock() - timedelta(seconds=60)
@@ -129,7 +129,7 @@ async def test_a_change_that_commits_late_gets_a_later_position_and_is_not_skipp
                     first.id,
                 )
                 # A's change row exists, uncommitted, with the smaller id.
-                await store.cancel(CancelParams(job_id=second.id, reason=""))
+                await store.commands.cancel(CancelParams(job_id=second.id, reason=""))
                 seen = await read_all(store)
                 assert [(c.pos, c.job.id) for c in seen] == [(1, second.id)]
             # A commits now: it comes after what the reader has, not before it.

@@ -207,7 +207,7 @@ async def test_renew_leases_renews_every_owned_lease_in_one_call(
     await store.worker.complete(
         CompleteParams(job_id=c.job.id, token=c.token, result={"summary": "done"})
     )
-    await store.cancel(CancelParams(job_id=d.job.id, reason="user left"))
+    await store.commands.cancel(CancelParams(job_id=d.job.id, reason="user left"))
     clock.advance(8)
     owned = await store.worker.renew_leases(
         RenewLeasesParams(
@@ -246,13 +246,13 @@ async def test_release_gives_the_job_back_without_charging(
 
 async def test_cancel_in_each_state(store: JobStore, clock: FakeClock) -> None:
     pending = await enqueue(store, "x-pending")
-    cancelled = await store.cancel(CancelParams(job_id=pending.id, reason="user asked"))
+    cancelled = await store.commands.cancel(CancelParams(job_id=pending.id, reason="user asked"))
     assert cancelled.status is JobStatus.CANCELLED
     assert cancelled.cancel_reason == "user asked" and cancelled.cancelled_at == clock.now
 
     await enqueue(store, "x-processing")
     (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
-    stopped = await store.cancel(CancelParams(job_id=claim.job.id, reason="stop it"))
+    stopped = await store.commands.cancel(CancelParams(job_id=claim.job.id, reason="stop it"))
     assert stopped.status is JobStatus.CANCELLED
     assert stopped.claim_token is None and stopped.lease_expires_at is None
     assert stopped.attempts[-1].end_time == clock.now
@@ -265,7 +265,7 @@ async def test_cancel_in_each_state(store: JobStore, clock: FakeClock) -> None:
 
     for terminal_id in (pending.id, claim.job.id):
         with pytest.raises(InvalidJobStateError) as err:
-            await store.cancel(CancelParams(job_id=terminal_id, reason="again"))
+            await store.commands.cancel(CancelParams(job_id=terminal_id, reason="again"))
         assert err.value.status == "CANCELLED"
     await enqueue(store, "x-done")
     (done_claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
@@ -273,8 +273,8 @@ async def test_cancel_in_each_state(store: JobStore, clock: FakeClock) -> None:
         CompleteParams(job_id=done_claim.job.id, token=done_claim.token, result={})
     )
     with pytest.raises(InvalidJobStateError):
-        await store.cancel(CancelParams(job_id=done_claim.job.id, reason="too late"))
+        await store.commands.cancel(CancelParams(job_id=done_claim.job.id, reason="too late"))
     with pytest.raises(JobNotFoundError):
-        await store.cancel(
+        await store.commands.cancel(
             CancelParams(job_id="00000000-0000-0000-0000-000000000000", reason="who")
         )

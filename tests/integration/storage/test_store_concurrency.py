@@ -25,7 +25,7 @@ from tests.support.clock import FakeClock
 async def _enqueue_many(store: JobStore, count: int, prefix: str) -> list[str]:
     ids = []
     for i in range(count):
-        job, _ = await store.enqueue(
+        job, _ = await store.commands.enqueue(
             EnqueueParams(job=new_job(f"{prefix}-{i}"), on_duplicate=OnDuplicate.REJECT)
         )
         ids.append(job.id)
@@ -64,7 +64,7 @@ async def test_concurrent_retry_failed_moves_each_job_once(open_store: OpenStore
         failed = [(await make_failed(stores[0], f"rf-{i}")).id for i in range(50)]
         outcomes = await asyncio.gather(
             *(
-                stores[n % 5].retry_failed(
+                stores[n % 5].commands.retry_failed(
                     RetryFailedParams(
                         job_filter=JobFilter(), limit=1000, dry_run=False, extra_attempts=1
                     )
@@ -93,17 +93,17 @@ async def test_retry_failed_skips_a_duplicate_that_appears_mid_call(
     try:
         blocked = await make_failed(store, "mid-a")
         free = await make_failed(store, "mid-b")
-        original = store._active_by_target
+        original = store.commands._active_by_target
 
         async def precheck_then_race(conn, targets):  # type: ignore[no-untyped-def]
             found = await original(conn, targets)
-            await store.enqueue(
+            await store.commands.enqueue(
                 EnqueueParams(job=new_job("mid-a"), on_duplicate=OnDuplicate.REJECT)
             )  # another connection
             return found
 
-        store._active_by_target = precheck_then_race  # type: ignore[method-assign]
-        outcome = await store.retry_failed(
+        store.commands._active_by_target = precheck_then_race  # type: ignore[method-assign]
+        outcome = await store.commands.retry_failed(
             RetryFailedParams(job_filter=JobFilter(), limit=100, dry_run=False, extra_attempts=1)
         )
         assert outcome.retried_ids == (free.id,)

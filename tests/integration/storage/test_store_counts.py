@@ -111,16 +111,16 @@ async def test_counts_follow_every_transition(store: JobStore, clock: FakeClock)
         )[0]
         if j.status is JobStatus.PENDING
     ]
-    await store.cancel(
+    await store.commands.cancel(
         CancelParams(job_id=pending[0].id, reason="operator")
     )  # PENDING -> CANCELLED
     running = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
-    await store.cancel(
+    await store.commands.cancel(
         CancelParams(job_id=running[0].job.id, reason="operator")
     )  # PROCESSING -> CANCELLED
     await assert_counts_exact(store)
 
-    outcome = await store.retry_failed(
+    outcome = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(statuses=(JobStatus.FAILED,)),
             limit=100,
@@ -149,7 +149,7 @@ async def test_counts_of_failed_jobs_and_retries(store: JobStore) -> None:
     for i in range(3):
         await make_failed(store, f"f-{i}", job_type=JobType.TIL_GENERATION)
     await enqueue(store, "f-0", job_type=JobType.TIL_GENERATION)  # blocks f-0's retry
-    dry = await store.retry_failed(
+    dry = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(job_types=(JobType.TIL_GENERATION,)),
             limit=100,
@@ -159,7 +159,7 @@ async def test_counts_of_failed_jobs_and_retries(store: JobStore) -> None:
     )
     assert dry.matched_count == 3
     assert counted(await store.queries.stats())[(JobType.TIL_GENERATION, JobStatus.FAILED)] == 3
-    await store.retry_failed(
+    await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(job_types=(JobType.TIL_GENERATION,)),
             limit=100,

@@ -33,7 +33,7 @@ async def test_enqueue_then_get_round_trips_korean_text_and_utc_times(store: Job
         "text": "오늘은 비동기 작업 큐를 배웠다. 재시도와 리스가 핵심이다.",
         "title": "TIL 📝",
     }
-    job, deduplicated = await store.enqueue(
+    job, deduplicated = await store.commands.enqueue(
         EnqueueParams(
             job=new_job("스크랩-42", params=params, request_id="req-1"),
             on_duplicate=OnDuplicate.REJECT,
@@ -69,14 +69,14 @@ async def test_duplicate_active_job_is_rejected_or_returned(store: JobStore) -> 
         await enqueue(store, "t1")
     assert err.value.existing_job_id == first.id
 
-    same, deduplicated = await store.enqueue(
+    same, deduplicated = await store.commands.enqueue(
         EnqueueParams(job=new_job("t1"), on_duplicate=OnDuplicate.RETURN_EXISTING)
     )
     assert deduplicated and same.id == first.id
 
     # Another job type, or the same target once the job is terminal: allowed.
     await enqueue(store, "t1", job_type=JobType.TIL_GENERATION)
-    await store.cancel(CancelParams(job_id=first.id, reason="test"))
+    await store.commands.cancel(CancelParams(job_id=first.id, reason="test"))
     again = await enqueue(store, "t1")
     assert again.id != first.id
 
@@ -97,13 +97,13 @@ async def test_concurrent_enqueues_of_one_target_make_exactly_one_job(store: Job
 
 
 async def test_request_id_returns_the_original_job(store: JobStore) -> None:
-    job, dedup = await store.enqueue(
+    job, dedup = await store.commands.enqueue(
         EnqueueParams(job=new_job("r1", request_id="key-1"), on_duplicate=OnDuplicate.REJECT)
     )
     assert not dedup
     # Same key, even after the job is terminal and even for another target.
-    await store.cancel(CancelParams(job_id=job.id, reason="done"))
-    again, dedup = await store.enqueue(
+    await store.commands.cancel(CancelParams(job_id=job.id, reason="done"))
+    again, dedup = await store.commands.enqueue(
         EnqueueParams(job=new_job("other", request_id="key-1"), on_duplicate=OnDuplicate.REJECT)
     )
     assert dedup and again.id == job.id
@@ -112,7 +112,7 @@ async def test_request_id_returns_the_original_job(store: JobStore) -> None:
 async def test_concurrent_enqueues_with_one_request_id_return_one_job(store: JobStore) -> None:
     results = await asyncio.gather(
         *(
-            store.enqueue(
+            store.commands.enqueue(
                 EnqueueParams(
                     job=new_job(f"target-{i}", request_id="same-key"),
                     on_duplicate=OnDuplicate.REJECT,

@@ -34,8 +34,8 @@ from san_jobs.job_service.domain.ports import (
     ListJobsParams,
 )
 from san_jobs.job_service.storage.direct import DirectStatement, HeldConnection
+from san_jobs.job_service.storage.job_commands import SqlJobCommands
 from san_jobs.job_service.storage.repository import MAX_BATCH, SqlJobStore
-from san_jobs.job_service.storage.writes import JobWrites
 
 REJECT, RETURN = OnDuplicate.REJECT, OnDuplicate.RETURN_EXISTING
 
@@ -77,7 +77,7 @@ async def active_by_target(store: JobStore) -> dict[str, list[str]]:
 
 async def test_new_items_are_stored_and_returned_in_order(store: JobStore) -> None:
     news = [new_job(f"t-{i}", params={"text": f"text {i}"}) for i in range(5)]
-    outcomes = await store.enqueue_many(items(*news))
+    outcomes = await store.commands.enqueue_many(items(*news))
     jobs = [job_of(o) for o in outcomes]
     assert [j.target_id for j in jobs] == [f"t-{i}" for i in range(5)]
     for job, new in zip(jobs, news, strict=True):
@@ -88,7 +88,7 @@ async def test_new_items_are_stored_and_returned_in_order(store: JobStore) -> No
 async def test_each_kind_of_duplicate_is_answered_as_enqueue_would(store: JobStore) -> None:
     held = await enqueue(store, "held")
     keyed = await enqueue(store, "keyed", request_id="key-1")
-    outcomes = await store.enqueue_many(
+    outcomes = await store.commands.enqueue_many(
         [
             EnqueueParams(new_job("held"), REJECT),  # 0: an active job exists
             EnqueueParams(new_job("held"), RETURN),  # 1: ... returned instead
@@ -118,15 +118,17 @@ async def test_each_kind_of_duplicate_is_answered_as_enqueue_would(store: JobSto
 
 async def test_a_target_whose_job_ended_takes_a_new_one(store: JobStore) -> None:
     ended = await enqueue(store, "t")
-    await store.cancel(CancelParams(job_id=ended.id, reason="test"))
-    (outcome,) = await store.enqueue_many(items(new_job("t")))
+    await store.commands.cancel(CancelParams(job_id=ended.id, reason="test"))
+    (outcome,) = await store.commands.enqueue_many(items(new_job("t")))
     assert job_of(outcome).id != ended.id
 
 
 async def test_a_batch_sent_again_returns_the_same_jobs(store: JobStore) -> None:
     news = [new_job(f"t-{i}", request_id=f"r-{i}") for i in range(20)]
-    first = [job_of(o).id for o in await store.enqueue_many(items(*news))]
-    again = [job_of(o, deduplicated=True).id for o in await store.enqueue_many(items(*news))]
+    first = [job_of(o).id for o in await store.commands.enqueue_many(items(*news))]
+    again = [
+        job_of(o, deduplicated=True).id for o in await store.commands.enqueue_many(items(*news))
+    ]
     assert again == first
     assert len(await all_jobs(store)) == 20
 
@@ -135,7 +137,7 @@ async def test_more_items_than_one_statement_holds(store: JobStore) -> None:
     count = 2 * MAX_BATCH + 7
     news = [new_job(f"n-{i}") for i in range(count)]
     # The last item repeats a target of the first statement's rows.
-    outcomes = await store.enqueue_many(items(*news, new_job("n-3")))
+    outcomes = await store.commands.enqueue_many(items(*news, new_job("n-3")))
     jobs = [job_of(o) for o in outcomes[:count]]
     assert [j.target_id for j in jobs] == [f"n-{i}" for i in range(count)]
     assert duplicate_of(outcomes[count]) == jobs[3].id
@@ -153,14 +155,16 @@ async def test_batches_and_single_enqueues_racing_on_the_same_targets(store: Job
             return [
                 (
                     target,
-                    await store.enqueue(EnqueueParams(job=new_job(target), on_duplicate=REJECT)),
+                    await store.commands.enqueue(
+                        EnqueueParams(job=new_job(target), on_duplicate=REJECT)
+                    ),
                 )
             ]
         except DuplicateJobError as error:
             return [(target, error)]
 
     async def batched(order: list[str]) -> list[tuple[str, EnqueueOutcome]]:
-        outcomes = await store.enqueue_many(items(*(new_job(t) for t in order)))
+        outcomes = await store.commands.enqueue_many(items(*(new_job(t) for t in order)))
         return list(zip(order, outcomes, strict=True))
 
     calls = [batched(targets), batched(targets[::-1]), batched(targets[10:30])]
@@ -182,7 +186,7 @@ async def test_batches_and_single_enqueues_racing_on_the_same_targets(store: Job
 
 async def test_a_row_the_table_refuses_fails_alone(store: JobStore) -> None:
     bad = replace(new_job("bad"), max_attempts=0)  # breaks ck_async_jobs_max_attempts
-    outcomes = await store.enqueue_many(items(new_job("ok-1"), bad, new_job("ok-2")))
+    outcomes = await store.commands.enqueue_many(items(new_job("ok-1"), bad, new_job("ok-2")))
     assert isinstance(outcomes[1], StorageError)
     assert not isinstance(outcomes[1], StorageUnavailableError)
     assert [job_of(outcomes[0]).target_id, job_of(outcomes[2]).target_id] == ["ok-1", "ok-2"]
@@ -193,7 +197,7 @@ async def test_an_unreachable_database_fails_the_whole_call() -> None:
     broken = SqlJobStore("postgresql+asyncpg://postgres@127.0.0.1:1/none")
     try:
         with pytest.raises(StorageUnavailableError):
-            await broken.enqueue_many(items(new_job("x"), new_job("y")))
+            await broken.commands.enqueue_many(items(new_job("x"), new_job("y")))
     finally:
         await broken.close()
 
@@ -232,9 +236,12 @@ async def test_a_resent_keyed_batch_takes_one_lookup_per_chunk(sql_store: SqlJob
     """Sent again, 2 chunks of keyed items: per chunk its INSERT (which stores
     nothing) and one SELECT by request_id; before, 2 round trips per item."""
     news = [new_job(f"t-{i}", request_id=f"r-{i}") for i in range(MAX_BATCH + 100)]
-    first = [job_of(o) for o in await sql_store.enqueue_many(items(*news))]
+    first = [job_of(o) for o in await sql_store.commands.enqueue_many(items(*news))]
     with statements_on_jobs() as seen:
-        again = [job_of(o, deduplicated=True) for o in await sql_store.enqueue_many(items(*news))]
+        again = [
+            job_of(o, deduplicated=True)
+            for o in await sql_store.commands.enqueue_many(items(*news))
+        ]
     assert again == first
     assert sum("INSERT" in s for s in seen) == 2
     assert sum(s.lstrip().startswith("SELECT") for s in seen) == 2
@@ -246,10 +253,10 @@ async def test_resent_unkeyed_items_take_one_lookup_per_chunk(sql_store: SqlJobS
     (per job type), REJECT naming the job and RETURN_EXISTING giving it back."""
     news = [new_job(f"t-{i}") for i in range(30)]
     news += [new_job(f"t-{i}", job_type=JobType.TIL_GENERATION) for i in range(5)]
-    first = [job_of(o) for o in await sql_store.enqueue_many(items(*news))]
+    first = [job_of(o) for o in await sql_store.commands.enqueue_many(items(*news))]
     with statements_on_jobs() as seen:
-        rejected = await sql_store.enqueue_many(items(*news))
-        returned = await sql_store.enqueue_many(items(*news, on_duplicate=RETURN))
+        rejected = await sql_store.commands.enqueue_many(items(*news))
+        returned = await sql_store.commands.enqueue_many(items(*news, on_duplicate=RETURN))
     assert [duplicate_of(o) for o in rejected] == [j.id for j in first]
     assert [job_of(o, deduplicated=True) for o in returned] == first
     # Per call: the INSERT, then one SELECT per job type.
@@ -258,10 +265,10 @@ async def test_resent_unkeyed_items_take_one_lookup_per_chunk(sql_store: SqlJobS
 
 async def test_new_and_resent_items_mixed(store: JobStore) -> None:
     old = [new_job(f"old-{i}", request_id=f"r-old-{i}") for i in range(10)]
-    held = [job_of(o) for o in await store.enqueue_many(items(*old))]
+    held = [job_of(o) for o in await store.commands.enqueue_many(items(*old))]
     fresh = [new_job(f"new-{i}", request_id=f"r-new-{i}") for i in range(10)]
     mixed = [item for pair in zip(old, fresh, strict=True) for item in pair]
-    outcomes = await store.enqueue_many(items(*mixed))
+    outcomes = await store.commands.enqueue_many(items(*mixed))
     assert [job_of(o, deduplicated=True) for o in outcomes[::2]] == held
     created = [job_of(o) for o in outcomes[1::2]]
     assert [j.target_id for j in created] == [f"new-{i}" for i in range(10)]
@@ -269,8 +276,8 @@ async def test_new_and_resent_items_mixed(store: JobStore) -> None:
 
 
 async def test_resent_active_duplicates_reject_or_return_per_item(store: JobStore) -> None:
-    a, b = (job_of(o) for o in await store.enqueue_many(items(new_job("a"), new_job("b"))))
-    outcomes = await store.enqueue_many(
+    a, b = (job_of(o) for o in await store.commands.enqueue_many(items(new_job("a"), new_job("b"))))
+    outcomes = await store.commands.enqueue_many(
         [
             EnqueueParams(new_job("a"), REJECT),
             EnqueueParams(new_job("b"), RETURN),
@@ -285,8 +292,8 @@ async def test_resent_active_duplicates_reject_or_return_per_item(store: JobStor
 async def test_repeats_within_a_resent_batch(store: JobStore) -> None:
     """Each repeat is answered against the one job: the request_id's, else the
     target's, as for a first send."""
-    keyed = job_of((await store.enqueue_many(items(new_job("k", request_id="rk"))))[0])
-    outcomes = await store.enqueue_many(
+    keyed = job_of((await store.commands.enqueue_many(items(new_job("k", request_id="rk"))))[0])
+    outcomes = await store.commands.enqueue_many(
         [
             EnqueueParams(new_job("k", request_id="rk"), REJECT),  # the stored request: its job
             EnqueueParams(new_job("other", request_id="rk"), REJECT),  # the same key: the same job
@@ -312,17 +319,17 @@ async def test_a_job_that_ended_after_the_insert_is_enqueued_again(
     left the active states before the lookup. The item is then enqueued alone, as
     `enqueue` would: a new job."""
     held = await enqueue(sql_store, "t")
-    insert_chunk = JobWrites._insert_chunk
+    insert_chunk = SqlJobCommands._insert_chunk
 
     async def insert_then_cancel(
-        writes: JobWrites, batch: Sequence[tuple[NewJob, OnDuplicate]], chunk: list[int]
+        writes: SqlJobCommands, batch: Sequence[tuple[NewJob, OnDuplicate]], chunk: list[int]
     ) -> list[Job | None]:
         jobs = await insert_chunk(writes, batch, chunk)
-        await sql_store.cancel(CancelParams(job_id=held.id, reason="ended meanwhile"))
+        await sql_store.commands.cancel(CancelParams(job_id=held.id, reason="ended meanwhile"))
         return jobs
 
-    monkeypatch.setattr(JobWrites, "_insert_chunk", insert_then_cancel)
-    (outcome,) = await sql_store.enqueue_many(items(new_job("t")))
+    monkeypatch.setattr(SqlJobCommands, "_insert_chunk", insert_then_cancel)
+    (outcome,) = await sql_store.commands.enqueue_many(items(new_job("t")))
     created = job_of(outcome)
     assert created.id != held.id
     assert (await sql_store.queries.get(created.id)) == created
@@ -338,7 +345,7 @@ async def test_request_params_are_stored_as_sent(store: JobStore) -> None:
         {},
     ]
     news = [new_job(f"p-{i}", params=p) for i, p in enumerate(params)]
-    jobs = [job_of(o) for o in await store.enqueue_many(items(*news))]
+    jobs = [job_of(o) for o in await store.commands.enqueue_many(items(*news))]
     for job, sent in zip(jobs, params, strict=True):
         assert job.request_params == sent
         stored = await store.queries.get(job.id)

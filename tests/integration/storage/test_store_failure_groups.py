@@ -37,7 +37,7 @@ async def fail_one(
     job_type: JobType = JobType.CARD_ANALYSIS,
 ) -> Job:
     """Enqueue, claim and fail for good one job with this error."""
-    job, _ = await store.enqueue(
+    job, _ = await store.commands.enqueue(
         EnqueueParams(
             job=new_job(target, job_type, max_attempts=1), on_duplicate=OnDuplicate.REJECT
         )
@@ -159,7 +159,7 @@ async def test_at_most_max_groups_largest_first_and_truncated_says_so(
 async def test_a_retried_job_leaves_its_group(store: JobStore, clock: FakeClock) -> None:
     job = await fail_one(store, "t1", TIMEOUT)
     await fail_one(store, "t2", TIMEOUT)
-    await store.retry_failed(
+    await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(job_ids=(job.id,)), limit=10, dry_run=False, extra_attempts=1
         )

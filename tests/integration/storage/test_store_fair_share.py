@@ -26,7 +26,7 @@ async def _enqueue(
 ) -> None:
     for n in range(count):
         new = NewJob(job_type, f"{caller}-{n}", {"text": "x"}, caller, None, 3)
-        await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
+        await store.commands.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
         clock.advance(0.001)  # each job due after the one before
 
 

@@ -45,7 +45,7 @@ async def claimed(store: JobStore, target_id: str, max_attempts: int = 3) -> Cla
         max_attempts=max_attempts,
         traceparent=TRACEPARENT,
     )
-    await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
+    await store.commands.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
     claims = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
     (claim,) = [c for c in claims if c.job.target_id == target_id]
     return claim
@@ -118,7 +118,7 @@ async def test_a_batch_mixes_claimed_unclaimed_and_lost(store: JobStore) -> None
     whole, or LeaseLostError."""
     claims = [await claimed(store, f"t{i}") for i in range(4)]
     lost = claims[3]
-    await store.cancel(CancelParams(job_id=lost.job.id, reason="stop"))
+    await store.commands.cancel(CancelParams(job_id=lost.job.id, reason="stop"))
     outcomes = await asyncio.gather(
         store.worker.complete(
             CompleteParams(

@@ -37,7 +37,7 @@ async def enqueue(
     **kwargs: Any,
 ) -> Job:
     new = replace(new_job(target_id, job_type), priority=priority, **kwargs)
-    job, _ = await store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
+    job, _ = await store.commands.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
     return job
 
 

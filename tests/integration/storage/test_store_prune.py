@@ -41,7 +41,7 @@ async def make_completed(store: JobStore, target_id: str) -> Job:
 
 async def make_cancelled(store: JobStore, target_id: str) -> Job:
     job = await enqueue(store, target_id)
-    return await store.cancel(CancelParams(job_id=job.id, reason="not needed"))
+    return await store.commands.cancel(CancelParams(job_id=job.id, reason="not needed"))
 
 
 async def exists(store: JobStore, job_id: str) -> bool:
@@ -170,7 +170,7 @@ async def test_a_retried_failed_job_is_not_pruned_as_failed(
 ) -> None:
     failed = await make_failed(store, "retried")
     clock.advance(60)
-    outcome = await store.retry_failed(
+    outcome = await store.commands.retry_failed(
         RetryFailedParams(job_filter=JobFilter(), limit=10, dry_run=False, extra_attempts=1)
     )
     assert outcome.retried_ids == (failed.id,)

@@ -20,7 +20,7 @@ async def test_retry_failed_moves_matching_jobs_and_keeps_history(
     timeout = await make_failed(store, "r1", "Timeout: deadline exceeded")
     clock.advance(10)
     other = await make_failed(store, "r2", "AI gateway unavailable: refused")
-    outcome = await store.retry_failed(
+    outcome = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(error_message_contains="Timeout"),
             limit=100,
@@ -50,7 +50,7 @@ async def test_retry_failed_dry_run_limit_and_time_filters(
     for i in range(5):
         ids.append((await make_failed(store, f"d{i}")).id)
         clock.advance(60)
-    dry = await store.retry_failed(
+    dry = await store.commands.retry_failed(
         RetryFailedParams(job_filter=JobFilter(), limit=3, dry_run=True, extra_attempts=1)
     )
     assert dry.matched_count == 3 and dry.retried_ids == tuple(ids[:3])  # oldest failure first
@@ -63,7 +63,7 @@ async def test_retry_failed_dry_run_limit_and_time_filters(
 
     fourth_failed_at = (await store.queries.get(ids[3])).failed_at
     assert fourth_failed_at is not None
-    late = await store.retry_failed(
+    late = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(failed_after=fourth_failed_at),
             limit=100,
@@ -72,7 +72,7 @@ async def test_retry_failed_dry_run_limit_and_time_filters(
         )
     )
     assert late.retried_ids == tuple(ids[3:])
-    early = await store.retry_failed(
+    early = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(failed_before=fourth_failed_at),
             limit=1,
@@ -81,7 +81,7 @@ async def test_retry_failed_dry_run_limit_and_time_filters(
         )
     )
     assert early.retried_ids == (ids[0],)
-    by_type = await store.retry_failed(
+    by_type = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(job_types=(JobType.TIL_GENERATION,)),
             limit=100,
@@ -97,7 +97,7 @@ async def test_retry_failed_skips_a_target_with_an_active_job(store: JobStore) -
     active = await enqueue(store, "busy")
     free = await make_failed(store, "free")
     for dry_run in (True, False):
-        outcome = await store.retry_failed(
+        outcome = await store.commands.retry_failed(
             RetryFailedParams(job_filter=JobFilter(), limit=100, dry_run=dry_run, extra_attempts=1)
         )
         assert outcome.matched_count == 2
@@ -114,7 +114,7 @@ async def test_two_failed_jobs_of_one_target_retry_only_one(
     older = await make_failed(store, "twice")
     clock.advance(1)
     newer = await make_failed(store, "twice")
-    outcome = await store.retry_failed(
+    outcome = await store.commands.retry_failed(
         RetryFailedParams(job_filter=JobFilter(), limit=100, dry_run=False, extra_attempts=1)
     )
     assert outcome.retried_ids == (older.id,)
@@ -127,13 +127,13 @@ async def test_retry_failed_by_ids_and_targets(store: JobStore) -> None:
     a = await make_failed(store, "ta")
     b = await make_failed(store, "tb")
     c = await make_failed(store, "tc")
-    by_id = await store.retry_failed(
+    by_id = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(job_ids=(a.id,)), limit=100, dry_run=False, extra_attempts=1
         )
     )
     assert by_id.retried_ids == (a.id,)
-    by_target = await store.retry_failed(
+    by_target = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(target_ids=("tc",)), limit=100, dry_run=False, extra_attempts=1
         )
@@ -141,7 +141,7 @@ async def test_retry_failed_by_ids_and_targets(store: JobStore) -> None:
     assert by_target.retried_ids == (c.id,)
     assert (await store.queries.get(b.id)).status is JobStatus.FAILED
     # Only FAILED jobs move: a retried (now PENDING) job is not matched again.
-    again = await store.retry_failed(
+    again = await store.commands.retry_failed(
         RetryFailedParams(
             job_filter=JobFilter(job_ids=(a.id,)), limit=100, dry_run=False, extra_attempts=1
         )

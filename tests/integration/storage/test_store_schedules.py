@@ -281,7 +281,7 @@ async def test_with_a_window_a_missed_period_waits_for_the_previous_job(
     assert await store.next_schedule_fire_at() is None
     (stored,) = await store.find_schedules("nightly", "")
     assert stored.next_fire_at == due + timedelta(seconds=60) and stored.skipped_count == 0
-    await store.cancel(CancelParams(job_id=first.job.id, reason="done with it"))
+    await store.commands.cancel(CancelParams(job_id=first.job.id, reason="done with it"))
     assert await store.next_schedule_fire_at() == due + timedelta(seconds=60)
     # The next round fires due+60; due+120 then waits for that job in turn.
     fired = [o for _ in range(2) for o in await store.fire_due_schedules()]
@@ -361,7 +361,7 @@ async def test_waiting_schedules_of_one_tenant_do_not_stop_anothers(
         fired = outcomes[0].job
         assert fired is not None and not outcomes[0].deduplicated
         periods.append(outcomes[0].period)
-        await store.cancel(CancelParams(job_id=fired.id, reason="victor's worker ran it"))
+        await store.commands.cancel(CancelParams(job_id=fired.id, reason="victor's worker ran it"))
         # The loop sleeps until victor's next period: mallory's are not due.
         (victor,) = await store.find_schedules("v", "victor")
         assert await store.next_schedule_fire_at() == victor.next_fire_at
@@ -372,7 +372,7 @@ async def test_waiting_schedules_of_one_tenant_do_not_stop_anothers(
     # within its window), no other of hers.
     (m0,) = await store.find_schedules("m-000", "mallory")
     assert m0.last_job_id is not None
-    await store.cancel(CancelParams(job_id=m0.last_job_id, reason="ended"))
+    await store.commands.cancel(CancelParams(job_id=m0.last_job_id, reason="ended"))
     outcomes = await store.fire_due_schedules()  # (victor's too, if he is catching up)
     (resumed,) = [o for o in outcomes if o.schedule.tenant == "mallory"]
     assert resumed.schedule.schedule_id == "m-000" and resumed.job is not None

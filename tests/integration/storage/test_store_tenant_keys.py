@@ -34,50 +34,52 @@ def of(tenant: str, target_id: str = "scrap-1", **kwargs: object) -> NewJob:
 
 
 async def test_one_request_id_in_two_tenants_is_two_jobs(store: JobStore) -> None:
-    alice, deduplicated = await store.enqueue(
+    alice, deduplicated = await store.commands.enqueue(
         EnqueueParams(job=of("alice", "a-1", request_id="rid"), on_duplicate=REJECT)
     )
     assert not deduplicated
-    bob, deduplicated = await store.enqueue(
+    bob, deduplicated = await store.commands.enqueue(
         EnqueueParams(job=of("bob", "b-1", request_id="rid"), on_duplicate=REJECT)
     )
     assert not deduplicated and bob.id != alice.id
     assert (bob.requested_by, bob.tenant, bob.target_id) == ("bob", "bob", "b-1")
     # Within a tenant the key still means the same job.
-    again, deduplicated = await store.enqueue(
+    again, deduplicated = await store.commands.enqueue(
         EnqueueParams(job=of("alice", "other", request_id="rid"), on_duplicate=REJECT)
     )
     assert deduplicated and again.id == alice.id
-    again, deduplicated = await store.enqueue(
+    again, deduplicated = await store.commands.enqueue(
         EnqueueParams(job=of("bob", "other", request_id="rid"), on_duplicate=RETURN)
     )
     assert deduplicated and again.id == bob.id
 
 
 async def test_one_active_target_in_two_tenants_is_two_jobs(store: JobStore) -> None:
-    alice, _ = await store.enqueue(EnqueueParams(job=of("alice"), on_duplicate=REJECT))
+    alice, _ = await store.commands.enqueue(EnqueueParams(job=of("alice"), on_duplicate=REJECT))
     for on_duplicate in (REJECT, RETURN):
-        bob, deduplicated = await store.enqueue(
+        bob, deduplicated = await store.commands.enqueue(
             EnqueueParams(job=of("bob"), on_duplicate=on_duplicate)
         )
         assert not deduplicated and bob.id != alice.id and bob.tenant == "bob"
         # Bob's own duplicate names bob's job, never alice's.
         with pytest.raises(DuplicateJobError) as refused:
-            await store.enqueue(EnqueueParams(job=of("bob"), on_duplicate=REJECT))
+            await store.commands.enqueue(EnqueueParams(job=of("bob"), on_duplicate=REJECT))
         assert refused.value.existing_job_id == bob.id
-        same, deduplicated = await store.enqueue(EnqueueParams(job=of("bob"), on_duplicate=RETURN))
+        same, deduplicated = await store.commands.enqueue(
+            EnqueueParams(job=of("bob"), on_duplicate=RETURN)
+        )
         assert deduplicated and same.id == bob.id
-        await store.cancel(CancelParams(job_id=bob.id, reason="next round"))
+        await store.commands.cancel(CancelParams(job_id=bob.id, reason="next round"))
     with pytest.raises(DuplicateJobError) as refused:
-        await store.enqueue(EnqueueParams(job=of("alice"), on_duplicate=REJECT))
+        await store.commands.enqueue(EnqueueParams(job=of("alice"), on_duplicate=REJECT))
     assert refused.value.existing_job_id == alice.id
 
 
 async def test_enqueue_many_keys_each_item_within_its_tenant(store: JobStore) -> None:
-    alice, _ = await store.enqueue(
+    alice, _ = await store.commands.enqueue(
         EnqueueParams(job=of("alice", "t-1", request_id="rid-1"), on_duplicate=REJECT)
     )
-    outcomes = await store.enqueue_many(
+    outcomes = await store.commands.enqueue_many(
         [
             EnqueueParams(of("bob", "t-1"), REJECT),  # alice's active target: bob's own job
             EnqueueParams(
@@ -102,7 +104,9 @@ async def test_one_group_commit_carries_several_tenants_rows(store: JobStore) ->
     tenants = ["alice", "bob", "carol", "alice"]
     results = await asyncio.gather(
         *(
-            store.enqueue(EnqueueParams(job=of(t, "shared", request_id="rid"), on_duplicate=REJECT))
+            store.commands.enqueue(
+                EnqueueParams(job=of(t, "shared", request_id="rid"), on_duplicate=REJECT)
+            )
             for t in tenants
         )
     )
@@ -116,14 +120,14 @@ async def test_one_group_commit_carries_several_tenants_rows(store: JobStore) ->
 
 async def test_the_one_tenant_of_auth_off_keeps_global_keys(store: JobStore) -> None:
     # --auth off: tenant "" whoever requested_by says it is.
-    first, _ = await store.enqueue(
+    first, _ = await store.commands.enqueue(
         EnqueueParams(job=new_job("t-off", request_id="rid-off"), on_duplicate=REJECT)
     )
     other = dataclasses.replace(new_job("t-elsewhere", request_id="rid-off"), requested_by="x")
-    same, deduplicated = await store.enqueue(EnqueueParams(job=other, on_duplicate=REJECT))
+    same, deduplicated = await store.commands.enqueue(EnqueueParams(job=other, on_duplicate=REJECT))
     assert deduplicated and same.id == first.id and first.tenant == ""
     with pytest.raises(DuplicateJobError):
-        await store.enqueue(
+        await store.commands.enqueue(
             EnqueueParams(
                 job=dataclasses.replace(new_job("t-off"), requested_by="y"), on_duplicate=REJECT
             )
@@ -131,7 +135,7 @@ async def test_the_one_tenant_of_auth_off_keeps_global_keys(store: JobStore) -> 
 
 
 async def _failed(store: JobStore, new: NewJob) -> str:
-    job, _ = await store.enqueue(EnqueueParams(job=new, on_duplicate=REJECT))
+    job, _ = await store.commands.enqueue(EnqueueParams(job=new, on_duplicate=REJECT))
     claims = await store.worker.claim(ClaimParams(limit=1000, lease_seconds=60))
     for claim in claims:
         if claim.job.id == job.id:
@@ -147,9 +151,11 @@ async def test_retry_failed_checks_the_active_slot_within_the_tenant(store: JobS
     alice_failed = await _failed(store, of("alice", "t-r"))
     bob_failed = await _failed(store, of("bob", "t-r"))
     # Bob has an active job of the target again; alice has none.
-    bob_active, _ = await store.enqueue(EnqueueParams(job=of("bob", "t-r"), on_duplicate=REJECT))
+    bob_active, _ = await store.commands.enqueue(
+        EnqueueParams(job=of("bob", "t-r"), on_duplicate=REJECT)
+    )
     flt = JobFilter(target_ids=("t-r",), job_types=(JobType.CARD_ANALYSIS,))
-    outcome = await store.retry_failed(
+    outcome = await store.commands.retry_failed(
         RetryFailedParams(job_filter=flt, limit=100, dry_run=False, extra_attempts=1)
     )
     assert outcome.retried_ids == (alice_failed,)

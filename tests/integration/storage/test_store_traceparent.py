@@ -16,9 +16,11 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 async def test_traceparent_is_stored_and_read_back_by_get_list_and_claim(store: JobStore) -> None:
     traced = dataclasses.replace(new_job("traced"), traceparent=TRACEPARENT)
-    job, _ = await store.enqueue(EnqueueParams(job=traced, on_duplicate=OnDuplicate.REJECT))
+    job, _ = await store.commands.enqueue(
+        EnqueueParams(job=traced, on_duplicate=OnDuplicate.REJECT)
+    )
     assert job.traceparent == TRACEPARENT
-    untraced, _ = await store.enqueue(
+    untraced, _ = await store.commands.enqueue(
         EnqueueParams(job=new_job("untraced"), on_duplicate=OnDuplicate.REJECT)
     )
     assert untraced.traceparent is None
@@ -43,7 +45,7 @@ async def test_enqueues_batched_together_keep_each_its_own_traceparent(store: Jo
     parents = [f"00-{index:032x}-{index:016x}-01" for index in range(1, 6)]
     jobs = await asyncio.gather(
         *(
-            store.enqueue(
+            store.commands.enqueue(
                 EnqueueParams(
                     job=dataclasses.replace(new_job(f"t{index}"), traceparent=parent),
                     on_duplicate=OnDuplicate.REJECT,

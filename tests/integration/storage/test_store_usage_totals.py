@@ -35,7 +35,7 @@ async def run_once(
     fails: bool = False,
 ) -> None:
     """Enqueue a job for `caller` and end its one attempt with `usage`."""
-    job, _ = await store.enqueue(
+    job, _ = await store.commands.enqueue(
         EnqueueParams(
             job=replace(new_job(target, job_type, max_attempts=1), requested_by=caller),
             on_duplicate=OnDuplicate.REJECT,
@@ -64,7 +64,7 @@ async def run_once(
 async def test_each_attempt_keeps_its_usage_and_a_failed_one_too(
     store: JobStore, clock: FakeClock
 ) -> None:
-    job, _ = await store.enqueue(
+    job, _ = await store.commands.enqueue(
         EnqueueParams(job=new_job("t-1", max_attempts=3), on_duplicate=OnDuplicate.REJECT)
     )
     (first,) = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
@@ -87,7 +87,9 @@ async def test_each_attempt_keeps_its_usage_and_a_failed_one_too(
 
 
 async def test_an_attempt_without_usage_stays_without(store: JobStore) -> None:
-    job, _ = await store.enqueue(EnqueueParams(job=new_job("t-1"), on_duplicate=OnDuplicate.REJECT))
+    job, _ = await store.commands.enqueue(
+        EnqueueParams(job=new_job("t-1"), on_duplicate=OnDuplicate.REJECT)
+    )
     (claim,) = await store.worker.claim(ClaimParams(limit=10, lease_seconds=60))
     assert claim.job.attempts[-1].usage is None, "an open attempt has none"
     done = await store.worker.complete(

@@ -54,7 +54,7 @@ async def enqueue(store: JobStore, count: int = 1, max_attempts: int = 3) -> lis
             None,
             max_attempts,
         )
-        job, _ = await store.enqueue(EnqueueParams(new))
+        job, _ = await store.commands.enqueue(EnqueueParams(new))
         jobs.append(job)
     return jobs
 

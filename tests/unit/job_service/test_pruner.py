@@ -58,14 +58,14 @@ def store(clock: FakeClock) -> MemoryJobStore:
 
 
 async def ended(store: MemoryJobStore, target_id: str, status: JobStatus) -> Job:
-    job, _ = await store.enqueue(
+    job, _ = await store.commands.enqueue(
         EnqueueParams(
             job=NewJob(JobType.CARD_ANALYSIS, target_id, {"text": "t"}, "tester", None, 1),
             on_duplicate=OnDuplicate.REJECT,
         )
     )
     if status is CANCELLED:
-        return await store.cancel(CancelParams(job_id=job.id, reason="no"))
+        return await store.commands.cancel(CancelParams(job_id=job.id, reason="no"))
     (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     if status is COMPLETED:
         return await store.worker.complete(
@@ -111,7 +111,7 @@ async def test_a_run_deletes_each_status_past_its_own_retention_in_batches(
     done = [await ended(store, f"done-{i}", COMPLETED) for i in range(5)]
     failed = await ended(store, "failed", FAILED)
     cancelled = await ended(store, "cancelled", CANCELLED)
-    pending, _ = await store.enqueue(
+    pending, _ = await store.commands.enqueue(
         EnqueueParams(
             job=NewJob(JobType.CARD_ANALYSIS, "pending", {"text": "t"}, "tester", None, 1),
             on_duplicate=OnDuplicate.REJECT,

@@ -67,7 +67,7 @@ class Rig:
     async def enqueue(self, count: int, max_attempts: int = 3) -> None:
         for _ in range(count):
             new = NewJob(CARD, f"t-{len(self.jobs)}", {"text": "x"}, "tester", None, max_attempts)
-            job, _ = await self.store.enqueue(
+            job, _ = await self.store.commands.enqueue(
                 EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT)
             )
             self.jobs.append(job.id)

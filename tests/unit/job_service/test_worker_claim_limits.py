@@ -92,7 +92,7 @@ async def run_jobs(
     worker = Worker(store, gateway, published, config, random.Random(1), clock=clock)
     ids = []
     for n, kind in enumerate(jobs):
-        job, _ = await store.enqueue(
+        job, _ = await store.commands.enqueue(
             EnqueueParams(
                 job=NewJob(kind, f"t-{n}", {"text": "x"}, "tester", None, 3),
                 on_duplicate=OnDuplicate.REJECT,

@@ -59,7 +59,9 @@ class Rig:
 
     async def enqueue(self, target: str, max_attempts: int = 3) -> str:
         new = NewJob(CARD, target, {"text": "x"}, "tester", None, max_attempts)
-        job, _ = await self.store.enqueue(EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT))
+        job, _ = await self.store.commands.enqueue(
+            EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT)
+        )
         self.worker.wake()
         return job.id
 
@@ -127,7 +129,7 @@ async def test_each_attempt_is_counted_with_its_outcome_wait_and_run() -> None:
         gateway.started.clear()
         await gateway.started.wait()
         await r.until(slow, JobStatus.PROCESSING)
-        await r.store.cancel(CancelParams(job_id=slow, reason="operator", owner=None))
+        await r.store.commands.cancel(CancelParams(job_id=slow, reason="operator", owner=None))
         r.worker.cancel_local([slow])
         await asyncio.sleep(1)
         assert r.outcomes("cancelled", "CANCELLED") == 1

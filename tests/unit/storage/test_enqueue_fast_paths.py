@@ -14,9 +14,9 @@ import pytest
 
 from san_jobs.job_service.domain import job_ids
 from san_jobs.job_service.domain.model import Job, JobStatus, JobType, NewJob
+from san_jobs.job_service.storage.enqueue_conflicts import enqueue_row
 from san_jobs.job_service.storage.rows import pending_job
 from san_jobs.job_service.storage.statements import Statements
-from san_jobs.job_service.storage.writes import enqueue_row
 from san_jobs.job_service.transport import requests
 
 NOW = datetime(2025, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)

@@ -28,7 +28,7 @@ async def test_a_changed_declaration_changes_what_the_store_writes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = MemoryJobStore(clock=lambda: NOW)
-    await store.enqueue(EnqueueParams(job=_new_job(), on_duplicate=OnDuplicate.REJECT))
+    await store.commands.enqueue(EnqueueParams(job=_new_job(), on_duplicate=OnDuplicate.REJECT))
     (claim,) = await store.worker.claim(ClaimParams(limit=1, lease_seconds=60))
     marked = dataclasses.replace(
         RELEASE, sets={**RELEASE.sets, "cancel_reason": Lit("given back at shutdown")}

@@ -12,6 +12,7 @@ import pytest
 from san_jobs.job_service.domain import transitions as tr
 from san_jobs.job_service.domain.model import ALLOWED_TRANSITIONS, JobAttempt, JobStatus
 from san_jobs.job_service.domain.ports import (
+    JobCommands,
     JobQueries,
     JobStore,
     PauseStore,
@@ -20,7 +21,7 @@ from san_jobs.job_service.domain.ports import (
 )
 
 # The ports over async_jobs' rows.
-PORTS = (JobStore, WorkerStore, JobQueries, PauseStore, RetentionStore)
+PORTS = (JobStore, JobCommands, WorkerStore, JobQueries, PauseStore, RetentionStore)
 # Which declarations each write of those ports applies. Every port method is a
 # write (here) or a read (READS): a new write without a declaration fails below.
 PORT_WRITES: dict[str, tuple[tr.Transition, ...]] = {

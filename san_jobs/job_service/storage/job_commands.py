@@ -1,4 +1,6 @@
-"""Enqueue: one job, or BatchEnqueue's many (the worker's writes: worker_store.py).
+"""SqlJobCommands: the job commands' port (domain/ports.JobCommands) on `async_jobs`:
+Enqueue (one job, or BatchEnqueue's many; a job with depends_on: dependencies.py),
+CancelJob and RetryFailed. The worker's writes are worker_store.py's.
 
 An Enqueue is one atomic `INSERT ... RETURNING` statement, run without BEGIN/COMMIT
 round trips. Concurrent enqueues are coalesced (batching.py): the calls waiting at
@@ -10,53 +12,85 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
+    InvalidJobStateError,
     InvalidRequestError,
+    JobNotFoundError,
     StorageError,
     StorageUnavailableError,
 )
-from san_jobs.job_service.domain.job_ids import new_job_id, new_job_ids
+from san_jobs.job_service.domain.job_ids import new_job_ids
 from san_jobs.job_service.domain.model import (
     Job,
     NewJob,
     OnDuplicate,
+    RetryOutcome,
 )
 from san_jobs.job_service.domain.ports import (
+    CancelParams,
     EnqueueOutcome,
     EnqueueParams,
+    RetryFailedParams,
 )
+from san_jobs.job_service.domain.transitions import (
+    NOT_CANCELLABLE,
+    RETRIED_BY_ANOTHER_CALL,
+    active_holder_reason,
+    cancel_message,
+)
+from san_jobs.job_service.storage import queries
 from san_jobs.job_service.storage.batching import MAX_BATCH, GroupCommit, refused_for_its_data
-from san_jobs.job_service.storage.connections import Connections, StoreParts
+from san_jobs.job_service.storage.connections import Connections, HotStatements
+from san_jobs.job_service.storage.dependencies import DependentEnqueue
 from san_jobs.job_service.storage.direct import StatementInDoubtError
+from san_jobs.job_service.storage.enqueue_conflicts import (
+    CONFLICT_TRIES,
+    KEPT_CONFLICTING,
+    enqueue_row,
+    insert_or_answer,
+)
 from san_jobs.job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
 from san_jobs.job_service.storage.json_sql import row_time
-from san_jobs.job_service.storage.rows import pending_job
+from san_jobs.job_service.storage.rows import chunks, pending_job
 from san_jobs.job_service.storage.statements import Statements
 from san_jobs.job_service.storage.transition_sql import Rows, time_params
 
 
-class JobWrites(StoreParts):
-    # get_many (job_queries.py), for rows an in-doubt or refused statement left unknown.
-    _read_many: Callable[[Sequence[str]], Awaitable[list[Job]]]
+class SqlJobCommands:
+    """The job commands on SQLite or PostgreSQL: the store's connections, statements and
+    clock, and `read_many` (the queries' get_many) for rows an in-doubt or refused
+    statement left unknown. `enqueue_interval`: under load, the shortest time between
+    two enqueue commits (batching.GroupCommit's min_interval)."""
 
-    async def _enqueue_with_dependencies(
-        self, new: NewJob, on_duplicate: OnDuplicate
-    ) -> tuple[Job, bool]:
-        """A job with depends_on, alone, in a transaction (dependencies.py)."""
-        raise NotImplementedError
-
-    def _start_group_commits(self, enqueue_interval: float) -> None:
-        # Group commit of the hot-path writes: concurrent calls share one statement.
+    def __init__(
+        self,
+        *,
+        db: Connections,
+        sql: Statements,
+        hot: HotStatements,
+        now: Callable[[], datetime],
+        read_many: Callable[[Sequence[str]], Awaitable[list[Job]]],
+        enqueue_interval: float = 0.0,
+    ) -> None:
+        self._db = db
+        self._sql = sql
+        self._hot = hot
+        self._now = now
+        self._read_many = read_many
+        # A job with depends_on: alone, in a transaction (dependencies.py).
+        self._dependents = DependentEnqueue(db=db, sql=sql, now=now)
+        # Group commit of the enqueues: concurrent calls share one statement.
         self._enqueues: GroupCommit[NewJob, Job | None] = GroupCommit(
             self._enqueue_batch, max_batch=MAX_BATCH, name="enqueue", min_interval=enqueue_interval
         )
 
-    async def _wait_writes_idle(self) -> None:
+    async def wait_idle(self) -> None:
+        """Return once no enqueue waits for its statement (before the store closes)."""
         await self._enqueues.wait_idle()
 
     # -- enqueue ------------------------------------------------------------------------
@@ -64,7 +98,7 @@ class JobWrites(StoreParts):
     async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
         new, on_duplicate = params.job, params.on_duplicate
         if new.depends_on:
-            return await self._enqueue_with_dependencies(new, on_duplicate)
+            return await self._dependents.enqueue(new, on_duplicate)
         # Concurrent enqueues share one INSERT (group commit); the future resolves
         # after that statement committed. A row the unique indexes refused (a
         # request_id repeat, an active duplicate, also one within the same batch) is
@@ -253,7 +287,7 @@ class JobWrites(StoreParts):
 
     async def _enqueue_one(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         if new.depends_on:
-            return await self._enqueue_with_dependencies(new, on_duplicate)
+            return await self._dependents.enqueue(new, on_duplicate)
         for _ in range(CONFLICT_TRIES):
             async with self._db.single() as conn:
                 answer = await insert_or_answer(
@@ -263,87 +297,113 @@ class JobWrites(StoreParts):
                 return answer
         raise StorageUnavailableError(KEPT_CONFLICTING)
 
+    # -- cancel and RetryFailed ---------------------------------------------------------
 
-def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
-    """ENQUEUE's arguments for `new` (the single INSERT binds them), which are also
-    its JSON row for the batched INSERT (`Statements.enqueue_rows`), used as they
-    are: the generic `enqueue_rows.row(**enqueue_row(...))`'s kwargs, key check
-    and per-field loops were ~8 % of the job-service's CPU in a BatchEnqueue (issue
-    15). The same row but for `request_params`, which goes in as the JSON object
-    itself rather than as its JSON text: both databases read an object in a text
-    field as its JSON text (jsonb_to_recordset, `->>`), which the INSERT casts to the
-    column's JSON, so the batch's one json_text does what was a second one per row
-    (a unit test checks the fields, the storage tests what is stored)."""
-    return {
-        "job_id": job_id,
-        "job_type": new.job_type.value,
-        "target_id": new.target_id,
-        "request_params": new.request_params,
-        "requested_by": new.requested_by,
-        "request_id": new.request_id,
-        "max_attempts": new.max_attempts,
-        "traceparent": new.traceparent,
-        "tenant": new.tenant,
-        "scheduled_at": new.scheduled_at,
-        "not_before": new.not_before,
-        "priority": new.priority,
-    }
+    async def cancel(self, params: CancelParams) -> Job:
+        job_id, reason, owner = params.job_id, params.reason, params.owner
+        sql = self._sql
+        args = {"job_id": job_id, "cancel_reason": reason, "cancel_message": cancel_message(reason)}
+        statement = sql.cancel
+        if owner is not None:
+            statement, args = sql.cancel_owned, args | {"owner": owner}
+        bound = time_params(self._now()) | sql.cancel_params.bind(**args)
+        async with self._db.single() as conn:
+            jobs = await self._db.jobs(conn, statement, bound)
+            if jobs:
+                return jobs[0]
+            current = await self._db.jobs(conn, sql.by_id, {"p_id": job_id})
+        if not current or (owner is not None and current[0].requested_by != owner):
+            raise JobNotFoundError(job_id)  # another's job does not exist for this caller
+        raise InvalidJobStateError(job_id, current[0].status.value, NOT_CANCELLABLE)
 
-
-# An Enqueue whose INSERT conflicted with a job that then left the active states (so
-# nothing conflicts any more) inserts again, at most this many times in all.
-CONFLICT_TRIES = 5
-KEPT_CONFLICTING = "enqueue kept conflicting with jobs that changed state"
-
-
-async def insert_or_answer(
-    db: Connections,
-    sql: Statements,
-    now: datetime,
-    conn: AsyncConnection,
-    new: NewJob,
-    on_duplicate: OnDuplicate,
-) -> tuple[Job, bool] | None:
-    """One try of an Enqueue's INSERT, in `conn`: (the new job, False); else, the unique
-    indexes having stopped it (ON CONFLICT DO NOTHING: no error), the conflict's answer
-    (`conflict_answer`); None if the winner left the active states in between (insert
-    again). Enqueue, a schedule's period and a dependent's conflict all answer so."""
-    params = time_params(now) | sql.enqueue_params.bind(**enqueue_row(new_job_id(), new))
-    inserted = await db.jobs(conn, sql.enqueue, params)
-    if inserted:
-        return inserted[0], False
-    return await conflict_answer(db, sql, conn, new, on_duplicate)
-
-
-async def conflict_answer(
-    db: Connections,
-    sql: Statements,
-    conn: AsyncConnection,
-    new: NewJob,
-    on_duplicate: OnDuplicate,
-) -> tuple[Job, bool] | None:
-    """Enqueue's answer when its INSERT met a unique index: the job holding
-    `new`'s request_id (deduplicated), else the active job of its target
-    (returned, or DuplicateJobError); None if neither exists any more (it left the
-    active states meanwhile: insert again). The winner is looked for in the
-    caller's tenant only: the indexes refuse a row for its own tenant's keys alone."""
-    if new.request_id is not None:
-        same = await db.jobs(
-            conn, sql.by_request_id, {"p_request_id": new.request_id, "p_tenant": new.tenant}
+    async def retry_failed(self, params: RetryFailedParams) -> RetryOutcome:
+        now = self._now()
+        db = self._db
+        dry_run = params.dry_run
+        candidates_stmt = queries.retry_candidates(
+            queries.job_filter(params.job_filter, db.pg), params.limit, lock=db.pg and not dry_run
         )
-        if same:
-            return same[0], True
-    active = await db.jobs(
-        conn,
-        sql.active_for_target,
-        {
-            "p_job_type": new.job_type.value,
-            "p_target_id": new.target_id,
-            "p_tenant": new.tenant,
-        },
-    )
-    if not active:
-        return None
-    if on_duplicate is OnDuplicate.RETURN_EXISTING:
-        return active[0], True
-    raise DuplicateJobError(active[0].id)
+        async with db.single() if dry_run else db.tx() as conn:
+            # A job's slot is its tenant's (job_type, target_id): another tenant's
+            # active job of the same target holds no slot of its.
+            candidates = [
+                (r.id, (r.tenant or "", r.job_type, r.target_id))
+                for r in await conn.execute(candidates_stmt)
+            ]
+            active = await self._active_by_target(conn, {c[1][2] for c in candidates})
+            to_move: list[str] = []
+            skipped: list[tuple[str, str]] = []
+            for job_id, slot in candidates:
+                holder = active.get(slot)
+                if holder is not None:
+                    skipped.append((job_id, active_holder_reason(holder)))
+                else:
+                    # Two FAILED jobs of one slot: the first (oldest failure) goes.
+                    active[slot] = job_id
+                    to_move.append(job_id)
+            if dry_run or not to_move:
+                return RetryOutcome(len(candidates), tuple(to_move), tuple(skipped))
+            bound = time_params(now) | {"p_extra_attempts": max(1, params.extra_attempts)}
+            moved = await self._move_failed(conn, to_move, bound, skipped)
+        moved_ids = {job.id for job in moved}
+        retried = tuple(i for i in to_move if i in moved_ids)
+        for job_id in to_move:
+            if job_id not in moved_ids and all(s[0] != job_id for s in skipped):
+                skipped.append((job_id, RETRIED_BY_ANOTHER_CALL))
+        return RetryOutcome(len(candidates), retried, tuple(skipped))
+
+    async def _active_by_target(
+        self, conn: AsyncConnection, target_ids: set[str]
+    ) -> dict[tuple[str, str, str], str]:
+        """The active job of each (tenant, job_type, target_id) among these targets."""
+        found: dict[tuple[str, str, str], str] = {}
+        for chunk in chunks(sorted(target_ids)):
+            for row in await conn.execute(queries.active_for_targets(chunk)):
+                found[(row.tenant or "", row.job_type, row.target_id)] = row.id
+        return found
+
+    async def _move_failed(
+        self,
+        conn: AsyncConnection,
+        job_ids: list[str],
+        params: dict[str, object],
+        skipped: list[tuple[str, str]],
+    ) -> list[Job]:
+        """FAILED -> PENDING for `job_ids` (only those still FAILED). If an active job
+        appeared since the pre-check, the unique index refuses the batch: then job by
+        job, each in a savepoint, skipping the refused ones."""
+        retry = self._sql.retry_failed
+
+        async def move(ids: list[str]) -> list[Job]:
+            return await self._db.jobs(conn, retry, params | {"p_job_ids": ids})
+
+        moved: list[Job] = []
+        try:
+            async with conn.begin_nested():
+                for chunk in chunks(job_ids):
+                    moved.extend(await move(list(chunk)))
+            return moved
+        except IntegrityError:
+            moved = []
+        for job_id in job_ids:
+            try:
+                async with conn.begin_nested():
+                    moved.extend(await move([job_id]))
+            except IntegrityError:
+                holder = await self._active_holder(conn, job_id)
+                skipped.append((job_id, active_holder_reason(holder or "unknown")))
+        return moved
+
+    async def _active_holder(self, conn: AsyncConnection, job_id: str) -> str | None:
+        """The id of the active job holding the (tenant, job_type, target_id) slot of
+        `job_id`."""
+        job = await self._db.jobs(conn, self._sql.by_id, {"p_id": job_id})
+        if not job:
+            return None
+        params = {
+            "p_job_type": job[0].job_type.value,
+            "p_target_id": job[0].target_id,
+            "p_tenant": job[0].tenant,
+        }
+        holders = await self._db.jobs(conn, self._sql.active_for_target, params)
+        return holders[0].id if holders else None
