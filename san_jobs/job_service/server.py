@@ -282,13 +282,13 @@ class JobServiceRuntime:
         )
         # StreamJobChanges: this instance's view of the change feed (change_feed.py).
         self.change_feed = ChangeFeed(
-            self.store,
+            self.store.changes,
             retention_seconds=parse_retention(settings.retain_changes),
             prune_interval=settings.prune_interval,
         )
         self.hub.add_listener(self.change_feed.on_published)
         # Schedules: every instance fires the due ones; the database picks one per period.
-        self.schedule_firer = ScheduleFirer(self.store, self._schedule_enqueued)
+        self.schedule_firer = ScheduleFirer(self.store.schedules, self._schedule_enqueued)
         self.server = grpc.aio.server(
             # Tracing first: a call the authentication refuses has its span too.
             interceptors=[
@@ -314,7 +314,7 @@ class JobServiceRuntime:
                 pruner=self.pruner,
                 change_feed=self.change_feed,
                 schedules=ScheduleRpcs(
-                    self.store,
+                    self.store.schedules,
                     EnqueueLimits(settings.max_text_chars),
                     settings.max_attempts,
                     self.schedule_firer.replan,

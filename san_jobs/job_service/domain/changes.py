@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 
-from san_jobs.job_service.domain.model import Job, JobStatus, JobType
+from san_jobs.job_service.domain.model import TERMINAL_STATUSES, Job, JobStatus, JobType
 
 MAX_CURSOR_CHARS = 128
 _CURSOR = re.compile(r"([0-9a-f]{1,32})\.(0|[1-9][0-9]{0,18})")
@@ -119,3 +119,13 @@ def parse_cursor(text: str) -> Cursor:
     if match is None or int(match.group(2)) > _MAX_POSITION:
         raise ValueError(NOT_A_CURSOR)
     return Cursor(match.group(1), pos=int(match.group(2)))
+
+
+def is_change(before: JobStatus | None, after: JobStatus) -> bool:
+    """Whether a job's move from `before` (None: inserted) to `after` is a change of the
+    feed: a status move into an end, or FAILED -> PENDING (RetryFailed). The SQL
+    stores' trigger (migration 0013) holds the same rule in its WHEN; claims, lease
+    renewals and retries are not changes."""
+    if before is after or before is None:
+        return False
+    return after in TERMINAL_STATUSES or (before is JobStatus.FAILED and after is JobStatus.PENDING)

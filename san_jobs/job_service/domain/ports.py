@@ -441,6 +441,16 @@ class JobStore(Protocol):
         """The pruner's port."""
         ...
 
+    @property
+    def schedules(self) -> ScheduleStore:
+        """Schedules and the firing of their periods."""
+        ...
+
+    @property
+    def changes(self) -> ChangeStore:
+        """The change feed."""
+        ...
+
     async def ping(self) -> None:
         """Return once the database answers a trivial query; StorageUnavailableError
         when it cannot be reached (health checks, san_jobs/job_service/db_health.py). Callers
@@ -455,8 +465,8 @@ class JobStore(Protocol):
 
 
 class ChangeStore(Protocol):
-    """The change feed's table (job_changes, written by the database's trigger at
-    every change; migration 0013). SQL only: the memory store has no feed."""
+    """The change feed (job_changes, written by the database's trigger at every change,
+    migration 0013; on the memory store, at the write: storage/memory_changes.py)."""
 
     async def sequence_changes(self, limit: int) -> FeedState:
         """Give the next positions to at most `limit` committed changes that have

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.changes import FeedState, JobChange
 from san_jobs.job_service.domain.ports import PruneChangesParams, ReadChangesParams
-from san_jobs.job_service.storage.connections import StoreParts
+from san_jobs.job_service.storage.connections import Connections
 from san_jobs.job_service.storage.rows import row_to_job
 from san_jobs.job_service.storage.tables import job_change_feed, job_changes
 
@@ -76,7 +76,12 @@ def _change(row: Any) -> JobChange:
     return JobChange(int(row.pos), row_to_job({**row._mapping, **blank}))
 
 
-class ChangeQueries(StoreParts):
+class SqlChangeStore:
+    """The change feed's port on `job_changes` and `job_change_feed`."""
+
+    def __init__(self, db: Connections) -> None:
+        self._db = db
+
     async def sequence_changes(self, limit: int) -> FeedState:
         if self._db.pg:
             async with self._db.single() as conn:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import URL
@@ -157,18 +156,3 @@ class HotStatements:
         for field in fields(self):
             statement: HotStatement = getattr(self, field.name)
             await statement.close()
-
-
-class StoreParts:
-    """What the mixin parts of SqlJobStore share (changes.py, schedules.py).
-    SqlJobStore (repository.py) sets these in its constructor: so each store
-    operation is written once, next to its SQL, and no method only forwards to
-    another."""
-
-    _db: Connections
-    _sql: Statements
-    _hot: HotStatements
-
-    def _now(self) -> datetime:
-        """The injected clock's time (timestamps never come from the database)."""
-        raise NotImplementedError

@@ -22,14 +22,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from san_jobs.job_service.domain.model import (
-    Job,
-    NewJob,
-    OnDuplicate,
-)
 from san_jobs.job_service.domain.ports import (
     JobStore,
 )
+from san_jobs.job_service.storage.memory_changes import MemoryChangeStore
 from san_jobs.job_service.storage.memory_commands import MemoryJobCommands
 from san_jobs.job_service.storage.memory_pauses import MemoryPauseStore
 from san_jobs.job_service.storage.memory_queries import MemoryJobQueries
@@ -38,13 +34,13 @@ from san_jobs.job_service.storage.memory_rows import (
     MemoryRows,
     MemoryTable,
 )
-from san_jobs.job_service.storage.memory_schedules import MemorySchedules
+from san_jobs.job_service.storage.memory_schedules import MemoryScheduleStore
 from san_jobs.job_service.storage.memory_worker import MemoryWorkerStore
 from san_jobs.job_service.storage.rows import utc_now
 
 
-class MemoryJobStore(MemorySchedules, MemoryRows):
-    """JobStore (and ScheduleStore) on a MemoryTable (a new one unless given). `clock` gives every
+class MemoryJobStore(MemoryRows):
+    """JobStore on a MemoryTable (a new one unless given). `clock` gives every
     timestamp, as SqlJobStore's does."""
 
     def __init__(
@@ -60,16 +56,14 @@ class MemoryJobStore(MemorySchedules, MemoryRows):
         self.retention = MemoryRetentionStore(clock=clock, table=self.table)
         self.queries = MemoryJobQueries(clock=clock, table=self.table)
         self.commands = MemoryJobCommands(clock=clock, table=self.table)
+        self.changes = MemoryChangeStore(clock=clock, table=self.table)
+        self.schedules = MemoryScheduleStore(commands=self.commands, clock=clock, table=self.table)
 
     async def close(self) -> None:
         await asyncio.sleep(0)
 
     async def ping(self) -> None:
         await asyncio.sleep(0)  # memory is always there
-
-    def _enqueue_now(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
-        """A schedule's period, enqueued as Enqueue does (memory_schedules.py)."""
-        return self.commands.enqueue_now(new, on_duplicate)
 
 
 if TYPE_CHECKING:

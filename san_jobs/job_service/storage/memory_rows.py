@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from san_jobs.job_service.domain.changes import FeedState, JobChange, is_change
 from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import StorageFailureError
 from san_jobs.job_service.domain.model import AttemptUsage, Job, JobFilter, JobStatus, JobType
@@ -96,6 +99,15 @@ class MemoryTable:
         self.prune_locked = False
         # Schedules by (tenant, schedule_id) (memory_schedules.py).
         self.schedules: dict[tuple[str, str], Schedule] = {}
+        # The change feed (memory_changes.py): each change with the time it was made,
+        # by position, given at the write as SQLite's trigger gives it.
+        self.changes: list[tuple[datetime, JobChange]] = []
+        self.feed = FeedState(
+            feed_id=secrets.token_hex(8),
+            last_pos=0,
+            pruned_through=0,
+            cursor_key=secrets.token_hex(64),
+        )
 
 
 class MemoryRows:
@@ -126,7 +138,19 @@ class MemoryRows:
         if broken is not None:
             raise StorageFailureError(f"{transition.name}: the row breaks {broken}")
         self._rows[new["id"]] = new
-        return job_of(new)
+        job = job_of(new)
+        if is_change(None if row is None else status_of(row), job.status):
+            self._record_change(job, call.now)
+        return job
+
+    def _record_change(self, job: Job, now: datetime) -> None:
+        """Append the change, its snapshot as the SQL feed keeps it: no input, lease
+        or claim."""
+        feed = self.table.feed
+        pos = feed.last_pos + 1
+        snapshot = replace(job, request_params={}, lease_expires_at=None, claim_token=None)
+        self.table.changes.append((now, JobChange(pos, snapshot)))
+        self.table.feed = replace(feed, last_pos=pos)
 
     def _moving(self, transition: Transition, call: Call) -> Row | None:
         """The row named by the call's `job_id`, if `transition` applies to it."""

@@ -1,7 +1,7 @@
-"""Schedules on the memory store (MemoryJobStore's part, as storage/schedules.py is
-SqlJobStore's): the same operations and the same firing round, atomic because
-nothing awaits in between. The store's clock is the schedules' clock (SqlJobStore
-uses the database's on PostgreSQL)."""
+"""MemoryScheduleStore: the schedules' port (domain/ports.ScheduleStore) on a MemoryTable
+(storage/schedules.py is the SQL twin): the same operations and the same firing
+round, atomic because nothing awaits in between. The store's clock is the schedules'
+clock (SqlScheduleStore uses the database's on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from san_jobs.job_service.domain.errors import DuplicateJobError
-from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, NewJob, OnDuplicate
+from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, OnDuplicate
 from san_jobs.job_service.domain.schedules import (
     PER_OWNER_IN_ROUND,
     WAITING_RECHECK,
@@ -29,21 +28,26 @@ from san_jobs.job_service.domain.schedules import (
     plan_fire,
 )
 from san_jobs.job_service.storage.apply_transition import status_of
-
-if TYPE_CHECKING:
-    from san_jobs.job_service.storage.memory_rows import MemoryTable
+from san_jobs.job_service.storage.memory_commands import MemoryJobCommands
+from san_jobs.job_service.storage.memory_rows import MemoryRows, MemoryTable
+from san_jobs.job_service.storage.rows import utc_now
 
 Key = tuple[str, str]  # (tenant, schedule_id)
 
 
-class MemorySchedules:
-    """Mixed into MemoryJobStore, which provides these."""
+class MemoryScheduleStore(MemoryRows):
+    """The schedules' port on a MemoryTable; a period's job is enqueued through the job
+    commands on the same table, as any Enqueue is."""
 
-    _clock: Callable[[], datetime]
-    table: MemoryTable
-
-    def _enqueue_now(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
-        raise NotImplementedError
+    def __init__(
+        self,
+        *,
+        commands: MemoryJobCommands,
+        clock: Callable[[], datetime] = utc_now,
+        table: MemoryTable | None = None,
+    ) -> None:
+        super().__init__(clock=clock, table=table)
+        self._commands = commands
 
     def _schedule_now(self) -> datetime:
         return self._clock().astimezone(UTC)
@@ -202,7 +206,7 @@ class MemorySchedules:
         deduplicated = False
         if not reason:
             try:
-                job, deduplicated = self._enqueue_now(
+                job, deduplicated = self._commands.enqueue_now(
                     job_of_period(due, plan.fire), OnDuplicate.REJECT
                 )
             except DuplicateJobError as error:

@@ -7,10 +7,9 @@ Each port of domain/ports.py is a plain field, a class of its own file:
 - `queries` (job_queries.SqlJobQueries): reads, stats, usage, failure groups;
 - `worker` (worker_store.SqlWorkerStore): the claim, leases, outcomes;
 - `pauses` (pauses.SqlPauseStore): the dispatch pauses;
-- `retention` (prune.SqlRetentionStore): the pruner's counts, deletes and lock.
-
-The change feed (changes.py) and schedules (schedules.py) are still mixins of the
-store (connections.StoreParts says what they share).
+- `retention` (prune.SqlRetentionStore): the pruner's counts, deletes and lock;
+- `schedules` (schedules.SqlScheduleStore): schedules and the firing of their periods;
+- `changes` (changes.SqlChangeStore): the change feed's positions, reads, retention.
 
 What each write does is declared in domain/transitions.py and compiled to SQL once per
 store (statements.py, transition_sql.py; the compiled text is checked in under sql/);
@@ -29,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_jobs.job_service.domain.transitions import LEASE_EXPIRED_CODE, LEASE_EXPIRED_MESSAGE
 from san_jobs.job_service.storage.batching import MAX_BATCH
-from san_jobs.job_service.storage.changes import ChangeQueries
+from san_jobs.job_service.storage.changes import SqlChangeStore
 from san_jobs.job_service.storage.connections import Connections, HotStatements
 from san_jobs.job_service.storage.job_commands import SqlJobCommands
 from san_jobs.job_service.storage.job_queries import SqlJobQueries
@@ -37,7 +36,7 @@ from san_jobs.job_service.storage.pauses import SqlPauseStore
 from san_jobs.job_service.storage.ping import DatabasePing
 from san_jobs.job_service.storage.prune import SqlRetentionStore
 from san_jobs.job_service.storage.rows import aware, utc_now
-from san_jobs.job_service.storage.schedules import ScheduleQueries
+from san_jobs.job_service.storage.schedules import SqlScheduleStore
 from san_jobs.job_service.storage.statements import Statements
 from san_jobs.job_service.storage.worker_store import SqlWorkerStore
 
@@ -46,7 +45,7 @@ __all__ = ["LEASE_EXPIRED_CODE", "LEASE_EXPIRED_MESSAGE", "MAX_BATCH", "SqlJobSt
 MAX_INSTANCE_ID_BYTES = 200
 
 
-class SqlJobStore(ChangeQueries, ScheduleQueries):
+class SqlJobStore:
     """JobStore on SQLAlchemy 2 async: SQLite (aiosqlite, WAL) or PostgreSQL (asyncpg).
 
     On PostgreSQL every write that changes jobs also sends `pg_notify('san_jobs', ...)`
@@ -89,6 +88,8 @@ class SqlJobStore(ChangeQueries, ScheduleQueries):
             read_many=self._read_many,
             enqueue_interval=enqueue_interval,
         )
+        self.schedules = SqlScheduleStore(db=self._db, sql=self._sql, now=self._now)
+        self.changes = SqlChangeStore(self._db)
         self._database_ping = DatabasePing(self._db.engine)
 
     @property

@@ -43,6 +43,7 @@ owner's token was revoked or expired, and a name given a new token inherited the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -69,16 +70,17 @@ from san_jobs.job_service.domain.schedules import (
     periods_passed,
     plan_fire,
 )
-from san_jobs.job_service.storage.connections import StoreParts
+from san_jobs.job_service.storage.connections import Connections
 from san_jobs.job_service.storage.enqueue_conflicts import (
     CONFLICT_TRIES,
     KEPT_CONFLICTING,
     insert_or_answer,
 )
 from san_jobs.job_service.storage.rows import as_utc
+from san_jobs.job_service.storage.statements import Statements
 from san_jobs.job_service.storage.tables import api_tokens, async_jobs, job_schedules
 
-__all__ = ["FireOutcome", "ScheduleQueries", "row_to_schedule"]
+__all__ = ["FireOutcome", "SqlScheduleStore", "row_to_schedule"]
 
 S = job_schedules.c
 T = api_tokens.c
@@ -180,7 +182,15 @@ def _key(tenant: str, schedule_id: str) -> Any:
     return and_(S.tenant == tenant, S.schedule_id == schedule_id)
 
 
-class ScheduleQueries(StoreParts):
+class SqlScheduleStore:
+    """The schedules' port on `job_schedules`: the store's connections, statements and
+    clock (the database's clock on PostgreSQL: _schedule_now)."""
+
+    def __init__(self, *, db: Connections, sql: Statements, now: Callable[[], datetime]) -> None:
+        self._db = db
+        self._sql = sql
+        self._now = now
+
     async def _schedule_now(self, conn: AsyncConnection) -> datetime:
         """The time schedules are judged by: the database's on PostgreSQL (every
         instance the same), the store's clock on SQLite."""

@@ -31,7 +31,6 @@ from san_jobs.job_service.domain.limits import (
 from san_jobs.job_service.domain.model import Job, JobStatus
 from san_jobs.job_service.domain.ports import (
     FailureGroupsParams,
-    ScheduleStore,
     UsageTotalsParams,
 )
 from san_jobs.job_service.domain.priorities import UrgentPriorities
@@ -229,10 +228,9 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
 
     def _schedule_rpcs(self) -> ScheduleRpcs:
         if self._schedules is None:
-            # Both stores are ScheduleStores too (JobStore does not say so: the
-            # schedules are a port of their own).
-            store = cast(ScheduleStore, self._app.store)
-            self._schedules = ScheduleRpcs(store, self._limits, self._default_max_attempts)
+            self._schedules = ScheduleRpcs(
+                self._app.store.schedules, self._limits, self._default_max_attempts
+            )
         return self._schedules
 
     @unary_errors

@@ -83,7 +83,9 @@ async def test_0019_gives_each_schedule_the_token_that_created_it(url_at_0018: s
     assert owners == {"anonymous": None, "by-new": "tok-new", "by-old": "tok-old", "free": None}
     store = SqlJobStore(url, instance_id="a")
     try:
-        shown = {s.schedule_id: s for s in (await store.list_schedules(None, 10, None))[0]}
+        shown = {
+            s.schedule_id: s for s in (await store.schedules.list_schedules(None, 10, None))[0]
+        }
     finally:
         await store.close()
     assert "'alice' was revoked at 2026-11-15T00:00:00Z" in shown["by-old"].owner_hold

@@ -1,6 +1,8 @@
-"""The change feed's table (migration 0013, storage/changes.py) on SQLite and
-PostgreSQL: what the trigger records, positions without gaps even when transactions
-commit out of order, reads by filter, and retention as a prefix."""
+"""The change feed's port on every store (storage/changes.py on SQLite and PostgreSQL,
+memory_changes.py): what is recorded (the trigger's rule, migration 0013; the memory
+store's write, domain/changes.is_change), reads by filter, and retention as a
+prefix; on PostgreSQL, positions without gaps even when transactions commit out of
+order."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from san_jobs.job_service.domain.ports import (
     CancelParams,
     ClaimParams,
     CompleteParams,
+    JobStore,
     PruneChangesParams,
     ReadChangesParams,
     RetryFailedParams,
@@ -28,19 +31,18 @@ EVERYTHING = ChangeFilter()
 
 
 async def read_all(
-    store: SqlJobStore, after: int = 0, change_filter: ChangeFilter = EVERYTHING
+    store: JobStore, after: int = 0, change_filter: ChangeFilter = EVERYTHING
 ) -> list[JobChange]:
-    state = await store.sequence_changes(1000)
-    changes, _ = await store.read_changes(
+    state = await store.changes.sequence_changes(1000)
+    changes, _ = await store.changes.read_changes(
         ReadChangesParams(after, state.last_pos, change_filter, 1000)
     )
     return changes
 
 
 async def test_each_end_and_retry_is_one_change_with_the_job_as_it_was(
-    sql_store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
-    store = sql_store
     done = await enqueue(store, "done")
     claim = (await store.worker.claim(ClaimParams(limit=1, lease_seconds=60)))[0]
     await store.worker.complete(
@@ -88,9 +90,8 @@ async def test_each_end_and_retry_is_one_change_with_the_job_as_it_was(
 
 
 async def test_retention_deletes_a_prefix_and_says_how_far(
-    sql_store: SqlJobStore, clock: FakeClock
+    store: JobStore, clock: FakeClock
 ) -> None:
-    store = sql_store
     first = await enqueue(store, "old-1")
     second = await enqueue(store, "old-2")
     for job in (first, second):
@@ -98,13 +99,13 @@ async def test_retention_deletes_a_prefix_and_says_how_far(
     clock.advance(3600)
     young = await enqueue(store, "young")
     await store.commands.cancel(CancelParams(job_id=young.id, reason=""))
-    await store.sequence_changes(1000)
+    await store.changes.sequence_changes(1000)
 
     cutoff = clock() - timedelta(seconds=60)
-    assert await store.prune_changes(PruneChangesParams(cutoff, limit=1)) == 1
-    assert await store.prune_changes(PruneChangesParams(cutoff, limit=10)) == 1
-    assert await store.prune_changes(PruneChangesParams(cutoff, limit=10)) == 0
-    changes, state = await store.read_changes(ReadChangesParams(0, 10, EVERYTHING, 10))
+    assert await store.changes.prune_changes(PruneChangesParams(cutoff, limit=1)) == 1
+    assert await store.changes.prune_changes(PruneChangesParams(cutoff, limit=10)) == 1
+    assert await store.changes.prune_changes(PruneChangesParams(cutoff, limit=10)) == 0
+    changes, state = await store.changes.read_changes(ReadChangesParams(0, 10, EVERYTHING, 10))
     assert [c.job.id for c in changes] == [young.id]
     assert (state.pruned_through, state.last_pos) == (2, 3)
 
@@ -173,3 +174,12 @@ async def test_the_snapshots_large_values_are_compressed_with_lz4_where_the_serv
     assert methods == (
         {"result": "l", "attempts": "l"} if has_lz4 else {"result": "", "attempts": ""}
     )
+
+
+async def test_a_change_is_the_own_change_of_its_jobs_caller_only(store: JobStore) -> None:
+    job = await enqueue(store, "mine")
+    await store.commands.cancel(CancelParams(job_id=job.id, reason=""))
+    (change,) = await read_all(store)
+    assert await store.changes.is_own_change(change.pos, job.requested_by)
+    assert not await store.changes.is_own_change(change.pos, "someone-else")
+    assert not await store.changes.is_own_change(change.pos + 1, job.requested_by)
