@@ -27,7 +27,7 @@ from san_jobs.ai_gateway.errors import GatewayError, InternalError, MalformedRes
 from san_jobs.ai_gateway.gateway import CallInfo, Gateway
 from san_jobs.ai_gateway.kind import Kind
 from san_jobs.ai_gateway.metrics import CallMetrics
-from san_jobs.ai_gateway.tokens import estimate_tokens_all
+from san_jobs.ai_gateway.model_tokens import estimate_tokens_all
 from san_jobs.ai_gateway.transport_errors import status_code_name
 from san_jobs.ai_gateway.usage import Usage
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb

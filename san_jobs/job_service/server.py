@@ -16,9 +16,9 @@ from grpc_health.v1 import health_pb2
 from opentelemetry.sdk.trace import TracerProvider
 
 from san_jobs.job_service.app import JobApplication
+from san_jobs.job_service.auth.bearer_tokens import TokenVerifier
 from san_jobs.job_service.auth.certificates import CertificateAllowList
 from san_jobs.job_service.auth.interceptor import AuthInterceptor
-from san_jobs.job_service.auth.tokens import TokenVerifier
 from san_jobs.job_service.change_feed import ChangeFeed
 from san_jobs.job_service.count_folding import CountFolder
 from san_jobs.job_service.db_health import DatabaseHealth
@@ -35,11 +35,11 @@ from san_jobs.job_service.pending_quota import PendingQuota
 from san_jobs.job_service.pruner import Pruner, PrunerConfig
 from san_jobs.job_service.schedule_firer import ScheduleFirer
 from san_jobs.job_service.settings import JobServiceSettings
+from san_jobs.job_service.storage.api_tokens import SqlTokenStore
 from san_jobs.job_service.storage.migrate import MigrationLockTimeout, migrate
 from san_jobs.job_service.storage.notify import PgChangeListener
 from san_jobs.job_service.storage.repository import SqlJobStore
 from san_jobs.job_service.storage.schema_version import SchemaMismatch, prepare_schema
-from san_jobs.job_service.storage.tokens import SqlTokenStore
 from san_jobs.job_service.transport.open_streams import address_admission
 from san_jobs.job_service.transport.schedules import ScheduleRpcs
 from san_jobs.job_service.transport.servicer import JobServiceServicer, add_job_service_to_server

@@ -231,7 +231,7 @@ _ELLIPSIS = "\u2026"
 
 
 def estimate_tokens(text: str) -> int:
-    """The gateway's estimate (san_jobs.ai_gateway.tokens, not imported by san-web): a
+    """The gateway's estimate (san_jobs.ai_gateway.model_tokens, not imported by san-web): a
     Hangul, CJK or kana character is a token, four other characters are one."""
     wide = len(_WIDE.findall(text))
     return wide + math.ceil((len(text) - wide) / 4)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from san_jobs.ai_gateway.tokens import estimate_tokens as gateway_estimate
+from san_jobs.ai_gateway.model_tokens import estimate_tokens as gateway_estimate
 from san_jobs.client import (
     RecallGenerationResult,
     RecallQuestion,

@@ -45,7 +45,7 @@ from san_jobs.ai_gateway.kinds.analyze import AnalyzeInput, AnalyzeResult
 from san_jobs.ai_gateway.kinds.embed import EmbedInput, EmbedResult
 from san_jobs.ai_gateway.kinds.recall import RecallInput, RecallQuestion, RecallResult
 from san_jobs.ai_gateway.kinds.til import TilInput, TilResult
-from san_jobs.ai_gateway.tokens import estimate_tokens_all
+from san_jobs.ai_gateway.model_tokens import estimate_tokens_all
 from san_jobs.ai_gateway.usage import Usage
 
 logger = logging.getLogger("ai_gateway.backends.openai")

@@ -25,14 +25,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from san_jobs.job_service.auth.bearer_tokens import new_token, token_hash
 from san_jobs.job_service.auth.roles import Role
-from san_jobs.job_service.auth.tokens import new_token, token_hash
 from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.retention import parse_retention
 from san_jobs.job_service.settings import ENV_PREFIX, JobServiceSettings
+from san_jobs.job_service.storage.api_tokens import SqlTokenStore, StoredToken, TokenNameTakenError
 from san_jobs.job_service.storage.engine import create_engine
 from san_jobs.job_service.storage.migrate import migrate
-from san_jobs.job_service.storage.tokens import SqlTokenStore, StoredToken, TokenNameTakenError
 from san_jobs.shared.safe_text import safe_text
 from san_jobs.shared.sqlite_files import prepare_sqlite_url
 

@@ -22,6 +22,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from san_jobs.job_service.auth.bearer_tokens import TokenVerifier
 from san_jobs.job_service.auth.certificates import CertificateAllowList, caller_certificate
 from san_jobs.job_service.auth.roles import (
     ANY_ROLE_SERVICES,
@@ -34,7 +35,6 @@ from san_jobs.job_service.auth.roles import (
     wants_every_job,
 )
 from san_jobs.job_service.auth.stream_checks import OpenStream, Recheck, StreamChecks
-from san_jobs.job_service.auth.tokens import TokenVerifier
 from san_jobs.job_service.domain.errors import PermissionDeniedError, UnauthenticatedError
 from san_jobs.job_service.transport.errors import abort
 from san_jobs.shared.client_identity import bearer_token

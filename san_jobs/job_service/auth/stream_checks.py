@@ -27,7 +27,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from san_jobs.job_service.storage.tokens import StoredToken
+from san_jobs.job_service.storage.api_tokens import StoredToken
 
 log = logging.getLogger("job_service.auth")
 

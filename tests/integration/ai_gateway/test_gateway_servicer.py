@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from san_jobs.ai_gateway.backends.local.embed import DIMENSION
-from san_jobs.ai_gateway.tokens import estimate_tokens
+from san_jobs.ai_gateway.model_tokens import estimate_tokens
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
 from tests.support.fake_openai_server import FakeOpenAI
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gateway_helpers import StartGateway
 
-from san_jobs.ai_gateway.tokens import estimate_tokens_all
+from san_jobs.ai_gateway.model_tokens import estimate_tokens_all
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as pb
 from tests.support.fake_openai_server import WITH_USAGE, FakeOpenAI
 

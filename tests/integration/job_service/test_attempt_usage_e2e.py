@@ -11,9 +11,9 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from san_jobs.ai_gateway.backends.local.backend import MODEL as LOCAL_MODEL
+from san_jobs.ai_gateway.model_tokens import estimate_tokens_all
 from san_jobs.ai_gateway.server import GatewayServer
 from san_jobs.ai_gateway.settings import GatewaySettings
-from san_jobs.ai_gateway.tokens import estimate_tokens_all
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import StartService
 from tests.support.jobs_api import wait_terminal

@@ -17,9 +17,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from san_jobs.job_service.auth.bearer_tokens import new_token, token_hash
 from san_jobs.job_service.auth.roles import Access, Role, access
-from san_jobs.job_service.auth.tokens import new_token, token_hash
-from san_jobs.job_service.storage.tokens import SqlTokenStore
+from san_jobs.job_service.storage.api_tokens import SqlTokenStore
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from tests.integration.job_service.conftest import Service, StartService

@@ -16,8 +16,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from san_jobs.job_service.auth.tokens import new_token, token_hash
-from san_jobs.job_service.storage.tokens import SqlTokenStore
+from san_jobs.job_service.auth.bearer_tokens import new_token, token_hash
+from san_jobs.job_service.storage.api_tokens import SqlTokenStore
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from san_jobs.proto.jobs.v1 import job_service_pb2_grpc as pb_grpc
 from scripts.dev_certs import write_dev_certs

@@ -20,7 +20,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from san_jobs.job_service.auth.roles import Role
-from san_jobs.job_service.storage.tokens import SqlTokenStore
+from san_jobs.job_service.storage.api_tokens import SqlTokenStore
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.test_auth_roles import Metadata, add_token, bearer

@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 import pytest
 
+from san_jobs.job_service.auth.bearer_tokens import CACHE_SECONDS, new_token, token_hash
 from san_jobs.job_service.auth.roles import Role
-from san_jobs.job_service.auth.tokens import CACHE_SECONDS, new_token, token_hash
-from san_jobs.job_service.storage.tokens import SqlTokenStore
+from san_jobs.job_service.storage.api_tokens import SqlTokenStore
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 from tests.integration.job_service.conftest import Service, StartService
 from tests.integration.job_service.scripted_gateway import Hang

@@ -24,10 +24,10 @@ import pytest
 from sqlalchemy import select, update
 
 from san_jobs.job_service.domain.schedules import ScheduleQuotaError
+from san_jobs.job_service.storage.api_tokens import SqlTokenStore
 from san_jobs.job_service.storage.memory import MemoryJobStore, MemoryTable
 from san_jobs.job_service.storage.repository import SqlJobStore
 from san_jobs.job_service.storage.tables import api_tokens, job_schedules
-from san_jobs.job_service.storage.tokens import SqlTokenStore
 from tests.integration.storage.test_store_schedules import job_count, new_schedule
 from tests.support.clock import FakeClock
 

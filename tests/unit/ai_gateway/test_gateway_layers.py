@@ -18,7 +18,7 @@ CORE = [
     "san_jobs.ai_gateway.models",
     "san_jobs.ai_gateway.validation",
     "san_jobs.ai_gateway.kind",
-    "san_jobs.ai_gateway.tokens",
+    "san_jobs.ai_gateway.model_tokens",
     "san_jobs.ai_gateway.bounds",
     "san_jobs.ai_gateway.calllog",
     *(

@@ -6,7 +6,7 @@ from san_jobs.ai_gateway.backends.local.text import (
     split_sentences,
     tokenize,
 )
-from san_jobs.ai_gateway.tokens import estimate_tokens, estimate_tokens_all
+from san_jobs.ai_gateway.model_tokens import estimate_tokens, estimate_tokens_all
 
 
 def test_split_sentences_english_and_korean() -> None:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from san_jobs.job_service.auth.bearer_tokens import (
+    TOKEN_PREFIX,
+    looks_like_token,
+    new_token,
+    token_hash,
+)
 from san_jobs.job_service.auth.roles import RPC_RULES, Access, Caller, Role, access, wants_every_job
-from san_jobs.job_service.auth.tokens import TOKEN_PREFIX, looks_like_token, new_token, token_hash
 from san_jobs.job_service.settings import JobServiceSettings
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 

@@ -15,10 +15,10 @@ from typing import Any
 import grpc
 import pytest
 
+from san_jobs.job_service.auth.bearer_tokens import TokenVerifier, new_token, token_hash
 from san_jobs.job_service.auth.interceptor import AuthInterceptor
 from san_jobs.job_service.auth.stream_checks import StreamChecks
-from san_jobs.job_service.auth.tokens import TokenVerifier, new_token, token_hash
-from san_jobs.job_service.storage.tokens import StoredToken
+from san_jobs.job_service.storage.api_tokens import StoredToken
 from tests.support.clock import FakeClock
 from tests.unit.job_service.test_token_verifier import Clock, FakeTokens
 

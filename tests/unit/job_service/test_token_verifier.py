@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from san_jobs.job_service.auth.tokens import TokenVerifier, new_token, token_hash
-from san_jobs.job_service.storage.tokens import StoredToken
+from san_jobs.job_service.auth.bearer_tokens import TokenVerifier, new_token, token_hash
+from san_jobs.job_service.storage.api_tokens import StoredToken
 
 
 class FakeTokens:

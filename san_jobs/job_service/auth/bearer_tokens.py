@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from san_jobs.job_service.auth.roles import Role
-from san_jobs.job_service.storage.tokens import StoredToken
+from san_jobs.job_service.storage.api_tokens import StoredToken
 
 # A recognisable prefix: secret scanners and people can tell what leaked.
 TOKEN_PREFIX = "sjt_"
