@@ -9,7 +9,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from san_jobs.job_service.domain.dispatch import DispatchPause
 from san_jobs.job_service.domain.errors import JobNotFoundError
+from san_jobs.job_service.domain.failure_groups import FailureGroup, FailureQuery
 from san_jobs.job_service.domain.model import (
     Job,
     JobFilter,
@@ -23,10 +25,13 @@ from san_jobs.job_service.domain.ports import (
     CancelParams,
     EnqueueOutcome,
     EnqueueParams,
+    FailureGroupsParams,
     JobStore,
     ListJobsParams,
     RetryFailedParams,
+    UsageTotalsParams,
 )
+from san_jobs.job_service.domain.usage import UsageQuery, UsageTotal
 from san_jobs.job_service.pending_quota import PendingQuota
 from san_jobs.job_service.updates import UpdateHub
 from san_jobs.job_service.worker import Worker
@@ -267,6 +272,26 @@ class JobApplication:
 
     async def stats(self) -> JobStats:
         return await self.store.queries.stats()
+
+    async def usage_totals(
+        self, query: UsageQuery, max_groups: int
+    ) -> tuple[list[UsageTotal], bool]:
+        """GetUsage: usage per (type, model, caller), at most `max_groups` groups."""
+        return await self.store.queries.usage_totals(
+            UsageTotalsParams(query=query, max_groups=max_groups)
+        )
+
+    async def failure_groups(
+        self, query: FailureQuery, max_groups: int
+    ) -> tuple[list[FailureGroup], bool]:
+        """ListFailureGroups: FAILED jobs per cause, at most `max_groups` groups."""
+        return await self.store.queries.failure_groups(
+            FailureGroupsParams(query=query, max_groups=max_groups)
+        )
+
+    async def dispatch_pauses(self) -> list[DispatchPause]:
+        """Every paused job type (GetJobStats and the pages; the servicer caches it)."""
+        return await self.store.pauses.dispatch_pauses()
 
     # -- other instances -------------------------------------------------------
 

@@ -29,10 +29,6 @@ from san_jobs.job_service.domain.limits import (
     MAX_USAGE_GROUPS,
 )
 from san_jobs.job_service.domain.model import Job, JobStatus
-from san_jobs.job_service.domain.ports import (
-    FailureGroupsParams,
-    UsageTotalsParams,
-)
 from san_jobs.job_service.domain.priorities import UrgentPriorities
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.pruner import Pruner
@@ -92,7 +88,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         self._given_pruner = pruner
         # The paused job types, for GetJobStats and each PENDING job's waiting_for:
         # one store read a second at most, however many jobs are converted.
-        self._pauses = pauses or PauseCache(lambda: app.store.pauses.dispatch_pauses())
+        self._pauses = pauses or PauseCache(lambda: app.dispatch_pauses())
         # What a ListJobs page's jobs may take of the send limit (--max-message-bytes).
         self._page_budget_bytes = max_message_bytes - LIST_PAGE_HEADROOM_BYTES
         # A BatchEnqueue answer is the whole message: it may take all of the limit.
@@ -199,9 +195,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     @unary_errors
     async def GetUsage(self, request: pb.GetUsageRequest, context: Context) -> pb.GetUsageResponse:
         query = requests.usage(request, datetime.now(UTC), _owner())
-        totals, truncated = await self._app.store.queries.usage_totals(
-            UsageTotalsParams(query=query, max_groups=MAX_USAGE_GROUPS)
-        )
+        totals, truncated = await self._app.usage_totals(query, MAX_USAGE_GROUPS)
         return usage_totals_to_pb(totals, truncated, query)
 
     @unary_errors
@@ -209,9 +203,7 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         self, request: pb.ListFailureGroupsRequest, context: Context
     ) -> pb.ListFailureGroupsResponse:
         query = requests.failure_groups(request, datetime.now(UTC))
-        groups, truncated = await self._app.store.queries.failure_groups(
-            FailureGroupsParams(query=query, max_groups=MAX_FAILURE_GROUPS)
-        )
+        groups, truncated = await self._app.failure_groups(query, MAX_FAILURE_GROUPS)
         return failure_groups_to_pb(groups, truncated, query)
 
     @unary_errors
