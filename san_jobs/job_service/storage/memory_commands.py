@@ -43,6 +43,7 @@ from san_jobs.job_service.storage.apply_transition import (
     Row,
     status_of,
 )
+from san_jobs.job_service.storage.enqueue_conflicts import enqueue_row
 from san_jobs.job_service.storage.memory_rows import (
     MemoryRows,
     as_json,
@@ -98,19 +99,11 @@ class MemoryJobCommands(MemoryRows):
             if on_duplicate is OnDuplicate.RETURN_EXISTING:
                 return job_of(holder), True
             raise DuplicateJobError(holder["id"])
-        args = {
-            "job_id": new_job_id(),
+        # ENQUEUE's arguments as the SQL stores bind them, with this table's own values:
+        # the type as its enum, the input as a JSON column gives it back.
+        args = enqueue_row(new_job_id(), new) | {
             "job_type": new.job_type,
-            "target_id": new.target_id,
             "request_params": as_json(new.request_params),
-            "requested_by": new.requested_by,
-            "request_id": new.request_id,
-            "max_attempts": new.max_attempts,
-            "traceparent": new.traceparent,
-            "tenant": new.tenant,
-            "scheduled_at": new.scheduled_at,
-            "not_before": new.not_before,
-            "priority": new.priority,
         }
         return self._write(ENQUEUE, None, self._call(args)), False
 

@@ -74,9 +74,10 @@ class SqlJobStore:
         self._sql = Statements(self._db.pg, instance_id)
         self._hot = HotStatements.of(self._sql, self._db)
         self.queries = SqlJobQueries(db=self._db, sql=self._sql, now=self._now)
-        self._read_many = self.queries.get_many
+        # The rows an outcome or an in-doubt enqueue left unknown are read back here.
+        read_many = self.queries.get_many
         self.worker = SqlWorkerStore(
-            db=self._db, sql=self._sql, hot=self._hot, now=self._now, read_many=self._read_many
+            db=self._db, sql=self._sql, hot=self._hot, now=self._now, read_many=read_many
         )
         self.pauses = SqlPauseStore(db=self._db, sql=self._sql, now=self._now)
         self.retention = SqlRetentionStore(self._db)
@@ -85,7 +86,7 @@ class SqlJobStore:
             sql=self._sql,
             hot=self._hot,
             now=self._now,
-            read_many=self._read_many,
+            read_many=read_many,
             enqueue_interval=enqueue_interval,
         )
         self.schedules = SqlScheduleStore(db=self._db, sql=self._sql, now=self._now)
