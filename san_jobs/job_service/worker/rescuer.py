@@ -7,7 +7,6 @@ rescue: the next claim takes it again."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Iterable
 
 from san_jobs.job_service.domain.errors import StorageError
@@ -15,6 +14,7 @@ from san_jobs.job_service.domain.model import Job
 from san_jobs.job_service.domain.ports import RenewLeasesParams, WorkerStore
 from san_jobs.job_service.metrics import FAILED, WorkerMetrics
 from san_jobs.job_service.worker.config import WorkerConfig, log
+from san_jobs.shared.background import BackgroundLoop
 
 
 class Rescuer:
@@ -36,7 +36,7 @@ class Rescuer:
         # Claim token of every job in flight whose outcome is not being written yet:
         # the leases the renewal loop keeps alive.
         self._held: dict[str, str] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._loop = BackgroundLoop("worker-leases", self._renew_leases)
 
     def hold(self, job_id: str, token: str) -> None:
         self._held[job_id] = token
@@ -46,13 +46,10 @@ class Rescuer:
         self._held.pop(job_id, None)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._renew_leases(), name="worker-leases")
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._loop.stop()
 
     async def fail_exhausted(self) -> None:
         """Fail the jobs whose last lease expired. StorageError propagates (the
