@@ -1,6 +1,6 @@
 """One background loop of a service: a named asyncio task that runs a body until it is
 stopped, in one place for every loop (the pruner, the count folder, the database's
-health checks, the change feed, the schedule firer, the worker's lease renewal).
+health checks, the change feed, the schedule firer, the worker's lease renewal and its producer).
 
 A body that raises is a bug the loop must outlive: the error is logged with its
 traceback, naming the loop, and the body runs again after `restart_after` seconds.
@@ -36,6 +36,8 @@ class BackgroundLoop:
         self._body = body
         self._restart_after = restart_after
         self._task: asyncio.Task[None] | None = None
+        # Set by stop(cancel=False): the body is ending by itself; no restart after it.
+        self._stopping = asyncio.Event()
         self.crashes = 0
 
     @property
@@ -45,15 +47,27 @@ class BackgroundLoop:
     def start(self) -> None:
         """Start the task (nothing if it runs already)."""
         if self._task is None:
+            self._stopping.clear()
             self._task = asyncio.create_task(self._run(), name=self.name)
 
-    async def stop(self) -> None:
-        """Cancel the task and wait for it to end (nothing if it does not run)."""
+    async def stop(self, *, cancel: bool = True) -> None:
+        """Cancel the task and wait for it to end (nothing if it does not run).
+
+        With `cancel=False`, the owner has asked its body to end by itself (its own
+        flag): wait for the pass under way to return, uncancelled. The worker's
+        producer needs this: a claim it is making must be handed over, not cut
+        between the database's commit and the pool (the jobs would sit claimed
+        until their lease expired). A body waiting out a crash's restart pause
+        does not run again."""
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        if cancel:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        else:
+            self._stopping.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def _run(self) -> None:
         while True:
@@ -69,4 +83,8 @@ class BackgroundLoop:
                 )  # fmt: skip
             else:
                 return  # the body ended by itself: its work is done
-            await asyncio.sleep(self._restart_after)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._restart_after):
+                    await self._stopping.wait()
+            if self._stopping.is_set():
+                return

@@ -17,6 +17,7 @@ from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.model import Claim, Job, JobType
 from san_jobs.job_service.domain.ports import ClaimParams, LimitedClaimParams, WorkerStore
 from san_jobs.job_service.worker.config import WorkerConfig, log
+from san_jobs.shared.background import BackgroundLoop
 
 # Due times of retries and delayed jobs kept in memory, at most. Only a time before the
 # next due-time query (next_due_at, asked at least once per poll interval while a
@@ -52,7 +53,7 @@ class Producer:
         self._rescue = rescue
         self._wake = asyncio.Event()
         self._stopping = False
-        self._task: asyncio.Task[None] | None = None
+        self._claim_loop = BackgroundLoop("worker-loop", self._run)
         # When jobs become due that no wake-up will announce: the database's last
         # answer to "when is the next job due?" (next_due_at, asked at least once per
         # poll interval), and the retries this worker scheduled since (a heap).
@@ -66,14 +67,13 @@ class Producer:
         self._limits_wait: float | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="worker-loop")
+        self._claim_loop.start()
 
     async def stop(self) -> None:
         """Claim nothing more; returns once the claim under way (if any) is handed over."""
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
-            await self._task
+        await self._claim_loop.stop(cancel=False)
 
     def wake(self, recheck: bool = False) -> None:
         """A job may be due now (called after the commit that made it so). With

@@ -51,3 +51,47 @@ async def test_stop_before_start_and_a_body_that_ends() -> None:
     await asyncio.sleep(0)
     assert not loop.running and loop.crashes == 0
     await loop.stop()
+
+
+async def test_stop_without_cancel_lets_the_pass_under_way_end() -> None:
+    stopping = False
+    in_pass = asyncio.Event()
+    finish_pass = asyncio.Event()
+    passes_ended = 0
+
+    async def body() -> None:
+        nonlocal passes_ended
+        while not stopping:
+            in_pass.set()
+            await finish_pass.wait()  # a cancel here would leave the pass half done
+            passes_ended += 1
+
+    loop = BackgroundLoop("producer", body)
+    loop.start()
+    await asyncio.wait_for(in_pass.wait(), 5)
+    stopping = True
+    stop = asyncio.create_task(loop.stop(cancel=False))
+    await asyncio.sleep(0.01)
+    assert not stop.done()  # waits for the pass: no cancel
+    finish_pass.set()
+    await asyncio.wait_for(stop, 5)
+    assert passes_ended == 1 and not loop.running
+
+
+async def test_stop_without_cancel_cuts_a_crash_pause_short() -> None:
+    runs = 0
+    crashing = asyncio.Event()
+
+    async def body() -> None:
+        nonlocal runs
+        runs += 1
+        crashing.set()
+        raise KeyError("a bug")
+
+    loop = BackgroundLoop("producer", body, restart_after=3600)
+    loop.start()
+    await asyncio.wait_for(crashing.wait(), 5)
+    await asyncio.sleep(0)  # the crash is logged; the pause begins
+    assert loop.crashes == 1
+    await asyncio.wait_for(loop.stop(cancel=False), 5)  # not after an hour
+    assert runs == 1 and not loop.running
