@@ -24,6 +24,7 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import URL
 
 from san_jobs.job_service.storage.engine import normalize_url
+from san_jobs.shared.background import BackgroundLoop
 
 CHANNEL = "san_jobs"
 # Between the origin, the status and the ids; between two ids.
@@ -97,30 +98,27 @@ class PgChangeListener:
         # Our own notifications come back to us too: dropped on arrival, unqueued.
         self._own_prefix = None if ignore_origin is None else payload_prefix(ignore_origin)
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
+        # The connection's keeper (it reconnects itself with backoff) and the queue's
+        # reader: two loops, so a slow on_change never delays the keepalive.
+        self._listen_loop = BackgroundLoop("pg-change-listener", self._run)
+        self._dispatch_loop = BackgroundLoop("pg-change-dispatch", self._dispatch)
         self._conn: asyncpg.Connection | None = None
         self._listening = asyncio.Event()
         self.connections_made = 0
 
     async def start(self, *, wait: bool = True, wait_seconds: float = 10.0) -> None:
         """Start listening; with `wait`, return once the first LISTEN is in place."""
-        if self._tasks:
+        if self._listen_loop.running:
             return
-        self._tasks = [
-            asyncio.create_task(self._run(), name="pg-change-listener"),
-            asyncio.create_task(self._dispatch(), name="pg-change-dispatch"),
-        ]
+        self._listen_loop.start()
+        self._dispatch_loop.start()
         if wait:
             async with asyncio.timeout(wait_seconds):
                 await self._listening.wait()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        await self._listen_loop.stop()
+        await self._dispatch_loop.stop()
         await self._close_connection()
 
     async def _close_connection(self) -> None:
