@@ -1,7 +1,7 @@
 """One background loop of a service: a named asyncio task that runs a body until it is
 stopped, in one place for every loop (the pruner, the count folder, the database's
 health checks, the change feed, the schedule firer, the worker's lease renewal and
-its producer, the PostgreSQL change listener).
+its producer, the PostgreSQL change listener, san-web's day planner).
 
 A body that raises is a bug the loop must outlive: the error is logged with its
 traceback, naming the loop, and the body runs again after `restart_after` seconds.

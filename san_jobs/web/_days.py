@@ -56,6 +56,7 @@ from san_jobs.client import (
 )
 from san_jobs.client.outbox import Outbox
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
+from san_jobs.shared.background import BackgroundLoop
 from san_jobs.shared.display import status_name
 from san_jobs.shared.input_rules import usable_key_terms
 from san_jobs.web._store import (
@@ -294,8 +295,11 @@ class Days:
         self._outbox = outbox
         self.settings = settings
         self._now = now
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        # A bug in a check is logged by the loop, and the check runs again a check
+        # interval later, as after a database failure.
+        self._planner = BackgroundLoop(
+            "san-web day planner", self._run, restart_after=settings.check_interval
+        )
 
     # -- calendars ------------------------------------------------------------------------
 
@@ -329,25 +333,18 @@ class Days:
     # -- the planner ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="san-web day planner")
+        self._planner.start()
 
     async def stop(self) -> None:
-        self._stopping.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._planner.stop()
 
     async def _run(self) -> None:
-        while not self._stopping.is_set():
+        while True:
             try:
                 await self.plan_ended_days()
             except (sa_exc.SQLAlchemyError, OSError) as error:
                 log.warning("day planner: san-web's database failed: %s", error)
-            except Exception:
-                log.exception("day planner failed; it tries again")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.settings.check_interval)
+            await asyncio.sleep(self.settings.check_interval)
 
     async def plan_ended_days(self) -> list[tuple[str, str]]:
         """Make every ended day of the last CATCH_UP_DAYS that has scraps and is not
