@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from san_jobs.client._job_types import JOB_TYPES as CONTRACT_TYPES
+from san_jobs.job_service.domain.dependencies import ACCEPTED
 from san_jobs.job_service.domain.job_types import (
     JOB_TYPES,
     JobType,
@@ -59,6 +60,13 @@ def test_a_member_without_an_entry_or_with_two_is_refused() -> None:
         _registry(rest)
     with pytest.raises(ValueError, match=f"{first.name} is registered twice"):
         _registry([first, *ENTRIES])
+
+
+def test_every_type_says_which_dependencies_it_takes() -> None:
+    """A type missing from dependencies.ACCEPTED made an Enqueue with depends_on an
+    INTERNAL error (a KeyError), found by adding a fifth type
+    (docs/adding_a_job_type.md)."""
+    assert set(ACCEPTED) == set(JobType)
 
 
 def test_the_registry_and_the_contract_list_the_same_types() -> None:
