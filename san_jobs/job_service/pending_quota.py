@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from san_jobs.job_service.domain.errors import QuotaExceededError
+from san_jobs.job_service.domain.ports import PendingCountParams
 
 CAP_NAME = "max-pending-per-caller"
 REFRESH_SECONDS = 5.0
@@ -38,11 +39,11 @@ class _Count:
 class PendingQuota:
     def __init__(
         self,
-        count: Callable[[str, int], Awaitable[int]],
+        count: Callable[[PendingCountParams], Awaitable[int]],
         limit: int,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`count(tenant, at_most)`: JobQueries.pending_count."""
+        """`count`: JobQueries.pending_count."""
         self._count = count
         self.limit = limit
         self._monotonic = monotonic
@@ -84,7 +85,7 @@ class PendingQuota:
             entry.added += count
 
     async def _read(self, tenant: str, now: float) -> _Count:
-        counted = await self._count(tenant, self.limit + 1)
+        counted = await self._count(PendingCountParams(tenant=tenant, at_most=self.limit + 1))
         if tenant not in self._counts and len(self._counts) >= MAX_CALLERS_KEPT:
             oldest = min(self._counts, key=lambda name: self._counts[name].read_at)
             del self._counts[oldest]

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 from san_jobs.job_service.domain.errors import StorageError
 from san_jobs.job_service.domain.model import Job
-from san_jobs.job_service.domain.ports import ScheduleStore
+from san_jobs.job_service.domain.ports import FireDueParams, ScheduleStore
 from san_jobs.job_service.domain.schedules import FireOutcome, rfc3339
 from san_jobs.shared.background import BackgroundLoop
 
@@ -66,7 +66,7 @@ class ScheduleFirer:
     async def _run(self) -> None:
         while True:
             try:
-                outcomes = await self._store.fire_due_schedules()
+                outcomes = await self._store.fire_due_schedules(FireDueParams())
                 for outcome in outcomes:
                     await self._report(outcome)
                 if any(not outcome.waiting for outcome in outcomes):

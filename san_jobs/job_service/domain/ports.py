@@ -182,6 +182,51 @@ class PruneChangesParams:
     limit: int
 
 
+@dataclass(frozen=True, slots=True)
+class PendingCountParams:
+    tenant: str
+    # Counted up to this many: a bigger count reads as `at_most`.
+    at_most: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateScheduleParams:
+    schedule: NewSchedule
+    # The tenant's cap (--max-schedules-per-caller); None: no cap.
+    max_per_tenant: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindSchedulesParams:
+    schedule_id: str
+    # That tenant's schedule (at most one); None: every tenant's of that id.
+    tenant: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ListSchedulesParams:
+    # One tenant's schedules; None: every tenant's.
+    tenant: str | None
+    page_size: int
+    # The (schedule_id, tenant) the page starts after; None: the first page.
+    after: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleKey:
+    """One schedule, as delete_schedule, pause_schedule and resume_schedule take it
+    (their whole parameter object: as FailParams is fail's and end_unsettled's)."""
+
+    tenant: str
+    schedule_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FireDueParams:
+    # At most this many rounds (each of one schedule).
+    limit: int = 100
+
+
 class WorkerStore(Protocol):
     """What the worker's parts (worker/) write and read: the claim, leases, outcomes.
     Every method is one transaction (or one atomic statement); every write that
@@ -367,7 +412,7 @@ class JobQueries(Protocol):
         """The jobs that exist among `job_ids` (unknown ids are left out)."""
         ...
 
-    async def pending_count(self, tenant: str, at_most: int) -> int:
+    async def pending_count(self, params: PendingCountParams) -> int:
         """How many PENDING jobs (ready, delayed or waiting for dependencies) `tenant`
         has, counted up to `at_most` (a bigger count reads as `at_most`)."""
         ...
@@ -528,35 +573,33 @@ class ScheduleStore(Protocol):
     on and enqueues the period's job (request_id `schedule:<id>:<period start>`)
     in one transaction."""
 
-    async def create_schedule(
-        self, new: NewSchedule, max_per_tenant: int | None = None
-    ) -> tuple[Schedule, bool]:
-        """Store `new`: (the schedule, True when created). The same key with an equal
-        definition returns the stored one (False); another definition raises
+    async def create_schedule(self, params: CreateScheduleParams) -> tuple[Schedule, bool]:
+        """Store `schedule`: (the schedule, True when created). The same key with an
+        equal definition returns the stored one (False); another definition raises
         ScheduleExistsError. A new schedule of a tenant that has `max_per_tenant`
         already (None: no cap) raises ScheduleQuotaError, racing creates included."""
         ...
 
-    async def find_schedules(self, schedule_id: str, tenant: str | None) -> list[Schedule]:
+    async def find_schedules(self, params: FindSchedulesParams) -> list[Schedule]:
         """The schedules of that id: the tenant's (at most one), or every tenant's."""
         ...
 
     async def list_schedules(
-        self, tenant: str | None, page_size: int, after: tuple[str, str] | None
+        self, params: ListSchedulesParams
     ) -> tuple[list[Schedule], tuple[str, str] | None]:
         """A page by (schedule_id, tenant) after `after` (None: the first), of one
         tenant or all; and the key to pass as `after` for the next (None: the last)."""
         ...
 
-    async def delete_schedule(self, tenant: str, schedule_id: str) -> bool:
+    async def delete_schedule(self, key: ScheduleKey) -> bool:
         """Remove it (its jobs stay); False when there was none."""
         ...
 
-    async def pause_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+    async def pause_schedule(self, key: ScheduleKey) -> Schedule | None:
         """Paused (a no-op when it is); None when there is none."""
         ...
 
-    async def resume_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+    async def resume_schedule(self, key: ScheduleKey) -> Schedule | None:
         """Running from its next period; the periods that started while paused (or
         held: its owner token revoked or expired, Schedule.owner_hold) are counted
         in skipped_count, and a held one is taken over by its tenant's live token.
@@ -568,7 +611,7 @@ class ScheduleStore(Protocol):
         wait for its previous job."""
         ...
 
-    async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
+    async def fire_due_schedules(self, params: FireDueParams) -> list[FireOutcome]:
         """One round of each due running schedule whose owner token, if it has one,
         is live (not revoked, not expired) (at most `limit`, at most
         PER_OWNER_IN_ROUND of one owner, every owner's first before anyone's

@@ -32,6 +32,7 @@ from san_jobs.job_service.domain.page_token import decode_page_token, encode_pag
 from san_jobs.job_service.domain.ports import (
     FailureGroupsParams,
     ListJobsParams,
+    PendingCountParams,
     UsageTotalsParams,
 )
 from san_jobs.job_service.domain.usage import UsageTotal, group_key
@@ -71,14 +72,14 @@ class SqlJobQueries:
                     found[job.id] = job
         return [found[i] for i in unique_ids if i in found]
 
-    async def pending_count(self, tenant: str, at_most: int) -> int:
+    async def pending_count(self, params: PendingCountParams) -> int:
         # Counted through ix_async_jobs_pending_created_at (PENDING rows only) and
         # stopped at `at_most`: the quota asks every few seconds per active tenant.
         mine = (
             select(literal(1))
             .select_from(async_jobs)
-            .where(and_(async_jobs.c.status == "PENDING", async_jobs.c.tenant == tenant))
-            .limit(at_most)
+            .where(and_(async_jobs.c.status == "PENDING", async_jobs.c.tenant == params.tenant))
+            .limit(params.at_most)
             .subquery()
         )
         async with self._db.single() as conn:

@@ -29,6 +29,7 @@ from san_jobs.job_service.domain.page_token import decode_page_token, encode_pag
 from san_jobs.job_service.domain.ports import (
     FailureGroupsParams,
     ListJobsParams,
+    PendingCountParams,
     UsageTotalsParams,
 )
 from san_jobs.job_service.domain.usage import UsageTotal, group_key
@@ -56,14 +57,14 @@ class MemoryJobQueries(MemoryRows):
         await asyncio.sleep(0)
         return [job_of(self._rows[i]) for i in dict.fromkeys(job_ids) if i in self._rows]
 
-    async def pending_count(self, tenant: str, at_most: int) -> int:
+    async def pending_count(self, params: PendingCountParams) -> int:
         await asyncio.sleep(0)
         pending = sum(
             1
             for row in self._rows.values()
-            if row["status"] == "PENDING" and row["tenant"] == tenant
+            if row["status"] == "PENDING" and row["tenant"] == params.tenant
         )
-        return min(pending, at_most)
+        return min(pending, params.at_most)
 
     async def with_waiting_on(self, jobs: Sequence[Job]) -> list[Job]:
         return list(jobs)  # no job here has dependencies (_enqueue_now)

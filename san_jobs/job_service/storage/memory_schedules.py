@@ -12,11 +12,17 @@ from datetime import UTC, datetime
 
 from san_jobs.job_service.domain.errors import DuplicateJobError
 from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, OnDuplicate
+from san_jobs.job_service.domain.ports import (
+    CreateScheduleParams,
+    FindSchedulesParams,
+    FireDueParams,
+    ListSchedulesParams,
+    ScheduleKey,
+)
 from san_jobs.job_service.domain.schedules import (
     PER_OWNER_IN_ROUND,
     WAITING_RECHECK,
     FireOutcome,
-    NewSchedule,
     Schedule,
     ScheduleExistsError,
     ScheduleQuotaError,
@@ -56,12 +62,11 @@ class MemoryScheduleStore(MemoryRows):
     def _schedules(self) -> dict[Key, Schedule]:
         return self.table.schedules
 
-    async def create_schedule(
-        self, new: NewSchedule, max_per_tenant: int | None = None
-    ) -> tuple[Schedule, bool]:
+    async def create_schedule(self, params: CreateScheduleParams) -> tuple[Schedule, bool]:
         """No token owns a schedule here (the memory store has no api_tokens): its
         owner_token_id is None, and it is never held."""
         await asyncio.sleep(0)
+        new, max_per_tenant = params.schedule, params.max_per_tenant
         key = (new.tenant, new.schedule_id)
         stored = self._schedules.get(key)
         if stored is not None:
@@ -89,8 +94,9 @@ class MemoryScheduleStore(MemoryRows):
         self._schedules[key] = created
         return created, True
 
-    async def find_schedules(self, schedule_id: str, tenant: str | None) -> list[Schedule]:
+    async def find_schedules(self, params: FindSchedulesParams) -> list[Schedule]:
         await asyncio.sleep(0)
+        schedule_id, tenant = params.schedule_id, params.tenant
         return sorted(
             (
                 s
@@ -101,9 +107,10 @@ class MemoryScheduleStore(MemoryRows):
         )
 
     async def list_schedules(
-        self, tenant: str | None, page_size: int, after: tuple[str, str] | None
+        self, params: ListSchedulesParams
     ) -> tuple[list[Schedule], tuple[str, str] | None]:
         await asyncio.sleep(0)
+        tenant, page_size, after = params.tenant, params.page_size, params.after
         ordered = sorted(
             (s for s in self._schedules.values() if tenant is None or s.tenant == tenant),
             key=lambda s: (s.schedule_id, s.tenant),
@@ -114,22 +121,22 @@ class MemoryScheduleStore(MemoryRows):
         more = len(ordered) > page_size
         return page, (page[-1].schedule_id, page[-1].tenant) if more and page else None
 
-    async def delete_schedule(self, tenant: str, schedule_id: str) -> bool:
+    async def delete_schedule(self, key: ScheduleKey) -> bool:
         await asyncio.sleep(0)
-        return self._schedules.pop((tenant, schedule_id), None) is not None
+        return self._schedules.pop((key.tenant, key.schedule_id), None) is not None
 
-    async def pause_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+    async def pause_schedule(self, key: ScheduleKey) -> Schedule | None:
         await asyncio.sleep(0)
-        stored = self._schedules.get((tenant, schedule_id))
+        stored = self._schedules.get((key.tenant, key.schedule_id))
         if stored is None or stored.paused:
             return stored
         paused = dataclasses.replace(stored, paused=True, updated_at=self._schedule_now())
-        self._schedules[tenant, schedule_id] = paused
+        self._schedules[key.tenant, key.schedule_id] = paused
         return paused
 
-    async def resume_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+    async def resume_schedule(self, key: ScheduleKey) -> Schedule | None:
         await asyncio.sleep(0)
-        stored = self._schedules.get((tenant, schedule_id))
+        stored = self._schedules.get((key.tenant, key.schedule_id))
         if stored is None or not stored.paused:
             return stored
         now = self._schedule_now()
@@ -143,7 +150,7 @@ class MemoryScheduleStore(MemoryRows):
             skipped_count=stored.skipped_count + passed,
             updated_at=now,
         )
-        self._schedules[tenant, schedule_id] = resumed
+        self._schedules[key.tenant, key.schedule_id] = resumed
         return resumed
 
     async def next_schedule_fire_at(self) -> datetime | None:
@@ -153,7 +160,7 @@ class MemoryScheduleStore(MemoryRows):
         ]
         return min(running, default=None)
 
-    async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
+    async def fire_due_schedules(self, params: FireDueParams) -> list[FireOutcome]:
         """As storage/schedules.py: a waiting period is not due (looked at again
         every WAITING_RECHECK); each owner's first before anyone's second, at most
         PER_OWNER_IN_ROUND of one owner."""
@@ -172,7 +179,7 @@ class MemoryScheduleStore(MemoryRows):
             for rank, s in enumerate(owned[:PER_OWNER_IN_ROUND])
         ]
         ranked.sort(key=lambda entry: entry[:2])
-        return [self._fire_round(s, now) for _, _, s in ranked[:limit]]
+        return [self._fire_round(s, now) for _, _, s in ranked[: params.limit]]
 
     def _waits(self, schedule: Schedule) -> bool:
         """Its due period would wait for its previous job (a catch-up window, and

@@ -53,6 +53,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from san_jobs.job_service.domain.errors import DuplicateJobError, StorageUnavailableError
 from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, JobStatus, NewJob, OnDuplicate
+from san_jobs.job_service.domain.ports import (
+    CreateScheduleParams,
+    FindSchedulesParams,
+    FireDueParams,
+    ListSchedulesParams,
+    ScheduleKey,
+)
 from san_jobs.job_service.domain.schedules import (
     PER_OWNER_IN_ROUND,
     WAITING_RECHECK,
@@ -178,8 +185,8 @@ def row_to_schedule(row: Any, now: datetime | None = None) -> Schedule:
     )
 
 
-def _key(tenant: str, schedule_id: str) -> Any:
-    return and_(S.tenant == tenant, S.schedule_id == schedule_id)
+def _key(key: ScheduleKey) -> Any:
+    return and_(S.tenant == key.tenant, S.schedule_id == key.schedule_id)
 
 
 class SqlScheduleStore:
@@ -205,15 +212,14 @@ class SqlScheduleStore:
         """`now` in a WHERE: on PostgreSQL the database's clock at that statement."""
         return func.clock_timestamp() if self._db.pg else now
 
-    async def create_schedule(
-        self, new: NewSchedule, max_per_tenant: int | None = None
-    ) -> tuple[Schedule, bool]:
-        """Store `new`; (the stored schedule, True when this call created it). The
+    async def create_schedule(self, params: CreateScheduleParams) -> tuple[Schedule, bool]:
+        """Store the schedule; (the stored one, True when this call created it). The
         same (tenant, schedule_id) with an equal definition is that schedule (a
         retry); with another, ScheduleExistsError. A new one when its tenant has
         `max_per_tenant` already: ScheduleQuotaError (counted under a per-tenant
         lock on PostgreSQL, SQLite's write lock on SQLite: racing creates never
         pass the cap)."""
+        new, max_per_tenant = params.schedule, params.max_per_tenant
         insert = postgresql.insert if self._db.pg else sqlite.insert
         async with self._db.tx() as conn:
             now = await self._schedule_now(conn)
@@ -240,7 +246,7 @@ class SqlScheduleStore:
                 .returning(S.schedule_id)
             )
             created = (await conn.execute(statement)).first() is not None
-            stored = await self._one(conn, new.tenant, new.schedule_id)
+            stored = await self._one(conn, ScheduleKey(new.tenant, new.schedule_id))
         assert stored is not None  # a row conflicted, and schedules are deleted by key only
         if created:
             return stored, True
@@ -272,22 +278,23 @@ class SqlScheduleStore:
         if count >= limit and not exists_already:
             raise ScheduleQuotaError(new.tenant, limit)
 
-    async def find_schedules(self, schedule_id: str, tenant: str | None) -> list[Schedule]:
+    async def find_schedules(self, params: FindSchedulesParams) -> list[Schedule]:
         """The schedules of this id: the tenant's (at most one), or with None every
         tenant's."""
-        query = _WITH_OWNER.where(S.schedule_id == schedule_id)
-        if tenant is not None:
-            query = query.where(S.tenant == tenant)
+        query = _WITH_OWNER.where(S.schedule_id == params.schedule_id)
+        if params.tenant is not None:
+            query = query.where(S.tenant == params.tenant)
         async with self._db.single() as conn:
             rows = (await conn.execute(query.order_by(S.tenant))).mappings().all()
         now = self._now()
         return [row_to_schedule(row, now) for row in rows]
 
     async def list_schedules(
-        self, tenant: str | None, page_size: int, after: tuple[str, str] | None
+        self, params: ListSchedulesParams
     ) -> tuple[list[Schedule], tuple[str, str] | None]:
         """A page by (schedule_id, tenant) after `after`; and the last one's key
         when more may follow."""
+        tenant, page_size, after = params.tenant, params.page_size, params.after
         query = _WITH_OWNER
         if tenant is not None:
             query = query.where(S.tenant == tenant)
@@ -307,32 +314,32 @@ class SqlScheduleStore:
         more = len(rows) > page_size
         return page, (page[-1].schedule_id, page[-1].tenant) if more and page else None
 
-    async def delete_schedule(self, tenant: str, schedule_id: str) -> bool:
+    async def delete_schedule(self, key: ScheduleKey) -> bool:
         async with self._db.single() as conn:
             result = await conn.execute(
-                delete(job_schedules).where(_key(tenant, schedule_id)).returning(S.schedule_id)
+                delete(job_schedules).where(_key(key)).returning(S.schedule_id)
             )
             return result.first() is not None
 
-    async def pause_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+    async def pause_schedule(self, key: ScheduleKey) -> Schedule | None:
         """Paused (a paused one as it is); None: no such schedule. The periods that
         pass while paused are counted as skipped at resume."""
         async with self._db.tx() as conn:
             now = await self._schedule_now(conn)
             await conn.execute(
                 update(job_schedules)
-                .where(_key(tenant, schedule_id), S.paused.is_(False))
+                .where(_key(key), S.paused.is_(False))
                 .values(paused=True, updated_at=now)
             )
-            return await self._one(conn, tenant, schedule_id)
+            return await self._one(conn, key)
 
-    async def resume_schedule(self, tenant: str, schedule_id: str) -> Schedule | None:
+    async def resume_schedule(self, key: ScheduleKey) -> Schedule | None:
         """Running again from its next period: the periods that started while it
         was paused (or held: its owner token revoked or expired) are skipped and
         counted. A held one is taken over by its tenant's live token, if there is
         one (else it stays held). None: no such schedule."""
         async with self._db.tx() as conn:
-            stored = await self._one(conn, tenant, schedule_id, for_update=True)
+            stored = await self._one(conn, key, for_update=True)
             if stored is None or not (stored.paused or stored.held):
                 return stored
             now = await self._schedule_now(conn)
@@ -341,21 +348,21 @@ class SqlScheduleStore:
             )
             await conn.execute(
                 update(job_schedules)
-                .where(_key(tenant, schedule_id))
+                .where(_key(key))
                 .values(
                     paused=False,
                     next_fire_at=upcoming,
                     skipped_count=S.skipped_count + passed,
                     updated_at=now,
-                    **({"owner_token_id": _live_token_of(tenant)} if stored.held else {}),
+                    **({"owner_token_id": _live_token_of(key.tenant)} if stored.held else {}),
                 )
             )
-            return await self._one(conn, tenant, schedule_id)
+            return await self._one(conn, key)
 
     async def _one(
-        self, conn: AsyncConnection, tenant: str, schedule_id: str, *, for_update: bool = False
+        self, conn: AsyncConnection, key: ScheduleKey, *, for_update: bool = False
     ) -> Schedule | None:
-        query = _WITH_OWNER.where(_key(tenant, schedule_id))
+        query = _WITH_OWNER.where(_key(key))
         if for_update and self._db.pg:
             query = query.with_for_update(of=job_schedules)
         row = (await conn.execute(query)).mappings().first()
@@ -376,7 +383,7 @@ class SqlScheduleStore:
             ).scalar()
         return as_utc(value)
 
-    async def fire_due_schedules(self, limit: int = 100) -> list[FireOutcome]:
+    async def fire_due_schedules(self, params: FireDueParams) -> list[FireOutcome]:
         """One round of each running schedule that is due (at most `limit`, at most
         PER_OWNER_IN_ROUND of one owner, every owner's first before anyone's
         second), each in its own transaction; the rounds another instance won are
@@ -409,7 +416,7 @@ class SqlScheduleStore:
                         select(due)
                         .where(due.c.owner_rank <= PER_OWNER_IN_ROUND)
                         .order_by(due.c.owner_rank, due.c.next_fire_at)
-                        .limit(limit)
+                        .limit(params.limit)
                     )
                 )
                 .mappings()
@@ -423,6 +430,7 @@ class SqlScheduleStore:
         return outcomes
 
     async def _fire_round(self, due: Schedule) -> FireOutcome | None:
+        key = ScheduleKey(due.tenant, due.schedule_id)
         async with self._db.tx() as conn:
             now = await self._schedule_now(conn)
             plan = plan_fire(due.definition, anchor_of(due.created_at), due.next_fire_at, now)
@@ -438,7 +446,7 @@ class SqlScheduleStore:
                 await conn.execute(
                     update(job_schedules)
                     .where(
-                        _key(due.tenant, due.schedule_id),
+                        _key(key),
                         S.next_fire_at == due.next_fire_at,
                         S.next_fire_at <= self._db_now(now),
                         S.paused.is_(False),
@@ -468,14 +476,12 @@ class SqlScheduleStore:
                 )
             if job is None:
                 await conn.execute(
-                    update(job_schedules)
-                    .where(_key(due.tenant, due.schedule_id))
-                    .values(skipped_count=S.skipped_count + 1)
+                    update(job_schedules).where(_key(key)).values(skipped_count=S.skipped_count + 1)
                 )
                 return FireOutcome(due, plan.fire, None, False, plan.skipped + 1, reason)
             await conn.execute(
                 update(job_schedules)
-                .where(_key(due.tenant, due.schedule_id))
+                .where(_key(key))
                 .values(last_fire_at=plan.fire, last_job_id=job.id)
             )
         return FireOutcome(due, plan.fire, job, deduplicated, plan.skipped)

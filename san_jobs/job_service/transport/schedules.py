@@ -34,7 +34,13 @@ from san_jobs.job_service.domain.limits import (
     MAX_PAGE_TOKEN_CHARS,
 )
 from san_jobs.job_service.domain.model import OnDuplicate
-from san_jobs.job_service.domain.ports import ScheduleStore
+from san_jobs.job_service.domain.ports import (
+    CreateScheduleParams,
+    FindSchedulesParams,
+    ListSchedulesParams,
+    ScheduleKey,
+    ScheduleStore,
+)
 from san_jobs.job_service.domain.priorities import UrgentPriorities
 from san_jobs.job_service.domain.schedules import (
     MAX_CATCHUP_WINDOW,
@@ -296,7 +302,7 @@ class ScheduleRpcs:
             problem = self._urgent.problem(priority, caller.name, caller.role is Role.SUBMITTER)
             if problem is not None:
                 raise InvalidRequestError([FieldViolation("schedule.template.priority", problem)])
-        stored, created = await self._store.create_schedule(new, cap)
+        stored, created = await self._store.create_schedule(CreateScheduleParams(new, cap))
         if created and not stored.paused:
             self._replan()
         return pb.CreateScheduleResponse(schedule=schedule_to_pb(stored))
@@ -307,7 +313,9 @@ class ScheduleRpcs:
         if out:
             raise InvalidRequestError(out)
         tenant = _tenant()
-        found = await self._store.find_schedules(schedule_id, tenant if _own_only() else None)
+        found = await self._store.find_schedules(
+            FindSchedulesParams(schedule_id, tenant if _own_only() else None)
+        )
         own = [s for s in found if s.tenant == tenant]
         if own:
             return own[0]
@@ -336,7 +344,9 @@ class ScheduleRpcs:
             )
         after = _page_token(request.page_token)
         page, last = await self._store.list_schedules(
-            _tenant() if _own_only() else None, request.page_size or DEFAULT_PAGE_SIZE, after
+            ListSchedulesParams(
+                _tenant() if _own_only() else None, request.page_size or DEFAULT_PAGE_SIZE, after
+            )
         )
         # Cut by bytes as ListJobs' pages are (transport/pages.py): 15 templates of
         # 100,000 characters made the default page RESOURCE_EXHAUSTED for everyone.
@@ -357,20 +367,20 @@ class ScheduleRpcs:
 
     async def delete(self, request: pb.DeleteScheduleRequest) -> pb.DeleteScheduleResponse:
         found = await self._find(request.schedule_id)
-        if not await self._store.delete_schedule(found.tenant, found.schedule_id):
+        if not await self._store.delete_schedule(ScheduleKey(found.tenant, found.schedule_id)):
             raise ScheduleNotFoundError(request.schedule_id)
         return pb.DeleteScheduleResponse()
 
     async def pause(self, request: pb.PauseScheduleRequest) -> pb.PauseScheduleResponse:
         found = await self._find(request.schedule_id)
-        paused = await self._store.pause_schedule(found.tenant, found.schedule_id)
+        paused = await self._store.pause_schedule(ScheduleKey(found.tenant, found.schedule_id))
         if paused is None:
             raise ScheduleNotFoundError(request.schedule_id)
         return pb.PauseScheduleResponse(schedule=schedule_to_pb(paused))
 
     async def resume(self, request: pb.ResumeScheduleRequest) -> pb.ResumeScheduleResponse:
         found = await self._find(request.schedule_id)
-        resumed = await self._store.resume_schedule(found.tenant, found.schedule_id)
+        resumed = await self._store.resume_schedule(ScheduleKey(found.tenant, found.schedule_id))
         if resumed is None:
             raise ScheduleNotFoundError(request.schedule_id)
         self._replan()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from san_jobs.job_service.domain.ports import ListSchedulesParams
 from san_jobs.job_service.storage.engine import create_engine
 from san_jobs.job_service.storage.migrate import migrate
 from san_jobs.job_service.storage.repository import SqlJobStore
@@ -84,7 +85,8 @@ async def test_0019_gives_each_schedule_the_token_that_created_it(url_at_0018: s
     store = SqlJobStore(url, instance_id="a")
     try:
         shown = {
-            s.schedule_id: s for s in (await store.schedules.list_schedules(None, 10, None))[0]
+            s.schedule_id: s
+            for s in (await store.schedules.list_schedules(ListSchedulesParams(None, 10, None)))[0]
         }
     finally:
         await store.close()

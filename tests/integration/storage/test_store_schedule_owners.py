@@ -23,6 +23,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select, update
 
+from san_jobs.job_service.domain.ports import (
+    CreateScheduleParams,
+    FindSchedulesParams,
+    FireDueParams,
+    ListSchedulesParams,
+    ScheduleKey,
+)
 from san_jobs.job_service.domain.schedules import ScheduleQuotaError
 from san_jobs.job_service.storage.api_tokens import SqlTokenStore
 from san_jobs.job_service.storage.memory import MemoryJobStore, MemoryTable
@@ -77,19 +84,27 @@ async def sql_store(sql_url: str, real_clock: FakeClock) -> AsyncIterator[SqlJob
 async def test_a_tenants_schedules_are_capped(stores: list[Store]) -> None:
     store = stores[0]
     for n in range(3):
-        await store.schedules.create_schedule(new_schedule(f"s{n}", tenant="alice"), 3)
+        await store.schedules.create_schedule(
+            CreateScheduleParams(new_schedule(f"s{n}", tenant="alice"), 3)
+        )
     with pytest.raises(ScheduleQuotaError) as refused:
-        await store.schedules.create_schedule(new_schedule("s3", tenant="alice"), 3)
+        await store.schedules.create_schedule(
+            CreateScheduleParams(new_schedule("s3", tenant="alice"), 3)
+        )
     assert refused.value.limit == 3 and "max-schedules-per-caller" in str(refused.value)
     # A retry of a stored one is that one, not a new schedule; another tenant has its own.
-    _, created = await store.schedules.create_schedule(new_schedule("s1", tenant="alice"), 3)
+    _, created = await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("s1", tenant="alice"), 3)
+    )
     assert not created
-    await store.schedules.create_schedule(new_schedule("s0", tenant="bob"), 3)
+    await store.schedules.create_schedule(CreateScheduleParams(new_schedule("s0", tenant="bob"), 3))
     # Deleting one makes room; no cap: as before.
-    assert await store.schedules.delete_schedule("alice", "s0")
-    await store.schedules.create_schedule(new_schedule("s3", tenant="alice"), 3)
-    await store.schedules.create_schedule(new_schedule("s4", tenant="alice"))
-    mine, _ = await store.schedules.list_schedules("alice", 10, None)
+    assert await store.schedules.delete_schedule(ScheduleKey("alice", "s0"))
+    await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("s3", tenant="alice"), 3)
+    )
+    await store.schedules.create_schedule(CreateScheduleParams(new_schedule("s4", tenant="alice")))
+    mine, _ = await store.schedules.list_schedules(ListSchedulesParams("alice", 10, None))
     assert [s.schedule_id for s in mine] == ["s1", "s2", "s3", "s4"]
 
 
@@ -98,14 +113,18 @@ async def test_racing_creates_of_two_instances_do_not_pass_the_cap(stores: list[
 
     async def create(store: Store, n: int) -> bool:
         try:
-            await store.schedules.create_schedule(new_schedule(f"r{n}", tenant="mallory"), 4)
+            await store.schedules.create_schedule(
+                CreateScheduleParams(new_schedule(f"r{n}", tenant="mallory"), 4)
+            )
         except ScheduleQuotaError:
             return False
         return True
 
     made = await asyncio.gather(*(create(a if n % 2 else b, n) for n in range(12)))
     assert sum(made) == 4
-    assert len((await a.schedules.list_schedules("mallory", 100, None))[0]) == 4
+    assert (
+        len((await a.schedules.list_schedules(ListSchedulesParams("mallory", 100, None)))[0]) == 4
+    )
 
 
 async def add_token(store: SqlJobStore, name: str, **kwargs: datetime) -> str:
@@ -121,7 +140,7 @@ async def add_token(store: SqlJobStore, name: str, **kwargs: datetime) -> str:
 async def move_back(store: SqlJobStore, schedule_id: str, seconds: float) -> None:
     """Every tenant's schedule of this id, its creation and next period `seconds`
     into the past (as if no instance had run meanwhile)."""
-    for stored in await store.schedules.find_schedules(schedule_id, None):
+    for stored in await store.schedules.find_schedules(FindSchedulesParams(schedule_id, None)):
         async with store.engine.begin() as conn:
             await conn.execute(
                 update(job_schedules)
@@ -139,7 +158,9 @@ async def move_back(store: SqlJobStore, schedule_id: str, seconds: float) -> Non
 async def fired_tenants(store: SqlJobStore) -> list[str]:
     """The tenants whose due schedule a firing round took (fired, or skipped as an
     overlap with the previous period's job)."""
-    return sorted(o.schedule.tenant for o in await store.schedules.fire_due_schedules())
+    return sorted(
+        o.schedule.tenant for o in await store.schedules.fire_due_schedules(FireDueParams())
+    )
 
 
 async def test_a_revoked_owners_schedules_are_held_and_a_new_token_does_not_inherit_them(
@@ -148,17 +169,23 @@ async def test_a_revoked_owners_schedules_are_held_and_a_new_token_does_not_inhe
     store = sql_store
     alice_token = await add_token(store, "alice")
     await add_token(store, "bob")
-    created, _ = await store.schedules.create_schedule(new_schedule("nightly", tenant="alice"))
+    created, _ = await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("nightly", tenant="alice"))
+    )
     assert created.owner_token_id == alice_token and not created.held
-    await store.schedules.create_schedule(new_schedule("nightly", tenant="bob"))
+    await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("nightly", tenant="bob"))
+    )
     # No token was ever named "cert-caller" (a client certificate's name): no owner token.
-    free, _ = await store.schedules.create_schedule(new_schedule("nightly", tenant="cert-caller"))
+    free, _ = await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("nightly", tenant="cert-caller"))
+    )
     assert free.owner_token_id is None
 
     assert await SqlTokenStore(store.engine).revoke("alice")
     await move_back(store, "nightly", 61)  # all three are due
     assert await fired_tenants(store) == ["bob", "cert-caller"]
-    (held,) = await store.schedules.find_schedules("nightly", "alice")
+    (held,) = await store.schedules.find_schedules(FindSchedulesParams("nightly", "alice"))
     assert held.held and not held.paused and "'alice' was revoked at" in held.owner_hold
     assert held.last_job_id is None and await job_count(store) == 2
     # Nothing of alice's is due for the firing loop either (bob's next period is ahead).
@@ -170,14 +197,14 @@ async def test_a_revoked_owners_schedules_are_held_and_a_new_token_does_not_inhe
     assert new_token and new_token != alice_token
     await move_back(store, "nightly", 60)
     assert await fired_tenants(store) == ["bob", "cert-caller"]
-    (still,) = await store.schedules.find_schedules("nightly", "alice")
+    (still,) = await store.schedules.find_schedules(FindSchedulesParams("nightly", "alice"))
     assert still.held and still.owner_token_id == alice_token
-    page, _ = await store.schedules.list_schedules(None, 10, None)
+    page, _ = await store.schedules.list_schedules(ListSchedulesParams(None, 10, None))
     assert [s.tenant for s in page if s.held] == ["alice"]
 
     # ResumeSchedule takes it over on purpose: the new token owns it, the periods
     # passed while held (two, moved back 121 s) are skipped, the next one fires.
-    resumed = await store.schedules.resume_schedule("alice", "nightly")
+    resumed = await store.schedules.resume_schedule(ScheduleKey("alice", "nightly"))
     assert resumed is not None and not resumed.held and resumed.owner_token_id == new_token
     assert resumed.skipped_count == 2 and resumed.next_fire_at > datetime.now(UTC)
     await move_back(store, "nightly", 61)
@@ -187,7 +214,9 @@ async def test_a_revoked_owners_schedules_are_held_and_a_new_token_does_not_inhe
 async def test_an_expired_owners_schedules_are_held(sql_store: SqlJobStore) -> None:
     store = sql_store
     await add_token(store, "carol", expires_at=datetime.now(UTC) + timedelta(hours=1))
-    await store.schedules.create_schedule(new_schedule("hourly", tenant="carol"))
+    await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("hourly", tenant="carol"))
+    )
     await move_back(store, "hourly", 61)
     async with store.engine.begin() as conn:
         await conn.execute(
@@ -195,14 +224,14 @@ async def test_an_expired_owners_schedules_are_held(sql_store: SqlJobStore) -> N
             .where(api_tokens.c.name == "carol")
             .values(expires_at=datetime.now(UTC) - timedelta(seconds=5))
         )
-    assert await store.schedules.fire_due_schedules() == []
-    (held,) = await store.schedules.find_schedules("hourly", "carol")
+    assert await store.schedules.fire_due_schedules(FireDueParams()) == []
+    (held,) = await store.schedules.find_schedules(FindSchedulesParams("hourly", "carol"))
     assert held.held and "'carol' expired at" in held.owner_hold
     assert await job_count(store) == 0
     # Resumed with no live token of the name: still held, nothing fires.
-    resumed = await store.schedules.resume_schedule("carol", "hourly")
+    resumed = await store.schedules.resume_schedule(ScheduleKey("carol", "hourly"))
     assert resumed is not None and resumed.held
-    assert await store.schedules.fire_due_schedules() == []
+    assert await store.schedules.fire_due_schedules(FireDueParams()) == []
 
 
 async def test_a_schedule_created_with_a_just_revoked_token_does_not_fire(
@@ -213,7 +242,9 @@ async def test_a_schedule_created_with_a_just_revoked_token_does_not_fire(
     store = sql_store
     token = await add_token(store, "dave")
     await SqlTokenStore(store.engine).revoke("dave")
-    created, _ = await store.schedules.create_schedule(new_schedule("late", tenant="dave"))
+    created, _ = await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("late", tenant="dave"))
+    )
     assert created.owner_token_id == token and created.held
     await move_back(store, "late", 61)
-    assert await store.schedules.fire_due_schedules() == []
+    assert await store.schedules.fire_due_schedules(FireDueParams()) == []

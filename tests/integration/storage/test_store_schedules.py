@@ -19,7 +19,15 @@ import pytest
 from sqlalchemy import text, update
 
 from san_jobs.job_service.domain.model import JobStatus, JobType, OnDuplicate
-from san_jobs.job_service.domain.ports import CancelParams, ScheduleStore
+from san_jobs.job_service.domain.ports import (
+    CancelParams,
+    CreateScheduleParams,
+    FindSchedulesParams,
+    FireDueParams,
+    ListSchedulesParams,
+    ScheduleKey,
+    ScheduleStore,
+)
 from san_jobs.job_service.domain.schedules import (
     PER_OWNER_IN_ROUND,
     WAITING_RECHECK,
@@ -99,7 +107,7 @@ async def stores(store_url: str | None, real_clock: FakeClock) -> AsyncIterator[
 async def move_back(store: Store, schedule_id: str, seconds: float) -> datetime:
     """Move the schedule's creation and next period `seconds` into the past (as if no
     instance had run meanwhile); returns the new next_fire_at."""
-    (stored,) = await store.schedules.find_schedules(schedule_id, None)
+    (stored,) = await store.schedules.find_schedules(FindSchedulesParams(schedule_id, None))
     created = stored.created_at - timedelta(seconds=seconds)
     due = stored.next_fire_at - timedelta(seconds=seconds)
     if isinstance(store, MemoryJobStore):
@@ -132,59 +140,72 @@ def test_both_stores_are_schedule_stores() -> None:
 
 async def test_create_get_list_delete_with_tenants(stores: list[Store]) -> None:
     store = stores[0]
-    created, fresh = await store.schedules.create_schedule(new_schedule("nightly", tenant="alice"))
+    created, fresh = await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("nightly", tenant="alice"))
+    )
     assert fresh and created.next_fire_at > created.created_at
     assert created.next_fire_at - created.created_at <= timedelta(seconds=60)
     again, fresh_again = await store.schedules.create_schedule(
-        new_schedule("nightly", tenant="alice")
+        CreateScheduleParams(new_schedule("nightly", tenant="alice"))
     )
     assert not fresh_again and again == created
     with pytest.raises(ScheduleExistsError):
-        await store.schedules.create_schedule(new_schedule("nightly", tenant="alice", interval=30))
+        await store.schedules.create_schedule(
+            CreateScheduleParams(new_schedule("nightly", tenant="alice", interval=30))
+        )
     # Another tenant's id is its own.
-    await store.schedules.create_schedule(new_schedule("nightly", tenant="bob", interval=30))
-    await store.schedules.create_schedule(new_schedule("a-first", tenant="bob"))
-    assert [s.tenant for s in await store.schedules.find_schedules("nightly", "alice")] == ["alice"]
-    assert len(await store.schedules.find_schedules("nightly", None)) == 2
-    page, after = await store.schedules.list_schedules(None, 2, None)
+    await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("nightly", tenant="bob", interval=30))
+    )
+    await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("a-first", tenant="bob"))
+    )
+    assert [
+        s.tenant
+        for s in await store.schedules.find_schedules(FindSchedulesParams("nightly", "alice"))
+    ] == ["alice"]
+    assert len(await store.schedules.find_schedules(FindSchedulesParams("nightly", None))) == 2
+    page, after = await store.schedules.list_schedules(ListSchedulesParams(None, 2, None))
     assert [(s.schedule_id, s.tenant) for s in page] == [("a-first", "bob"), ("nightly", "alice")]
     assert after == ("nightly", "alice")
-    rest, end = await store.schedules.list_schedules(None, 2, after)
+    rest, end = await store.schedules.list_schedules(ListSchedulesParams(None, 2, after))
     assert [(s.schedule_id, s.tenant) for s in rest] == [("nightly", "bob")] and end is None
-    mine, _ = await store.schedules.list_schedules("bob", 10, None)
+    mine, _ = await store.schedules.list_schedules(ListSchedulesParams("bob", 10, None))
     assert [s.schedule_id for s in mine] == ["a-first", "nightly"]
-    assert await store.schedules.delete_schedule("alice", "nightly")
-    assert not await store.schedules.delete_schedule("alice", "nightly")
-    assert await store.schedules.find_schedules("nightly", "alice") == []
+    assert await store.schedules.delete_schedule(ScheduleKey("alice", "nightly"))
+    assert not await store.schedules.delete_schedule(ScheduleKey("alice", "nightly"))
+    assert await store.schedules.find_schedules(FindSchedulesParams("nightly", "alice")) == []
 
 
 async def test_pause_resume_counts_the_periods_passed(stores: list[Store]) -> None:
     store = stores[0]
-    await store.schedules.create_schedule(new_schedule(interval=60))
-    paused = await store.schedules.pause_schedule("", "nightly")
+    await store.schedules.create_schedule(CreateScheduleParams(new_schedule(interval=60)))
+    paused = await store.schedules.pause_schedule(ScheduleKey("", "nightly"))
     assert paused is not None and paused.paused
     assert await store.schedules.next_schedule_fire_at() is None  # a paused one is never due
     # The next period was about 60 s ahead: now it started 270 s ago.
     due = await move_back(store, "nightly", 60 * 5 + 30)
-    assert await store.schedules.fire_due_schedules() == []
-    resumed = await store.schedules.resume_schedule("", "nightly")
+    assert await store.schedules.fire_due_schedules(FireDueParams()) == []
+    resumed = await store.schedules.resume_schedule(ScheduleKey("", "nightly"))
     assert resumed is not None and not resumed.paused
     # Periods due, due+60 .. due+240 started while paused: skipped; the next is after now.
     assert resumed.skipped_count == 5
     assert resumed.next_fire_at == due + timedelta(seconds=300)
     assert resumed.next_fire_at > datetime.now(UTC)
-    assert await store.schedules.pause_schedule("", "missing") is None
-    assert await store.schedules.resume_schedule("", "missing") is None
+    assert await store.schedules.pause_schedule(ScheduleKey("", "missing")) is None
+    assert await store.schedules.resume_schedule(ScheduleKey("", "missing")) is None
 
 
 async def test_two_instances_racing_for_a_period_make_one_job(
     stores: list[Store],
 ) -> None:
     a, b = stores
-    await a.schedules.create_schedule(new_schedule(interval=60))
+    await a.schedules.create_schedule(CreateScheduleParams(new_schedule(interval=60)))
     due = await move_back(a, "nightly", 61)
     # Both instances see it due and fire at the same time, several times over.
-    rounds = await asyncio.gather(*(s.schedules.fire_due_schedules() for s in (a, b, a, b)))
+    rounds = await asyncio.gather(
+        *(s.schedules.fire_due_schedules(FireDueParams()) for s in (a, b, a, b))
+    )
     outcomes = [o for r in rounds for o in r]
     assert len(outcomes) == 1
     (outcome,) = outcomes
@@ -192,7 +213,7 @@ async def test_two_instances_racing_for_a_period_make_one_job(
     assert outcome.job.request_id == period_request_id("nightly", due)
     assert outcome.job.requested_by == "tester" and outcome.job.status is JobStatus.PENDING
     assert await job_count(a) == 1
-    (stored,) = await a.schedules.find_schedules("nightly", "")
+    (stored,) = await a.schedules.find_schedules(FindSchedulesParams("nightly", ""))
     assert stored.last_job_id == outcome.job.id and stored.last_fire_at == due
     assert stored.next_fire_at == due + timedelta(seconds=60)
 
@@ -207,16 +228,18 @@ async def test_instances_racing_for_a_catch_up_round_count_its_skips_once(
     # without the condition it claimed the same round again (no second job, the
     # request id stops that) and counted its skipped periods twice or more.
     a, b = stores
-    await a.schedules.create_schedule(new_schedule(interval=60, catchup=150))
+    await a.schedules.create_schedule(CreateScheduleParams(new_schedule(interval=60, catchup=150)))
     due = await move_back(a, "nightly", 600 + 10)
-    rounds = await asyncio.gather(*(s.schedules.fire_due_schedules() for s in (a, b) * 4))
+    rounds = await asyncio.gather(
+        *(s.schedules.fire_due_schedules(FireDueParams()) for s in (a, b) * 4)
+    )
     outcomes = [o for r in rounds for o in r]
     assert len(outcomes) == 1, outcomes
     (outcome,) = outcomes
     assert outcome.job is not None and outcome.period is not None
     skipped = (outcome.period - due) // timedelta(seconds=60)
     assert outcome.skipped == skipped >= 7
-    (stored,) = await a.schedules.find_schedules("nightly", "")
+    (stored,) = await a.schedules.find_schedules(FindSchedulesParams("nightly", ""))
     assert stored.skipped_count == skipped and stored.last_job_id == outcome.job.id
     assert stored.next_fire_at == outcome.period + timedelta(seconds=60)
     assert await job_count(a) == 1
@@ -224,14 +247,14 @@ async def test_instances_racing_for_a_catch_up_round_count_its_skips_once(
 
 async def test_overlap_is_skipped_and_counted(stores: list[Store]) -> None:
     store = stores[0]
-    await store.schedules.create_schedule(new_schedule(interval=60))
+    await store.schedules.create_schedule(CreateScheduleParams(new_schedule(interval=60)))
     await move_back(store, "nightly", 61)
-    (first,) = await store.schedules.fire_due_schedules()
+    (first,) = await store.schedules.fire_due_schedules(FireDueParams())
     assert first.job is not None
     await move_back(store, "nightly", 60)  # the next period is due; the first job PENDING
-    (second,) = await store.schedules.fire_due_schedules()
+    (second,) = await store.schedules.fire_due_schedules(FireDueParams())
     assert second.job is None and "still PENDING" in second.reason
-    (stored,) = await store.schedules.find_schedules("nightly", "")
+    (stored,) = await store.schedules.find_schedules(FindSchedulesParams("nightly", ""))
     assert stored.skipped_count == 1 and stored.last_job_id == first.job.id
 
 
@@ -240,16 +263,18 @@ async def test_catchup_window_fires_recent_periods_and_skips_older(
 ) -> None:
     store = stores[0]
     # Ten minutes of 60 s periods missed; the window covers the last 150 s of them.
-    await store.schedules.create_schedule(new_schedule(interval=60, catchup=150))
+    await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule(interval=60, catchup=150))
+    )
     due = await move_back(store, "nightly", 600 + 10)
     now = datetime.now(UTC)
-    (outcome,) = await store.schedules.fire_due_schedules()
+    (outcome,) = await store.schedules.fire_due_schedules(FireDueParams())
     assert outcome.job is not None and outcome.period is not None
     # The oldest period within 150 s of now fires; the ones before are skipped.
     assert now - timedelta(seconds=150) <= outcome.period <= now - timedelta(seconds=89)
     skipped = (outcome.period - due) // timedelta(seconds=60)
     assert outcome.skipped == skipped >= 7
-    (stored,) = await store.schedules.find_schedules("nightly", "")
+    (stored,) = await store.schedules.find_schedules(FindSchedulesParams("nightly", ""))
     assert stored.skipped_count == skipped
 
 
@@ -257,13 +282,13 @@ async def test_zero_window_fires_only_the_latest_missed_period(
     stores: list[Store],
 ) -> None:
     store = stores[0]
-    await store.schedules.create_schedule(new_schedule(interval=60))
+    await store.schedules.create_schedule(CreateScheduleParams(new_schedule(interval=60)))
     # The next period was about 60 s ahead: now it started 250 s ago.
     due = await move_back(store, "nightly", 300 + 10)
-    (outcome,) = await store.schedules.fire_due_schedules()
+    (outcome,) = await store.schedules.fire_due_schedules(FireDueParams())
     assert outcome.job is not None and outcome.period == due + timedelta(seconds=240)
     assert outcome.skipped == 4
-    (stored,) = await store.schedules.find_schedules("nightly", "")
+    (stored,) = await store.schedules.find_schedules(FindSchedulesParams("nightly", ""))
     assert stored.next_fire_at == due + timedelta(seconds=300)
 
 
@@ -271,38 +296,40 @@ async def test_with_a_window_a_missed_period_waits_for_the_previous_job(
     stores: list[Store],
 ) -> None:
     store = stores[0]
-    await store.schedules.create_schedule(new_schedule(interval=60, catchup=600))
+    await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule(interval=60, catchup=600))
+    )
     # The next period was about 60 s ahead: now periods due, due+60 and due+120 have
     # started (130, 70 and 10 s ago).
     due = await move_back(store, "nightly", 190)
-    (first,) = await store.schedules.fire_due_schedules()
+    (first,) = await store.schedules.fire_due_schedules(FireDueParams())
     assert first.job is not None and first.period == due and first.skipped == 0
     # due+60 is due, and the first job is still PENDING: it waits, which is not due
     # (issue 42: no round takes it, nothing counted, the loop does not wake for it).
-    assert await store.schedules.fire_due_schedules() == []
+    assert await store.schedules.fire_due_schedules(FireDueParams()) == []
     assert await store.schedules.next_schedule_fire_at() is None
-    (stored,) = await store.schedules.find_schedules("nightly", "")
+    (stored,) = await store.schedules.find_schedules(FindSchedulesParams("nightly", ""))
     assert stored.next_fire_at == due + timedelta(seconds=60) and stored.skipped_count == 0
     await store.commands.cancel(CancelParams(job_id=first.job.id, reason="done with it"))
     assert await store.schedules.next_schedule_fire_at() == due + timedelta(seconds=60)
     # The next round fires due+60; due+120 then waits for that job in turn.
-    fired = [o for _ in range(2) for o in await store.schedules.fire_due_schedules()]
+    fired = [o for _ in range(2) for o in await store.schedules.fire_due_schedules(FireDueParams())]
     assert [(o.period, o.waiting) for o in fired] == [(due + timedelta(seconds=60), False)]
     assert fired[0].job is not None
     assert fired[0].job.request_id == period_request_id("nightly", due + timedelta(seconds=60))
     # Looked at again after WAITING_RECHECK: the round waits (once), and is not due again.
     await shift(store, "", WAITING_RECHECK.total_seconds() + 1, updated_only=True)
-    (looked,) = await store.schedules.fire_due_schedules()
+    (looked,) = await store.schedules.fire_due_schedules(FireDueParams())
     assert looked.waiting and looked.job is None and "still PENDING" in looked.reason
     assert looked.period == due + timedelta(seconds=120)
-    assert await store.schedules.fire_due_schedules() == []
+    assert await store.schedules.fire_due_schedules(FireDueParams()) == []
 
 
 async def shift(store: Store, tenant: str, seconds: float, *, updated_only: bool = False) -> None:
     """Move every schedule of `tenant` `seconds` into the past: its creation and next
     period (as move_back), or with `updated_only` its last round's time only."""
     back = timedelta(seconds=seconds)
-    found, _ = await store.schedules.list_schedules(tenant, 1000, None)
+    found, _ = await store.schedules.list_schedules(ListSchedulesParams(tenant, 1000, None))
 
     def moved(s: Schedule) -> dict[str, datetime]:
         if updated_only:
@@ -326,7 +353,7 @@ async def shift(store: Store, tenant: str, seconds: float, *, updated_only: bool
 async def fire_all(store: Store) -> list[FireOutcome]:
     """Rounds until none fires (as the firing loop: again at once while one fires)."""
     outcomes: list[FireOutcome] = []
-    while (fired := await store.schedules.fire_due_schedules()) and not all(
+    while (fired := await store.schedules.fire_due_schedules(FireDueParams())) and not all(
         o.waiting for o in fired
     ):
         outcomes += fired
@@ -343,7 +370,9 @@ async def test_waiting_schedules_of_one_tenant_do_not_stop_anothers(
     real_clock.now = datetime.now(UTC)  # SQLite's and memory's clock (PostgreSQL's is its own)
     for n in range(100):
         await store.schedules.create_schedule(
-            new_schedule(f"m-{n:03}", tenant="mallory", catchup=86400, target=f"m-{n}")
+            CreateScheduleParams(
+                new_schedule(f"m-{n:03}", tenant="mallory", catchup=86400, target=f"m-{n}")
+            )
         )
     await shift(store, "mallory", 600 + 61)  # each first period started 601 s ago
     first = await fire_all(store)
@@ -352,32 +381,36 @@ async def test_waiting_schedules_of_one_tenant_do_not_stop_anothers(
     # (A catch-up window: a period missed on a slow test machine still fires, later.)
     real_clock.now = datetime.now(UTC)
     await store.schedules.create_schedule(
-        new_schedule("v", tenant="victor", interval=1, catchup=60, target="v")
+        CreateScheduleParams(new_schedule("v", tenant="victor", interval=1, catchup=60, target="v"))
     )
     await shift(store, "victor", 1)
     periods: list[datetime | None] = []
     for _ in range(3):  # the first period (moved back), then two in real time
-        (victor,) = await store.schedules.find_schedules("v", "victor")
+        (victor,) = await store.schedules.find_schedules(FindSchedulesParams("v", "victor"))
         await asyncio.sleep(max(0.0, (victor.next_fire_at - datetime.now(UTC)).total_seconds()))
         real_clock.now = datetime.now(UTC)
-        outcomes = await store.schedules.fire_due_schedules()  # as the loop calls it: limit 100
+        outcomes = await store.schedules.fire_due_schedules(
+            FireDueParams()
+        )  # as the loop calls it: limit 100
         assert [(o.schedule.tenant, o.waiting) for o in outcomes] == [("victor", False)]
         fired = outcomes[0].job
         assert fired is not None and not outcomes[0].deduplicated
         periods.append(outcomes[0].period)
         await store.commands.cancel(CancelParams(job_id=fired.id, reason="victor's worker ran it"))
         # The loop sleeps until victor's next period: mallory's are not due.
-        (victor,) = await store.schedules.find_schedules("v", "victor")
+        (victor,) = await store.schedules.find_schedules(FindSchedulesParams("v", "victor"))
         assert await store.schedules.next_schedule_fire_at() == victor.next_fire_at
-    (victor,) = await store.schedules.find_schedules("v", "victor")
+    (victor,) = await store.schedules.find_schedules(FindSchedulesParams("v", "victor"))
     assert victor.skipped_count == 0 and periods[0] is not None
     assert periods == [periods[0] + timedelta(seconds=k) for k in range(3)]
     # One of mallory's jobs ends: that schedule's waiting period fires (the oldest
     # within its window), no other of hers.
-    (m0,) = await store.schedules.find_schedules("m-000", "mallory")
+    (m0,) = await store.schedules.find_schedules(FindSchedulesParams("m-000", "mallory"))
     assert m0.last_job_id is not None
     await store.commands.cancel(CancelParams(job_id=m0.last_job_id, reason="ended"))
-    outcomes = await store.schedules.fire_due_schedules()  # (victor's too, if he is catching up)
+    outcomes = await store.schedules.fire_due_schedules(
+        FireDueParams()
+    )  # (victor's too, if he is catching up)
     (resumed,) = [o for o in outcomes if o.schedule.tenant == "mallory"]
     assert resumed.schedule.schedule_id == "m-000" and resumed.job is not None
     assert resumed.period == m0.next_fire_at
@@ -390,12 +423,14 @@ async def test_one_owner_cannot_fill_a_firing_round(stores: list[Store]) -> None
     store = stores[0]
     for n in range(30):
         await store.schedules.create_schedule(
-            new_schedule(f"m-{n:02}", tenant="mallory", target=f"m-{n}")
+            CreateScheduleParams(new_schedule(f"m-{n:02}", tenant="mallory", target=f"m-{n}"))
         )
-    await store.schedules.create_schedule(new_schedule("v", tenant="victor", target="v"))
+    await store.schedules.create_schedule(
+        CreateScheduleParams(new_schedule("v", tenant="victor", target="v"))
+    )
     await shift(store, "mallory", 120)
     await shift(store, "victor", 61)
-    outcomes = await store.schedules.fire_due_schedules(limit=20)
+    outcomes = await store.schedules.fire_due_schedules(FireDueParams(limit=20))
     owners = [o.schedule.tenant for o in outcomes]
     assert owners.count("victor") == 1 and owners.count("mallory") == PER_OWNER_IN_ROUND
     assert all(o.job is not None for o in outcomes)

@@ -12,6 +12,7 @@ import pytest
 
 from san_jobs.job_service import schedule_firer
 from san_jobs.job_service.domain.model import Job
+from san_jobs.job_service.domain.ports import FireDueParams
 from san_jobs.job_service.schedule_firer import ScheduleFirer
 
 
@@ -22,7 +23,7 @@ class OnceBrokenStore:
         self.rounds = 0
         self.went_on = asyncio.Event()
 
-    async def fire_due_schedules(self) -> list[object]:
+    async def fire_due_schedules(self, params: FireDueParams) -> list[object]:
         self.rounds += 1
         if self.rounds == 1:
             raise ZeroDivisionError("a bug in one round")
