@@ -33,6 +33,7 @@ from san_jobs.job_service.logformat import log_formatter
 from san_jobs.job_service.metrics import JobServiceMetrics
 from san_jobs.job_service.pending_quota import PendingQuota
 from san_jobs.job_service.pruner import Pruner, PrunerConfig
+from san_jobs.job_service.schedule_app import ScheduleApplication
 from san_jobs.job_service.schedule_firer import ScheduleFirer
 from san_jobs.job_service.settings import JobServiceSettings
 from san_jobs.job_service.storage.api_tokens import SqlTokenStore
@@ -41,7 +42,6 @@ from san_jobs.job_service.storage.notify import PgChangeListener
 from san_jobs.job_service.storage.repository import SqlJobStore
 from san_jobs.job_service.storage.schema_version import SchemaMismatch, prepare_schema
 from san_jobs.job_service.transport.open_streams import address_admission
-from san_jobs.job_service.transport.schedules import ScheduleRpcs
 from san_jobs.job_service.transport.servicer import JobServiceServicer, add_job_service_to_server
 from san_jobs.job_service.transport.stream_limits import StreamGate, StreamLimits
 from san_jobs.job_service.updates import UpdateHub
@@ -289,6 +289,12 @@ class JobServiceRuntime:
         self.hub.add_listener(self.change_feed.on_published)
         # Schedules: every instance fires the due ones; the database picks one per period.
         self.schedule_firer = ScheduleFirer(self.store.schedules, self._schedule_enqueued)
+        # The schedule RPCs' use cases; a schedule created or resumed here replans the firer.
+        self.schedules = ScheduleApplication(
+            self.store.schedules,
+            replan=self.schedule_firer.replan,
+            max_per_caller=settings.max_schedules_per_caller,
+        )
         self.server = grpc.aio.server(
             # Tracing first: a call the authentication refuses has its span too.
             interceptors=[
@@ -313,15 +319,7 @@ class JobServiceRuntime:
                 max_message_bytes=settings.max_message_bytes,
                 pruner=self.pruner,
                 change_feed=self.change_feed,
-                schedules=ScheduleRpcs(
-                    self.store.schedules,
-                    EnqueueLimits(settings.max_text_chars),
-                    settings.max_attempts,
-                    self.schedule_firer.replan,
-                    max_per_caller=settings.max_schedules_per_caller,
-                    urgent=settings.urgent_priorities(),
-                    max_message_bytes=settings.max_message_bytes,
-                ),
+                schedules=self.schedules,
                 urgent=settings.urgent_priorities(),
             ),
             self.server,

@@ -1,17 +1,13 @@
-"""The six schedule RPCs: decode, check, call the store, encode.
+"""The six schedule RPCs: decode, call the application (schedule_app.py: whose a
+schedule is, how many one may have), encode.
 
 The template is checked by Enqueue's own decoding (requests.enqueue), its
 violations renamed `schedule.template.<field>`: one rule set for a job, wherever it
-comes from. Ids are scoped as request ids are: under --auth token the caller's name
-is the schedule's tenant; a submitter reaches only its own (another's is NOT_FOUND,
-so ids cannot be probed), an operator or viewer everyone's (its own first when two
-callers use the same id).
-
-Issue 42, point 6: an authenticated caller has at most --max-schedules-per-caller
-schedules (a new one past it: RESOURCE_EXHAUSTED naming the cap; under --auth off
-there is one tenant, everyone's, and no cap); a schedule whose owner's token is
-revoked or expired is shown paused, `paused_reason` saying why (storage/schedules.py
-holds its firing).
+comes from. As for Enqueue, under --auth token the caller's name is the schedule's
+tenant and owner, whatever the template says, and the template's priority obeys
+--submitter-most-urgent-priority. A schedule whose owner's token is revoked or
+expired is shown paused, `paused_reason` saying why (storage/schedules.py holds its
+firing). A ListSchedules page is cut to the send limit by bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ import base64
 import binascii
 import dataclasses
 import json
-from collections.abc import Callable
 from datetime import timedelta
 
 from google.protobuf.duration_pb2 import Duration
@@ -34,13 +29,6 @@ from san_jobs.job_service.domain.limits import (
     MAX_PAGE_TOKEN_CHARS,
 )
 from san_jobs.job_service.domain.model import OnDuplicate
-from san_jobs.job_service.domain.ports import (
-    CreateScheduleParams,
-    FindSchedulesParams,
-    ListSchedulesParams,
-    ScheduleKey,
-    ScheduleStore,
-)
 from san_jobs.job_service.domain.priorities import UrgentPriorities
 from san_jobs.job_service.domain.schedules import (
     MAX_CATCHUP_WINDOW,
@@ -49,7 +37,6 @@ from san_jobs.job_service.domain.schedules import (
     NewSchedule,
     Schedule,
     ScheduleDefinition,
-    ScheduleNotFoundError,
     ScheduleTemplate,
     check_catchup,
     check_cron,
@@ -58,6 +45,7 @@ from san_jobs.job_service.domain.schedules import (
     time_zone,
 )
 from san_jobs.job_service.domain.validation import EnqueueLimits
+from san_jobs.job_service.schedule_app import ScheduleApplication, ScheduleCaller
 from san_jobs.job_service.transport import requests
 from san_jobs.job_service.transport.convert import JOB_TYPE_TO_PB, message_from_dict, timestamp
 from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
@@ -255,14 +243,20 @@ def _encode_token(after: tuple[str, str]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _tenant() -> str:
+def _caller() -> ScheduleCaller:
+    """This call's caller, as the schedule rules see it."""
     caller = current_caller.get()
-    return "" if caller is None else caller.name
+    if caller is None:
+        return ScheduleCaller()
+    return ScheduleCaller(tenant=caller.name, own_only=caller.owner is not None, authenticated=True)
 
 
-def _own_only() -> bool:
-    caller = current_caller.get()
-    return caller is not None and caller.owner is not None
+def _schedule_id(schedule_id: str) -> str:
+    out: list[FieldViolation] = []
+    check_schedule_id("schedule_id", schedule_id, out)
+    if out:
+        raise InvalidRequestError(out)
+    return schedule_id
 
 
 class ScheduleRpcs:
@@ -270,72 +264,37 @@ class ScheduleRpcs:
 
     def __init__(
         self,
-        store: ScheduleStore,
+        app: ScheduleApplication,
         limits: EnqueueLimits,
         default_max_attempts: int,
-        replan: Callable[[], None] = lambda: None,
-        max_per_caller: int | None = None,
         urgent: UrgentPriorities | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
-        self._store = store
+        self._app = app
         # What a ListSchedules page's schedules may take of the send limit.
         self._page_budget_bytes = max_message_bytes - LIST_PAGE_HEADROOM_BYTES
         # Who may use the most urgent priorities: a template's jobs are the caller's
         # too, so the rule Enqueue applies applies to them.
         self._urgent = urgent or UrgentPriorities()
-        # --max-schedules-per-caller: each authenticated caller's cap (None: none).
-        self._max_per_caller = max_per_caller
         self._limits = limits
         self._default_max_attempts = default_max_attempts
-        self._replan = replan
 
     async def create(self, request: pb.CreateScheduleRequest) -> pb.CreateScheduleResponse:
         new = decode_create(request, self._limits, self._default_max_attempts)
         caller = current_caller.get()
-        cap = None
         if caller is not None:
             # Whose schedule it is, and its jobs', is who authenticated.
             new = dataclasses.replace(new, requested_by=caller.name, tenant=caller.name)
-            cap = self._max_per_caller
             priority = new.definition.template.priority
             problem = self._urgent.problem(priority, caller.name, caller.role is Role.SUBMITTER)
             if problem is not None:
                 raise InvalidRequestError([FieldViolation("schedule.template.priority", problem)])
-        stored, created = await self._store.create_schedule(CreateScheduleParams(new, cap))
-        if created and not stored.paused:
-            self._replan()
+        stored = await self._app.create(new, _caller())
         return pb.CreateScheduleResponse(schedule=schedule_to_pb(stored))
 
-    async def _find(self, schedule_id: str) -> Schedule:
-        out: list[FieldViolation] = []
-        check_schedule_id("schedule_id", schedule_id, out)
-        if out:
-            raise InvalidRequestError(out)
-        tenant = _tenant()
-        found = await self._store.find_schedules(
-            FindSchedulesParams(schedule_id, tenant if _own_only() else None)
-        )
-        own = [s for s in found if s.tenant == tenant]
-        if own:
-            return own[0]
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            raise ScheduleNotFoundError(schedule_id)
-        owners = ", ".join(s.requested_by or "-" for s in found[:5])
-        raise InvalidRequestError(
-            [
-                FieldViolation(
-                    "schedule_id", f"several callers have a schedule of this id ({owners})"
-                )
-            ]
-        )
-
     async def get(self, request: pb.GetScheduleRequest) -> pb.GetScheduleResponse:
-        return pb.GetScheduleResponse(
-            schedule=schedule_to_pb(await self._find(request.schedule_id))
-        )
+        found = await self._app.get(_schedule_id(request.schedule_id), _caller())
+        return pb.GetScheduleResponse(schedule=schedule_to_pb(found))
 
     async def list(self, request: pb.ListSchedulesRequest) -> pb.ListSchedulesResponse:
         if not 0 <= request.page_size <= MAX_PAGE_SIZE:
@@ -343,11 +302,7 @@ class ScheduleRpcs:
                 [FieldViolation("page_size", f"must be between 0 and {MAX_PAGE_SIZE}")]
             )
         after = _page_token(request.page_token)
-        page, last = await self._store.list_schedules(
-            ListSchedulesParams(
-                _tenant() if _own_only() else None, request.page_size or DEFAULT_PAGE_SIZE, after
-            )
-        )
+        page, last = await self._app.list(_caller(), request.page_size or DEFAULT_PAGE_SIZE, after)
         # Cut by bytes as ListJobs' pages are (transport/pages.py): 15 templates of
         # 100,000 characters made the default page RESOURCE_EXHAUSTED for everyone.
         messages: list[pb.Schedule] = []
@@ -366,22 +321,13 @@ class ScheduleRpcs:
         )
 
     async def delete(self, request: pb.DeleteScheduleRequest) -> pb.DeleteScheduleResponse:
-        found = await self._find(request.schedule_id)
-        if not await self._store.delete_schedule(ScheduleKey(found.tenant, found.schedule_id)):
-            raise ScheduleNotFoundError(request.schedule_id)
+        await self._app.delete(_schedule_id(request.schedule_id), _caller())
         return pb.DeleteScheduleResponse()
 
     async def pause(self, request: pb.PauseScheduleRequest) -> pb.PauseScheduleResponse:
-        found = await self._find(request.schedule_id)
-        paused = await self._store.pause_schedule(ScheduleKey(found.tenant, found.schedule_id))
-        if paused is None:
-            raise ScheduleNotFoundError(request.schedule_id)
+        paused = await self._app.pause(_schedule_id(request.schedule_id), _caller())
         return pb.PauseScheduleResponse(schedule=schedule_to_pb(paused))
 
     async def resume(self, request: pb.ResumeScheduleRequest) -> pb.ResumeScheduleResponse:
-        found = await self._find(request.schedule_id)
-        resumed = await self._store.resume_schedule(ScheduleKey(found.tenant, found.schedule_id))
-        if resumed is None:
-            raise ScheduleNotFoundError(request.schedule_id)
-        self._replan()
+        resumed = await self._app.resume(_schedule_id(request.schedule_id), _caller())
         return pb.ResumeScheduleResponse(schedule=schedule_to_pb(resumed))

@@ -32,6 +32,7 @@ from san_jobs.job_service.domain.model import Job, JobStatus
 from san_jobs.job_service.domain.priorities import UrgentPriorities
 from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.pruner import Pruner
+from san_jobs.job_service.schedule_app import ScheduleApplication
 from san_jobs.job_service.transport import batch, requests
 from san_jobs.job_service.transport.convert import (
     failure_groups_to_pb,
@@ -72,20 +73,30 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
         pauses: PauseCache | None = None,
         pruner: Pruner | None = None,
         change_feed: ChangeFeed | None = None,
-        schedules: ScheduleRpcs | None = None,
+        schedules: ScheduleApplication | None = None,
         urgent: UrgentPriorities | None = None,
     ) -> None:
         self._app = app
         # Who may use the most urgent priorities (--submitter-most-urgent-priority).
         self._urgent = urgent or UrgentPriorities()
-        # The schedule RPCs (transport/schedules.py); None: made on first use, on the
-        # application's store (a SqlJobStore), with no firing loop to replan (tests).
-        self._schedules = schedules
+        # The schedule RPCs (transport/schedules.py) on the schedules' application
+        # (None: a servicer made without one, in tests, answers them UNIMPLEMENTED).
+        self._schedules = (
+            None
+            if schedules is None
+            else ScheduleRpcs(
+                schedules,
+                limits,
+                default_max_attempts,
+                urgent=self._urgent,
+                max_message_bytes=max_message_bytes,
+            )
+        )
         # StreamJobChanges' source (None: a servicer made without one, in tests).
         self._change_feed = change_feed
-        # PruneJobs runs the server's pruner (its retention and lock); made on first use,
-        # with the default retention, for a servicer made without one (tests).
-        self._given_pruner = pruner
+        # PruneJobs runs the server's pruner, the retention's application service (its
+        # retention and lock; None: a servicer made without one, in tests).
+        self._pruner = pruner
         # The paused job types, for GetJobStats and each PENDING job's waiting_for:
         # one store read a second at most, however many jobs are converted.
         self._pauses = pauses or PauseCache(lambda: app.dispatch_pauses())
@@ -210,56 +221,62 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
     async def PruneJobs(
         self, request: pb.PruneJobsRequest, context: Context
     ) -> pb.PruneJobsResponse:
+        pruner = self._pruner
+        if pruner is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server runs no pruner")
+            raise AssertionError("unreachable")
         actor = _actor("")
-        if self._given_pruner is None:
-            self._given_pruner = Pruner(self._app.store.retention)
-        pruner = self._given_pruner
         if request.dry_run:
             return prune_response(await pruner.dry_run(actor), dry_run=True)
         return prune_response(await pruner.prune(actor), dry_run=False)
 
-    def _schedule_rpcs(self) -> ScheduleRpcs:
+    async def _schedule_rpcs(self, context: Context) -> ScheduleRpcs:
         if self._schedules is None:
-            self._schedules = ScheduleRpcs(
-                self._app.store.schedules, self._limits, self._default_max_attempts
-            )
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server keeps no schedules")
+            raise AssertionError("unreachable")
         return self._schedules
 
     @unary_errors
     async def CreateSchedule(
         self, request: pb.CreateScheduleRequest, context: Context
     ) -> pb.CreateScheduleResponse:
-        return await self._schedule_rpcs().create(request)
+        rpcs = await self._schedule_rpcs(context)
+        return await rpcs.create(request)
 
     @unary_errors
     async def GetSchedule(
         self, request: pb.GetScheduleRequest, context: Context
     ) -> pb.GetScheduleResponse:
-        return await self._schedule_rpcs().get(request)
+        rpcs = await self._schedule_rpcs(context)
+        return await rpcs.get(request)
 
     @unary_errors
     async def ListSchedules(
         self, request: pb.ListSchedulesRequest, context: Context
     ) -> pb.ListSchedulesResponse:
-        return await self._schedule_rpcs().list(request)
+        rpcs = await self._schedule_rpcs(context)
+        return await rpcs.list(request)
 
     @unary_errors
     async def DeleteSchedule(
         self, request: pb.DeleteScheduleRequest, context: Context
     ) -> pb.DeleteScheduleResponse:
-        return await self._schedule_rpcs().delete(request)
+        rpcs = await self._schedule_rpcs(context)
+        return await rpcs.delete(request)
 
     @unary_errors
     async def PauseSchedule(
         self, request: pb.PauseScheduleRequest, context: Context
     ) -> pb.PauseScheduleResponse:
-        return await self._schedule_rpcs().pause(request)
+        rpcs = await self._schedule_rpcs(context)
+        return await rpcs.pause(request)
 
     @unary_errors
     async def ResumeSchedule(
         self, request: pb.ResumeScheduleRequest, context: Context
     ) -> pb.ResumeScheduleResponse:
-        return await self._schedule_rpcs().resume(request)
+        rpcs = await self._schedule_rpcs(context)
+        return await rpcs.resume(request)
 
     @stream_errors
     async def StreamJobUpdates(

@@ -1,6 +1,7 @@
-"""JobService's domain, its worker and its update hub know no gRPC nor protobuf: the
-transport (san_jobs/job_service/transport/) and the gateway adapter do the converting. Read
-from the source with `ast`, following the project's own imports."""
+"""JobService's domain, its worker, its update hub and the schedules' application know
+no gRPC nor protobuf: the transport (san_jobs/job_service/transport/) and the gateway
+adapter do the converting. Read from the source with `ast`, following the project's own
+imports."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ GRPC_FREE = [
     ),
     "san_jobs.job_service.worker",
     "san_jobs.job_service.updates",
+    "san_jobs.job_service.schedule_app",
 ]
 
 
