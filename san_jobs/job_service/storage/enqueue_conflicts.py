@@ -1,15 +1,15 @@
 """The one answer of an Enqueue whose INSERT met a unique index, and the row it inserts.
 
-Enqueue (job_commands.py), a dependent's Enqueue (dependencies.py) and a schedule's
-period (schedules.py) all insert with ON CONFLICT DO NOTHING and, when a unique index
-stopped the row, answer alike: the tenant's job holding the request_id
-(deduplicated), else the tenant's active job of the target (returned or
-DuplicateJobError), else insert again (the winner left the active states meanwhile).
+Enqueue (job_commands.SqlJobCommands.enqueue_in, which a schedule's period goes
+through too) and a dependent's Enqueue (dependencies.py) insert with ON CONFLICT DO
+NOTHING and, when a unique index stopped the row, answer alike: the tenant's job
+holding the request_id (deduplicated), else the tenant's active job of the target
+(returned or DuplicateJobError), else insert again (the winner left the active states
+meanwhile).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -17,7 +17,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from san_jobs.job_service.domain.errors import (
     DuplicateJobError,
 )
-from san_jobs.job_service.domain.job_ids import new_job_id
 from san_jobs.job_service.domain.model import (
     Job,
     NewJob,
@@ -25,7 +24,6 @@ from san_jobs.job_service.domain.model import (
 )
 from san_jobs.job_service.storage.connections import Connections
 from san_jobs.job_service.storage.statements import Statements
-from san_jobs.job_service.storage.transition_sql import time_params
 
 
 def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
@@ -58,25 +56,6 @@ def enqueue_row(job_id: str, new: NewJob) -> dict[str, Any]:
 # nothing conflicts any more) inserts again, at most this many times in all.
 CONFLICT_TRIES = 5
 KEPT_CONFLICTING = "enqueue kept conflicting with jobs that changed state"
-
-
-async def insert_or_answer(
-    db: Connections,
-    sql: Statements,
-    now: datetime,
-    conn: AsyncConnection,
-    new: NewJob,
-    on_duplicate: OnDuplicate,
-) -> tuple[Job, bool] | None:
-    """One try of an Enqueue's INSERT, in `conn`: (the new job, False); else, the unique
-    indexes having stopped it (ON CONFLICT DO NOTHING: no error), the conflict's answer
-    (`conflict_answer`); None if the winner left the active states in between (insert
-    again). Enqueue, a schedule's period and a dependent's conflict all answer so."""
-    params = time_params(now) | sql.enqueue_params.bind(**enqueue_row(new_job_id(), new))
-    inserted = await db.jobs(conn, sql.enqueue, params)
-    if inserted:
-        return inserted[0], False
-    return await conflict_answer(db, sql, conn, new, on_duplicate)
 
 
 async def conflict_answer(

@@ -6,6 +6,13 @@ An Enqueue is one atomic `INSERT ... RETURNING` statement, run without BEGIN/COM
 round trips. Concurrent enqueues are coalesced (batching.py): the calls waiting at
 the same time share ONE statement over a JSON array of rows, and each caller returns
 only after that statement committed, with its own row's outcome.
+
+A row the unique indexes refused is enqueued alone by `enqueue_in`: INSERT, then the
+conflict's answer (enqueue_conflicts.conflict_answer), and again if the job that held
+the key left the active states meanwhile. It is written once, here, and runs on the
+connection it is given: an Enqueue's own (each statement committing alone), or the
+transaction of a schedule's firing round, whose period's job commits with the move of
+the schedule's next_fire_at (schedules.py says why that is not the port's `enqueue`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from san_jobs.job_service.domain.errors import (
     StorageError,
     StorageUnavailableError,
 )
-from san_jobs.job_service.domain.job_ids import new_job_ids
+from san_jobs.job_service.domain.job_ids import new_job_id, new_job_ids
 from san_jobs.job_service.domain.model import (
     Job,
     NewJob,
@@ -51,8 +58,8 @@ from san_jobs.job_service.storage.direct import StatementInDoubtError
 from san_jobs.job_service.storage.enqueue_conflicts import (
     CONFLICT_TRIES,
     KEPT_CONFLICTING,
+    conflict_answer,
     enqueue_row,
-    insert_or_answer,
 )
 from san_jobs.job_service.storage.in_doubt import EnqueueInDoubtError, InsertInDoubt
 from san_jobs.job_service.storage.json_sql import row_time
@@ -288,11 +295,27 @@ class SqlJobCommands:
     async def _enqueue_one(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
         if new.depends_on:
             return await self._dependents.enqueue(new, on_duplicate)
+        async with self._db.single() as conn:
+            return await self.enqueue_in(conn, EnqueueParams(job=new, on_duplicate=on_duplicate))
+
+    async def enqueue_in(self, conn: AsyncConnection, params: EnqueueParams) -> tuple[Job, bool]:
+        """Enqueue `params.job` (one without depends_on) on `conn`, in the transaction
+        it may be in: (the new job, False), or the answer of the unique index that
+        refused it (the tenant's job of its request_id, deduplicated; else the active
+        job of its target, returned with RETURN_EXISTING, else DuplicateJobError). The
+        key's holder may leave the active states between the INSERT and the answer:
+        then it inserts again, at most CONFLICT_TRIES times in all. Enqueue's single
+        path, and a schedule's period in its firing round (the module's docstring)."""
+        new, on_duplicate = params.job, params.on_duplicate
         for _ in range(CONFLICT_TRIES):
-            async with self._db.single() as conn:
-                answer = await insert_or_answer(
-                    self._db, self._sql, self._now(), conn, new, on_duplicate
-                )
+            bound = time_params(self._now()) | self._sql.enqueue_params.bind(
+                **enqueue_row(new_job_id(), new)
+            )
+            inserted = await self._db.jobs(conn, self._sql.enqueue, bound)
+            if inserted:
+                return inserted[0], False
+            # ON CONFLICT DO NOTHING: a unique index stopped it, without an error.
+            answer = await conflict_answer(self._db, self._sql, conn, new, on_duplicate)
             if answer is not None:
                 return answer
         raise StorageUnavailableError(KEPT_CONFLICTING)

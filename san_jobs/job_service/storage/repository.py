@@ -8,7 +8,8 @@ Each port of domain/ports.py is a plain field, a class of its own file:
 - `worker` (worker_store.SqlWorkerStore): the claim, leases, outcomes;
 - `pauses` (pauses.SqlPauseStore): the dispatch pauses;
 - `retention` (prune.SqlRetentionStore): the pruner's counts, deletes and lock;
-- `schedules` (schedules.SqlScheduleStore): schedules and the firing of their periods;
+- `schedules` (schedules.SqlScheduleStore): schedules and the firing of their periods
+  (a period's job enqueued by `commands`, in the firing round's transaction);
 - `changes` (changes.SqlChangeStore): the change feed's positions, reads, retention.
 
 What each write does is declared in domain/transitions.py and compiled to SQL once per
@@ -89,7 +90,7 @@ class SqlJobStore:
             read_many=read_many,
             enqueue_interval=enqueue_interval,
         )
-        self.schedules = SqlScheduleStore(db=self._db, sql=self._sql, now=self._now)
+        self.schedules = SqlScheduleStore(db=self._db, commands=self.commands, now=self._now)
         self.changes = SqlChangeStore(self._db)
         self._database_ping = DatabasePing(self._db.engine)
 

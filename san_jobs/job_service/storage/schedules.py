@@ -11,6 +11,13 @@ period, so even a period fired twice (a schedule deleted and created again) is o
 job. On PostgreSQL "now" is the database's clock (clock_timestamp()), so instances
 whose clocks disagree still agree on what is due; SQLite has one clock, the store's.
 
+The period's job is enqueued by the job commands (job_commands.SqlJobCommands.enqueue_in,
+Enqueue's own INSERT and conflict answer, written once), on the round's connection:
+the job and the move of next_fire_at commit together or not at all. The port's
+`enqueue` is not used for it: it commits on a connection of its own, so a round could
+commit its claim without its job or the job without the claim, and on SQLite it would
+wait for the write lock the round's transaction holds (BEGIN IMMEDIATE).
+
 What a round takes (issue 42: one tenant's schedules stopped every other's):
 - A period that WAITS for its previous job (a catch-up window, and that job still
   PENDING or PROCESSING) is not due: the round could only wait again. It is taken
@@ -51,10 +58,11 @@ from sqlalchemy import ColumnElement, and_, case, delete, exists, func, or_, sel
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from san_jobs.job_service.domain.errors import DuplicateJobError, StorageUnavailableError
+from san_jobs.job_service.domain.errors import DuplicateJobError
 from san_jobs.job_service.domain.model import ACTIVE_STATUSES, Job, JobStatus, NewJob, OnDuplicate
 from san_jobs.job_service.domain.ports import (
     CreateScheduleParams,
+    EnqueueParams,
     FindSchedulesParams,
     FireDueParams,
     ListSchedulesParams,
@@ -78,13 +86,8 @@ from san_jobs.job_service.domain.schedules import (
     plan_fire,
 )
 from san_jobs.job_service.storage.connections import Connections
-from san_jobs.job_service.storage.enqueue_conflicts import (
-    CONFLICT_TRIES,
-    KEPT_CONFLICTING,
-    insert_or_answer,
-)
+from san_jobs.job_service.storage.job_commands import SqlJobCommands
 from san_jobs.job_service.storage.rows import as_utc
-from san_jobs.job_service.storage.statements import Statements
 from san_jobs.job_service.storage.tables import api_tokens, async_jobs, job_schedules
 
 __all__ = ["FireOutcome", "SqlScheduleStore", "row_to_schedule"]
@@ -190,12 +193,15 @@ def _key(key: ScheduleKey) -> Any:
 
 
 class SqlScheduleStore:
-    """The schedules' port on `job_schedules`: the store's connections, statements and
-    clock (the database's clock on PostgreSQL: _schedule_now)."""
+    """The schedules' port on `job_schedules`: the store's connections and clock (the
+    database's clock on PostgreSQL: _schedule_now), and its job commands, which
+    enqueue a period's job in the round's transaction (the module's docstring)."""
 
-    def __init__(self, *, db: Connections, sql: Statements, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self, *, db: Connections, commands: SqlJobCommands, now: Callable[[], datetime]
+    ) -> None:
         self._db = db
-        self._sql = sql
+        self._commands = commands
         self._now = now
 
     async def _schedule_now(self, conn: AsyncConnection) -> datetime:
@@ -500,17 +506,14 @@ class SqlScheduleStore:
     async def _enqueue_period(
         self, conn: AsyncConnection, new: NewJob
     ) -> tuple[Job | None, bool, str]:
-        """The period's job, inserted in the round's transaction as any Enqueue is
-        (`insert_or_answer`): (job, deduplicated, "") or, when the target already has
-        an active job of another origin, (None, False, why)."""
-        for _ in range(CONFLICT_TRIES):
-            try:
-                answer = await insert_or_answer(
-                    self._db, self._sql, self._now(), conn, new, OnDuplicate.REJECT
-                )
-            except DuplicateJobError as held:
-                holder = held.existing_job_id
-                return None, False, f"the target has an active job {holder} (not this schedule's)"
-            if answer is not None:
-                return answer[0], answer[1], ""
-        raise StorageUnavailableError(KEPT_CONFLICTING)
+        """The period's job, enqueued in the round's transaction by the job commands,
+        as any Enqueue is: (job, deduplicated, "") or, when the target already has an
+        active job of another origin, (None, False, why)."""
+        try:
+            job, deduplicated = await self._commands.enqueue_in(
+                conn, EnqueueParams(job=new, on_duplicate=OnDuplicate.REJECT)
+            )
+        except DuplicateJobError as held:
+            holder = held.existing_job_id
+            return None, False, f"the target has an active job {holder} (not this schedule's)"
+        return job, deduplicated, ""
