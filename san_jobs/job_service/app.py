@@ -17,8 +17,6 @@ from san_jobs.job_service.domain.model import (
     JobFilter,
     JobStats,
     JobStatus,
-    NewJob,
-    OnDuplicate,
     RetryOutcome,
 )
 from san_jobs.job_service.domain.ports import (
@@ -102,15 +100,16 @@ class JobApplication:
 
     # -- commands --------------------------------------------------------------
 
-    async def enqueue(self, new: NewJob, on_duplicate: OnDuplicate) -> tuple[Job, bool]:
+    async def enqueue(self, params: EnqueueParams) -> tuple[Job, bool]:
+        """Enqueue's job, decoded and checked (requests.enqueue), stored as the store
+        takes it."""
         quota = self.pending_quota
+        tenant = params.job.tenant
         if quota is not None:
-            await quota.check(new.tenant)
-        job, deduplicated = await self.store.commands.enqueue(
-            EnqueueParams(job=new, on_duplicate=on_duplicate)
-        )
+            await quota.check(tenant)
+        job, deduplicated = await self.store.commands.enqueue(params)
         if quota is not None and not deduplicated and job.status is JobStatus.PENDING:
-            quota.added(new.tenant, 1)
+            quota.added(tenant, 1)
         if not deduplicated:
             # Committed: only now may anyone hear of it.
             log.info(

@@ -7,6 +7,7 @@ into these at their own boundaries; nothing else crosses layers.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -202,6 +203,40 @@ class Job:
     @property
     def waits_for_dependencies(self) -> bool:
         return self.status is JobStatus.PENDING and bool(self.dependencies_left)
+
+
+@dataclass(slots=True)
+class JobDraft:
+    """An Enqueue request (or a BatchEnqueue item, or a schedule's template) as decoded
+    from the wire, before Enqueue's rules (validation.py) have passed: what the request
+    says, as it says it ("" and 0 where a field is not set), the one value the rules
+    read. transport/requests.py makes the NewJob from it once they pass, filling in
+    the defaults. Not frozen: one is made per BatchEnqueue item, and a frozen
+    dataclass's __init__ (an `object.__setattr__` per field) is what issue 15 took out
+    of that path."""
+
+    # None: the request's value is unspecified or unknown (the transport reports it;
+    # the rules of the other fields are still checked).
+    job_type: JobType | None
+    # The request's input case (its oneof field name), None when none is set, and that
+    # input as JSON ({} when none is set).
+    input_field: str | None
+    request_params: JsonDict
+    target_id: str
+    requested_by: str
+    request_id: str
+    # 0: the service's default.
+    max_attempts: int
+    # As given: 0 for the default, anything else is checked.
+    priority: int
+    # The ids as given, canonical once the transport checked them; the rules ask only
+    # whether there are any (a TIL's notes or a recall's sources may then come from
+    # their results).
+    depends_on: Sequence[str]
+    # schedule_time, decoded and checked against the clock by the transport (NewJob's
+    # fields of the same names); None when not given.
+    scheduled_at: datetime | None = None
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

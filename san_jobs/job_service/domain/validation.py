@@ -25,7 +25,7 @@ from san_jobs.job_service.domain.limits import (
     MAX_SCHEDULE_AHEAD_SECONDS,
     MAX_TARGET_ID_CHARS,
 )
-from san_jobs.job_service.domain.model import JobType, JsonDict
+from san_jobs.job_service.domain.model import JobDraft
 from san_jobs.job_service.domain.schedules import PERIOD_REQUEST_ID_PREFIX
 
 # The field rules are imported from here by the transport and tests; they are defined
@@ -68,42 +68,35 @@ def check_schedule(
     return at
 
 
-def validate_enqueue(
-    *,
-    job_type: JobType | None,
-    target_id: str,
-    input_case: str | None,
-    params: JsonDict,
-    requested_by: str,
-    request_id: str,
-    max_attempts: int,
-    limits: EnqueueLimits,
-    has_dependencies: bool = False,
-) -> list[FieldViolation]:
-    """Every rule Enqueue enforces; an empty list means the job may be stored.
-    `job_type` is None when the request's value was unspecified or unknown (the
-    transport layer reports that violation itself)."""
+def validate_enqueue(draft: JobDraft, limits: EnqueueLimits) -> list[FieldViolation]:
+    """Every rule Enqueue enforces on `draft`'s fields but its schedule time, priority
+    and dependencies' ids (the transport decodes and checks those); an empty list
+    means the job may be stored. `draft.job_type` is None when the request's value
+    was unspecified or unknown (the transport reports that violation itself)."""
     out: list[FieldViolation] = []
-    check_identifier("target_id", target_id, MAX_TARGET_ID_CHARS, out, required=True)
+    check_identifier("target_id", draft.target_id, MAX_TARGET_ID_CHARS, out, required=True)
     # Optional and mostly empty (an empty one breaks no rule): checked only when given,
     # two calls fewer per BatchEnqueue item (issue 15).
+    request_id = draft.request_id
     if request_id:
         check_identifier("request_id", request_id, MAX_REQUEST_ID_CHARS, out)
         if request_id.startswith(PERIOD_REQUEST_ID_PREFIX):
             # The periods' jobs are made by the firing loop, never through here.
             out.append(FieldViolation("request_id", RESERVED_REQUEST_ID))
-    if requested_by:
-        check_identifier("requested_by", requested_by, MAX_REQUESTED_BY_CHARS, out)
-    if max_attempts < 0 or max_attempts > MAX_ATTEMPTS_LIMIT:
+    if draft.requested_by:
+        check_identifier("requested_by", draft.requested_by, MAX_REQUESTED_BY_CHARS, out)
+    if draft.max_attempts < 0 or draft.max_attempts > MAX_ATTEMPTS_LIMIT:
         out.append(
             FieldViolation(
                 "max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT} (0 means the default)"
             )
         )
+    job_type = draft.job_type
     if job_type is None:
         return out
     spec = JOB_TYPES[job_type]
     expected = spec.input_field
+    input_case = draft.input_field
     if input_case is None:
         out.append(FieldViolation(expected, f"is required for {job_type.value} jobs"))
     elif input_case != expected:
@@ -115,6 +108,7 @@ def validate_enqueue(
     else:
         # With dependencies, their results may stand in for a TIL's notes or a
         # recall's sources (domain/dependencies.py): the check is told so.
-        checked = {**params, FROM_DEPENDENCIES: True} if has_dependencies else params
+        params = draft.request_params
+        checked = {**params, FROM_DEPENDENCIES: True} if draft.depends_on else params
         spec.check_input(expected, checked, limits, out)
     return out

@@ -97,10 +97,11 @@ def decode(
             batch.errors[index] = _invalid(index, [undecodable[index]])
             continue
         try:
-            new, on_duplicate = requests.enqueue(item, limits, default_max_attempts)
+            decoded = requests.enqueue(item, limits, default_max_attempts)
         except InvalidRequestError as error:
             batch.errors[index] = _invalid(index, error.violations)
             continue
+        new = decoded.job
         problem = None if priority_problem is None else priority_problem(new.priority)
         if problem is not None:  # the caller may not use this priority (UrgentPriorities)
             batch.errors[index] = _invalid(index, [FieldViolation(PRIORITY_FIELD, problem)])
@@ -115,7 +116,7 @@ def decode(
                 # This call's span, stored with each job: its attempts join its trace.
                 traceparent=new.traceparent if traceparent is None else traceparent,
             )
-        batch.items.append(EnqueueParams(new, on_duplicate))
+        batch.items.append(EnqueueParams(new, decoded.on_duplicate))
         batch.positions.append(index)
     _check_answer_fits(batch, answer_budget_bytes)
     return batch

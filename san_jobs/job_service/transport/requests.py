@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -37,13 +37,14 @@ from san_jobs.job_service.domain.limits import (
     MAX_USAGE_RANGE_SECONDS,
 )
 from san_jobs.job_service.domain.model import (
+    JobDraft,
     JobFilter,
     JobStatus,
     JobType,
-    JsonDict,
     NewJob,
     OnDuplicate,
 )
+from san_jobs.job_service.domain.ports import EnqueueParams
 from san_jobs.job_service.domain.priorities import (
     LEAST_URGENT,
     MOST_URGENT,
@@ -187,9 +188,16 @@ def enqueue(
     limits: EnqueueLimits,
     default_max_attempts: int,
     now: datetime | None = None,
-) -> tuple[NewJob, OnDuplicate]:
-    """The job `request` asks for; `now` (default: the clock) is what its
-    schedule_time is measured against."""
+    *,
+    caller: str | None = None,
+    traceparent: str | None = None,
+) -> EnqueueParams:
+    """The job `request` asks for, decoded once (a JobDraft, checked, made the NewJob
+    the application and the store take); `now` (default: the clock) is what its
+    schedule_time is measured against. `caller`: the authenticated caller's name,
+    the job's requested_by and tenant whatever the request says (NewJob.tenant);
+    `traceparent`: the call's span, stored with the job so its attempts join the
+    caller's trace."""
     out: list[FieldViolation] = []
     job_type = JOB_TYPE_FROM_PB.get(request.job_type)
     if job_type is None:
@@ -203,51 +211,40 @@ def enqueue(
     if on_duplicate is None:
         out.append(FieldViolation("on_duplicate", f"unknown value {request.on_duplicate}"))
     input_case = request.WhichOneof("input")
-    params = message_to_dict(getattr(request, input_case)) if input_case else {}
-    out += validate_enqueue(
-        job_type=job_type,
-        target_id=request.target_id,
-        input_case=input_case,
-        params=params,
-        requested_by=request.requested_by,
-        request_id=request.request_id,
-        max_attempts=request.max_attempts,
-        limits=limits,
-        has_dependencies=bool(request.depends_on),
+    draft = JobDraft(
+        job_type,
+        input_case,
+        message_to_dict(getattr(request, input_case)) if input_case else {},
+        request.target_id,
+        request.requested_by,
+        request.request_id,
+        request.max_attempts,
+        request.priority,
+        request.depends_on,
     )
-    depends_on = _dependencies(request.depends_on, out) if request.depends_on else ()
-    scheduled_at = not_before = None
+    out += validate_enqueue(draft, limits)
+    if draft.depends_on:
+        draft.depends_on = _dependencies(draft.depends_on, out)
     # Unset in nearly every request: one HasField, no clock read, for those.
     if request.HasField("schedule_time"):
-        scheduled_at = _timestamp(SCHEDULE_TIME_FIELD, request, out)
-        not_before = check_schedule(
-            SCHEDULE_TIME_FIELD, scheduled_at, now or datetime.now(UTC), out
+        draft.scheduled_at = _timestamp(SCHEDULE_TIME_FIELD, request, out)
+        draft.not_before = check_schedule(
+            SCHEDULE_TIME_FIELD, draft.scheduled_at, now or datetime.now(UTC), out
         )
-    priority = request.priority
-    if not 0 <= priority <= LEAST_URGENT:
+    if not 0 <= draft.priority <= LEAST_URGENT:
         out.append(
             FieldViolation(
                 PRIORITY_FIELD,
                 f"must be {MOST_URGENT} (most urgent) to {LEAST_URGENT}, or 0 for the"
-                f" default; got {priority}",
+                f" default; got {draft.priority}",
             )
         )
     _raise_if(out)
-    assert job_type is not None and on_duplicate is not None
-    new = new_job(
-        job_type,
-        request.target_id,
-        params,
-        request.requested_by,
-        request.request_id or None,
-        request.max_attempts or default_max_attempts,
-        scheduled_at,
-        not_before,
-        effective_priority(priority),
+    assert on_duplicate is not None
+    return EnqueueParams(
+        new_job(draft, default_max_attempts, caller=caller, traceparent=traceparent),
+        on_duplicate,
     )
-    if depends_on:
-        new = replace(new, depends_on=depends_on)
-    return new, on_duplicate
 
 
 def _dependencies(values: Sequence[str], out: list[FieldViolation]) -> tuple[str, ...]:
@@ -280,17 +277,15 @@ _allocate_new_job = NewJob.__new__
 
 
 def new_job(
-    job_type: JobType,
-    target_id: str,
-    request_params: JsonDict,
-    requested_by: str,
-    request_id: str | None,
-    max_attempts: int,
-    scheduled_at: datetime | None = None,
-    not_before: datetime | None = None,
-    priority: int = 3,
+    draft: JobDraft,
+    default_max_attempts: int,
+    *,
+    caller: str | None = None,
+    traceparent: str | None = None,
 ) -> NewJob:
-    """`NewJob(...)` with no traceparent, built by setting its slots: the frozen
+    """The NewJob `draft` becomes once Enqueue's rules passed: the defaults filled in
+    (max_attempts, priority; no request_id for ""), and with `caller` its
+    requested_by and tenant (enqueue's). Built by setting its slots: the frozen
     dataclass's __init__ (an `object.__setattr__` per field) was a third of decoding
     an Enqueue request, run per item of a BatchEnqueue (issue 15). A unit test checks
     it equals the constructed one; NewJob has no __post_init__ to skip."""
@@ -308,19 +303,24 @@ def new_job(
         set_priority,
         set_depends_on,
     ) = _NEW_JOB_SLOT_SETTERS
+    assert draft.job_type is not None, "a draft whose job_type passed the rules"
     new = _allocate_new_job(NewJob)
-    set_job_type(new, job_type)
-    set_target_id(new, target_id)
-    set_request_params(new, request_params)
-    set_requested_by(new, requested_by)
-    set_request_id(new, request_id)
-    set_max_attempts(new, max_attempts)
-    set_traceparent(new, None)
-    set_tenant(new, "")  # --auth off's; the servicer sets the caller's under --auth token
-    set_scheduled_at(new, scheduled_at)
-    set_not_before(new, not_before)
-    set_priority(new, priority)
-    set_depends_on(new, ())
+    set_job_type(new, draft.job_type)
+    set_target_id(new, draft.target_id)
+    set_request_params(new, draft.request_params)
+    set_request_id(new, draft.request_id or None)
+    set_max_attempts(new, draft.max_attempts or default_max_attempts)
+    set_traceparent(new, traceparent)
+    if caller is None:
+        set_requested_by(new, draft.requested_by)
+        set_tenant(new, "")  # --auth off's: one tenant, everyone's
+    else:
+        set_requested_by(new, caller)
+        set_tenant(new, caller)
+    set_scheduled_at(new, draft.scheduled_at)
+    set_not_before(new, draft.not_before)
+    set_priority(new, effective_priority(draft.priority))
+    set_depends_on(new, tuple(draft.depends_on))
     return new
 
 

@@ -167,19 +167,20 @@ def _template(
         checked.ClearField("schedule_time")
         checked.ClearField("depends_on")
         try:
-            new, on_duplicate = requests.enqueue(checked, limits, default_max_attempts)
+            decoded = requests.enqueue(checked, limits, default_max_attempts)
         except InvalidRequestError as error:
             out += [
                 FieldViolation(f"{_TEMPLATE}.{v.field}", v.description) for v in error.violations
             ]
         else:
+            new = decoded.job
             template = ScheduleTemplate(
                 job_type=new.job_type,
                 target_id=new.target_id,
                 request_params=new.request_params,
                 max_attempts=new.max_attempts,
                 priority=new.priority,
-                on_duplicate=on_duplicate,
+                on_duplicate=decoded.on_duplicate,
             )
             requested_by = new.requested_by
     return template, requested_by

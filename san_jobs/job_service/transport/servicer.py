@@ -110,20 +110,24 @@ class JobServiceServicer(pb_grpc.JobServiceServicer):
 
     @unary_errors
     async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueResponse:
-        new, on_duplicate = requests.enqueue(request, self._limits, self._default_max_attempts)
         caller = current_caller.get()
-        if caller is not None:
+        decoded = requests.enqueue(
+            request,
+            self._limits,
+            self._default_max_attempts,
             # Who asks is who authenticated, whatever the request says; and its keys
             # (request_id, the active target) are its own (NewJob.tenant).
-            new = dataclasses.replace(new, requested_by=caller.name, tenant=caller.name)
-            problem = self._urgent.problem(new.priority, caller.name, caller.role is Role.SUBMITTER)
+            caller=None if caller is None else caller.name,
+            # This call's span, stored with the job: its attempts join the caller's trace.
+            traceparent=current_traceparent(),
+        )
+        if caller is not None:
+            problem = self._urgent.problem(
+                decoded.job.priority, caller.name, caller.role is Role.SUBMITTER
+            )
             if problem is not None:
                 raise InvalidRequestError([FieldViolation(requests.PRIORITY_FIELD, problem)])
-        traceparent = current_traceparent()
-        if traceparent is not None:
-            # This call's span, stored with the job: its attempts join the caller's trace.
-            new = dataclasses.replace(new, traceparent=traceparent)
-        job, deduplicated = await self._app.enqueue(new, on_duplicate)
+        job, deduplicated = await self._app.enqueue(decoded)
         # No input in the answer: the caller has it, and it may be megabytes (GetJob
         # returns it).
         message = job_to_pb(job, with_input=False, pauses=await self._pauses.current())

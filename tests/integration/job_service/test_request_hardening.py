@@ -354,10 +354,10 @@ async def test_sdk_sends_a_poison_input_once(
     enqueues_seen = 0
     rule = request_rules.enqueue
 
-    def counting(*args: Any) -> Any:
+    def counting(*args: Any, **kwargs: Any) -> Any:
         nonlocal enqueues_seen
         enqueues_seen += 1
-        return rule(*args)
+        return rule(*args, **kwargs)
 
     monkeypatch.setattr(request_rules, "enqueue", counting)
     async with AsyncJobsClient(service.runtime.address) as client:

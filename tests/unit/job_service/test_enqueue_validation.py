@@ -30,13 +30,14 @@ def fields(request: pb.EnqueueRequest) -> dict[str, str]:
 
 
 def test_valid_card_request() -> None:
-    new, on_duplicate = requests.enqueue(
+    enqueued = requests.enqueue(
         card(
             card_analysis_input=pb.CardAnalysisInput(text="Some text.", url="https://x", title="T")
         ),
         LIMITS,
         3,
     )
+    new, on_duplicate = enqueued.job, enqueued.on_duplicate
     assert new.job_type is JobType.CARD_ANALYSIS
     assert new.request_params == {"text": "Some text.", "url": "https://x", "title": "T"}
     assert new.max_attempts == 3
@@ -60,7 +61,7 @@ def test_bad_target_id(target_id: str) -> None:
 
 
 def test_target_id_of_256_characters_is_fine() -> None:
-    new, _ = requests.enqueue(card(target_id="t" * 256), LIMITS, 3)
+    new = requests.enqueue(card(target_id="t" * 256), LIMITS, 3).job
     assert len(new.target_id) == 256
 
 
@@ -160,7 +161,7 @@ def test_a_recall_sources_key_terms_are_bounded() -> None:
             recall_generation_input=pb.RecallGenerationInput(sources=[source]),
         )
 
-    new, _ = requests.enqueue(recall("fencing tokens", "lease"), LIMITS, 3)
+    new = requests.enqueue(recall("fencing tokens", "lease"), LIMITS, 3).job
     assert new.request_params["sources"][0]["key_terms"] == ["fencing tokens", "lease"]
     too_many = fields(recall(*[f"t{i}" for i in range(21)]))
     assert set(too_many) == {"recall_generation_input.sources[0].key_terms"}

@@ -51,5 +51,5 @@ def test_list_and_retry_filters_refuse_them_the_same() -> None:
 
 def test_free_text_keeps_format_characters() -> None:
     text = "\U0001f469\u200d\U0001f4bb learned \u202ebidi\u202c today"
-    new, _ = requests.enqueue(card(card_analysis_input=pb.CardAnalysisInput(text=text)), LIMITS, 3)
+    new = requests.enqueue(card(card_analysis_input=pb.CardAnalysisInput(text=text)), LIMITS, 3).job
     assert new.request_params["text"] == text

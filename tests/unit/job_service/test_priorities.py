@@ -29,7 +29,7 @@ def card(priority: int, target_id: str = "scrap-1") -> pb.EnqueueRequest:
 
 @pytest.mark.parametrize(("given", "stored"), [(0, 3), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5)])
 def test_priorities_0_to_5_are_accepted_0_meaning_3(given: int, stored: int) -> None:
-    new, _ = requests.enqueue(card(priority=given), LIMITS, 3)
+    new = requests.enqueue(card(priority=given), LIMITS, 3).job
     assert new.priority == stored
 
 

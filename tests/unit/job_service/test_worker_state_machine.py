@@ -35,6 +35,7 @@ from san_jobs.job_service.domain.model import (
 from san_jobs.job_service.domain.ports import (
     ClaimParams,
     CompleteParams,
+    EnqueueParams,
     FailParams,
     ReleaseParams,
     RenewLeasesParams,
@@ -174,7 +175,7 @@ class Service:
             None,
             max_attempts,
         )
-        job, _ = await self.app.enqueue(new, OnDuplicate.REJECT)
+        job, _ = await self.app.enqueue(EnqueueParams(new, OnDuplicate.REJECT))
         return job
 
     def another_instance(self) -> MemoryJobStore:

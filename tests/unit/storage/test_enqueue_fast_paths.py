@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 import pytest
 
 from san_jobs.job_service.domain import job_ids
-from san_jobs.job_service.domain.model import Job, JobStatus, JobType, NewJob
+from san_jobs.job_service.domain.job_types import JOB_TYPES
+from san_jobs.job_service.domain.model import Job, JobDraft, JobStatus, JobType, NewJob
 from san_jobs.job_service.storage.enqueue_conflicts import enqueue_row
 from san_jobs.job_service.storage.rows import pending_job
 from san_jobs.job_service.storage.statements import Statements
@@ -97,21 +98,39 @@ def test_enqueue_row_equals_the_generic_row(postgres: bool, new: NewJob) -> None
     assert {**row, "request_params": None} == {**generic, "request_params": None}
 
 
-@pytest.mark.parametrize("new", NEW_JOBS)
-def test_decoded_new_job_equals_the_constructed_one(new: NewJob) -> None:
-    """requests.new_job (Enqueue's decoding) sets NewJob's slots directly."""
-    built = requests.new_job(
+def draft_of(new: NewJob) -> JobDraft:
+    """The draft a request decodes to when it asks for `new` (no defaults left)."""
+    return JobDraft(
         new.job_type,
-        new.target_id,
+        JOB_TYPES[new.job_type].input_field,
         new.request_params,
+        new.target_id,
         new.requested_by,
-        new.request_id,
+        new.request_id or "",
         new.max_attempts,
+        new.priority,
+        new.depends_on,
     )
-    assert built == replace(new, traceparent=None)
-    assert repr(built) == repr(replace(new, traceparent=None))
+
+
+@pytest.mark.parametrize("new", NEW_JOBS)
+@pytest.mark.parametrize("caller", [None, "carol-svc"])
+def test_decoded_new_job_equals_the_constructed_one(new: NewJob, caller: str | None) -> None:
+    """requests.new_job (Enqueue's decoding) sets NewJob's slots directly."""
+    built = requests.new_job(draft_of(new), 5, caller=caller, traceparent=new.traceparent)
+    expected = replace(new, request_id=new.request_id or None)
+    if caller is not None:
+        expected = replace(expected, requested_by=caller, tenant=caller)
+    assert built == expected
+    assert repr(built) == repr(expected)
     with pytest.raises(AttributeError):
         built.target_id = "other"  # type: ignore[misc]
+
+
+def test_decoded_new_job_fills_in_the_defaults() -> None:
+    draft = replace(draft_of(NEW_JOBS[0]), max_attempts=0, priority=0)
+    built = requests.new_job(draft, 5)
+    assert built == replace(NEW_JOBS[0], max_attempts=5, priority=3)
 
 
 def test_ids_made_together_are_as_ids_made_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
