@@ -18,6 +18,7 @@ SCRIPTS = [
     "bench_change_feed.py",
     "bench_priorities.py",
     "bench_dependencies.py",
+    "bench_batch_decode.py",
 ]
 
 

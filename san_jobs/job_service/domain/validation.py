@@ -83,9 +83,10 @@ def validate_enqueue(draft: JobDraft, limits: EnqueueLimits) -> list[FieldViolat
         if request_id.startswith(PERIOD_REQUEST_ID_PREFIX):
             # The periods' jobs are made by the firing loop, never through here.
             out.append(FieldViolation("request_id", RESERVED_REQUEST_ID))
-    if draft.requested_by:
-        check_identifier("requested_by", draft.requested_by, MAX_REQUESTED_BY_CHARS, out)
-    if draft.max_attempts < 0 or draft.max_attempts > MAX_ATTEMPTS_LIMIT:
+    requested_by = draft.requested_by
+    if requested_by:
+        check_identifier("requested_by", requested_by, MAX_REQUESTED_BY_CHARS, out)
+    if not 0 <= draft.max_attempts <= MAX_ATTEMPTS_LIMIT:
         out.append(
             FieldViolation(
                 "max_attempts", f"must be between 1 and {MAX_ATTEMPTS_LIMIT} (0 means the default)"

@@ -14,7 +14,6 @@ batch that can never succeed.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,26 +96,19 @@ def decode(
             batch.errors[index] = _invalid(index, [undecodable[index]])
             continue
         try:
-            decoded = requests.enqueue(item, limits, default_max_attempts)
+            # With the caller's name and this call's span set as Enqueue sets them:
+            # each item's NewJob is made once, not copied again to set them.
+            decoded = requests.enqueue(
+                item, limits, default_max_attempts, caller=requested_by, traceparent=traceparent
+            )
         except InvalidRequestError as error:
             batch.errors[index] = _invalid(index, error.violations)
             continue
-        new = decoded.job
-        problem = None if priority_problem is None else priority_problem(new.priority)
+        problem = None if priority_problem is None else priority_problem(decoded.job.priority)
         if problem is not None:  # the caller may not use this priority (UrgentPriorities)
             batch.errors[index] = _invalid(index, [FieldViolation(PRIORITY_FIELD, problem)])
             continue
-        if requested_by is not None or traceparent is not None:
-            new = dataclasses.replace(
-                new,
-                # Who asks is who authenticated, whatever the request says; and its
-                # keys are its own (NewJob.tenant).
-                requested_by=new.requested_by if requested_by is None else requested_by,
-                tenant=new.tenant if requested_by is None else requested_by,
-                # This call's span, stored with each job: its attempts join its trace.
-                traceparent=new.traceparent if traceparent is None else traceparent,
-            )
-        batch.items.append(EnqueueParams(new, decoded.on_duplicate))
+        batch.items.append(decoded)
         batch.positions.append(index)
     _check_answer_fits(batch, answer_budget_bytes)
     return batch

@@ -231,20 +231,26 @@ def enqueue(
         draft.not_before = check_schedule(
             SCHEDULE_TIME_FIELD, draft.scheduled_at, now or datetime.now(UTC), out
         )
-    if not 0 <= draft.priority <= LEAST_URGENT:
+    priority = draft.priority
+    if not 0 <= priority <= LEAST_URGENT:
         out.append(
             FieldViolation(
                 PRIORITY_FIELD,
                 f"must be {MOST_URGENT} (most urgent) to {LEAST_URGENT}, or 0 for the"
-                f" default; got {draft.priority}",
+                f" default; got {priority}",
             )
         )
     _raise_if(out)
-    assert on_duplicate is not None
-    return EnqueueParams(
-        new_job(draft, default_max_attempts, caller=caller, traceparent=traceparent),
-        on_duplicate,
+    assert on_duplicate is not None  # else a violation above
+    # EnqueueParams(new_job(...), on_duplicate) by its slots, as new_job makes the
+    # NewJob: the frozen __init__'s two `object.__setattr__` cost as much as the rest
+    # of new_job, per BatchEnqueue item.
+    params = _allocate_enqueue_params(EnqueueParams)
+    _set_params_job(
+        params, new_job(draft, default_max_attempts, caller=caller, traceparent=traceparent)
     )
+    _set_params_on_duplicate(params, on_duplicate)
+    return params
 
 
 def _dependencies(values: Sequence[str], out: list[FieldViolation]) -> tuple[str, ...]:
@@ -269,6 +275,12 @@ def _dependencies(values: Sequence[str], out: list[FieldViolation]) -> tuple[str
 SCHEDULE_TIME_FIELD = "schedule_time"
 PRIORITY_FIELD = "priority"
 
+
+# EnqueueParams' slot setters, unpacked: a field added to it fails here at once.
+_allocate_enqueue_params = EnqueueParams.__new__
+_set_params_job, _set_params_on_duplicate = (
+    getattr(EnqueueParams, f.name).__set__ for f in fields(EnqueueParams)
+)
 
 # NewJob's slot setters, in field order: unpacked by name in new_job, so a field added
 # to NewJob fails there at once instead of leaving a slot unset.
@@ -320,7 +332,10 @@ def new_job(
     set_scheduled_at(new, draft.scheduled_at)
     set_not_before(new, draft.not_before)
     set_priority(new, effective_priority(draft.priority))
-    set_depends_on(new, tuple(draft.depends_on))
+    depends_on = draft.depends_on
+    # Empty in nearly every request: no tuple() of the empty repeated field (a quarter
+    # of a microsecond per item).
+    set_depends_on(new, tuple(depends_on) if depends_on else ())
     return new
 
 

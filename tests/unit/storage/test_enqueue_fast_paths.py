@@ -14,11 +14,21 @@ import pytest
 
 from san_jobs.job_service.domain import job_ids
 from san_jobs.job_service.domain.job_types import JOB_TYPES
-from san_jobs.job_service.domain.model import Job, JobDraft, JobStatus, JobType, NewJob
+from san_jobs.job_service.domain.model import (
+    Job,
+    JobDraft,
+    JobStatus,
+    JobType,
+    NewJob,
+    OnDuplicate,
+)
+from san_jobs.job_service.domain.ports import EnqueueParams
+from san_jobs.job_service.domain.validation import EnqueueLimits
 from san_jobs.job_service.storage.enqueue_conflicts import enqueue_row
 from san_jobs.job_service.storage.rows import pending_job
 from san_jobs.job_service.storage.statements import Statements
 from san_jobs.job_service.transport import requests
+from san_jobs.proto.jobs.v1 import job_service_pb2 as pb
 
 NOW = datetime(2025, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
 JOB_ID = "0190b1c2-1234-7abc-8def-0123456789ab"
@@ -125,6 +135,23 @@ def test_decoded_new_job_equals_the_constructed_one(new: NewJob, caller: str | N
     assert repr(built) == repr(expected)
     with pytest.raises(AttributeError):
         built.target_id = "other"  # type: ignore[misc]
+
+
+def test_decoded_enqueue_params_equal_the_constructed_ones() -> None:
+    """requests.enqueue sets EnqueueParams' slots directly too."""
+    request = pb.EnqueueRequest(
+        job_type=pb.JOB_TYPE_CARD_ANALYSIS,
+        target_id="scrap-1",
+        requested_by="alice",
+        on_duplicate=pb.ON_DUPLICATE_RETURN_EXISTING,
+        card_analysis_input=pb.CardAnalysisInput(text="hello"),
+    )
+    built = requests.enqueue(request, EnqueueLimits(), 3)
+    expected = EnqueueParams(NEW_JOBS[0], OnDuplicate.RETURN_EXISTING)
+    assert built == expected
+    assert repr(built) == repr(expected)
+    with pytest.raises(AttributeError):
+        built.on_duplicate = OnDuplicate.REJECT  # type: ignore[misc]
 
 
 def test_decoded_new_job_fills_in_the_defaults() -> None:
