@@ -191,13 +191,16 @@ def enqueue(
     *,
     caller: str | None = None,
     traceparent: str | None = None,
+    as_template: bool = False,
 ) -> EnqueueParams:
     """The job `request` asks for, decoded once (a JobDraft, checked, made the NewJob
     the application and the store take); `now` (default: the clock) is what its
     schedule_time is measured against. `caller`: the authenticated caller's name,
     the job's requested_by and tenant whatever the request says (NewJob.tenant);
     `traceparent`: the call's span, stored with the job so its attempts join the
-    caller's trace."""
+    caller's trace. `as_template`: `request` is a schedule's template, whose
+    request_id, schedule_time and depends_on are the schedule's to refuse
+    (transport/schedules.py names each): taken as unset here, not reported twice."""
     out: list[FieldViolation] = []
     job_type = JOB_TYPE_FROM_PB.get(request.job_type)
     if job_type is None:
@@ -222,11 +225,15 @@ def enqueue(
         request.priority,
         request.depends_on,
     )
+    if as_template:
+        # Unset, a refused depends_on does not relax the input's rules either
+        # (validate_enqueue's FROM_DEPENDENCIES).
+        draft.request_id, draft.depends_on = "", ()
     out += validate_enqueue(draft, limits)
     if draft.depends_on:
         draft.depends_on = _dependencies(draft.depends_on, out)
     # Unset in nearly every request: one HasField, no clock read, for those.
-    if request.HasField("schedule_time"):
+    if not as_template and request.HasField("schedule_time"):
         draft.scheduled_at = _timestamp(SCHEDULE_TIME_FIELD, request, out)
         draft.not_before = check_schedule(
             SCHEDULE_TIME_FIELD, draft.scheduled_at, now or datetime.now(UTC), out

@@ -160,14 +160,11 @@ def _template(
             # depends_on was accepted, and every period's job then failed).
             out.append(FieldViolation(f"{_TEMPLATE}.depends_on", TEMPLATE_DEPENDS_ON))
         # Enqueue's rules, field names under schedule.template (request_id,
-        # schedule_time and depends_on are cleared: reported above, not twice).
-        checked = pb.EnqueueRequest()
-        checked.CopyFrom(given.template)
-        checked.ClearField("request_id")
-        checked.ClearField("schedule_time")
-        checked.ClearField("depends_on")
+        # schedule_time and depends_on taken as unset: reported above, not twice).
         try:
-            decoded = requests.enqueue(checked, limits, default_max_attempts)
+            decoded = requests.enqueue(
+                given.template, limits, default_max_attempts, as_template=True
+            )
         except InvalidRequestError as error:
             out += [
                 FieldViolation(f"{_TEMPLATE}.{v.field}", v.description) for v in error.violations
