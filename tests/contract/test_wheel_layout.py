@@ -10,7 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_wheel_holds_one_top_level_package(tmp_path: Path) -> None:

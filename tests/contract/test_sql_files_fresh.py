@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 CHECKED_IN = ROOT / "san_jobs" / "job_service" / "storage" / "sql"
 
 
