@@ -104,9 +104,13 @@ def _verify(stored_hash: str | None, password: str) -> tuple[bool, str | None]:
 class PasswordChecker:
     """Verifies passwords off the event loop, a few at a time (one per app)."""
 
-    def __init__(self, concurrency: int = CONCURRENT_VERIFICATIONS) -> None:
+    def __init__(self, concurrency: int = CONCURRENT_VERIFICATIONS, *, logins: bool = True) -> None:
         self._verifying = asyncio.Semaphore(concurrency)
-        _dummy_hash()  # before the first login, so that it costs what the others cost
+        if logins:
+            # Before the first login, so that it costs what the others cost. Only where
+            # users log in (--auth password): a san-web without logins never verifies,
+            # and its start need not pay an argon2 hash (0.15 s of CPU) for nothing.
+            _dummy_hash()
 
     async def verify(self, stored_hash: str | None, password: str) -> tuple[bool, str | None]:
         """Whether ``password`` matches ``stored_hash`` (None: the user does not exist,

@@ -750,5 +750,5 @@ def create_app(
     app.state.max_body_bytes = max_body_bytes
     app.state.auth = auth_settings
     app.state.login_throttle = login_throttle or LoginThrottle()
-    app.state.passwords = PasswordChecker()
+    app.state.passwords = PasswordChecker(logins=auth_settings.mode == "password")
     return app
