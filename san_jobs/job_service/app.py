@@ -89,7 +89,9 @@ class JobApplication:
         attempts_per_round: int,
         pending_quota: PendingQuota | None = None,
     ) -> None:
-        self.store = store
+        # Private: transport reaches the store only through these use cases (servicer ->
+        # application -> port), never around them.
+        self._store = store
         # --max-pending-per-caller (pending_quota.py); None: no cap.
         self.pending_quota = pending_quota
         self.hub = hub
@@ -107,7 +109,7 @@ class JobApplication:
         tenant = params.job.tenant
         if quota is not None:
             await quota.check(tenant)
-        job, deduplicated = await self.store.commands.enqueue(params)
+        job, deduplicated = await self._store.commands.enqueue(params)
         if quota is not None and not deduplicated and job.status is JobStatus.PENDING:
             quota.added(tenant, 1)
         if not deduplicated:
@@ -166,7 +168,7 @@ class JobApplication:
     async def _enqueue_within_quota(self, items: Sequence[EnqueueParams]) -> list[EnqueueOutcome]:
         quota = self.pending_quota
         if quota is None:
-            return await self.store.commands.enqueue_many(items)
+            return await self._store.commands.enqueue_many(items)
         room = {tenant: await quota.room(tenant) for tenant in {i.job.tenant for i in items}}
         kept: list[int] = []
         outcomes: list[EnqueueOutcome | None] = [None] * len(items)
@@ -178,7 +180,7 @@ class JobApplication:
             else:
                 outcomes[index] = quota.refusal(tenant)
         if kept:
-            stored = await self.store.commands.enqueue_many([items[i] for i in kept])
+            stored = await self._store.commands.enqueue_many([items[i] for i in kept])
             for index, outcome in zip(kept, stored, strict=True):
                 outcomes[index] = outcome
                 if (
@@ -194,7 +196,7 @@ class JobApplication:
     ) -> Job:
         """Cancel a job; with `owner`, only one that `owner` requested (any other is
         JobNotFoundError). `actor` names the caller in the audit line."""
-        job = await self.store.commands.cancel(
+        job = await self._store.commands.cancel(
             CancelParams(job_id=job_id, reason=reason, owner=owner)
         )
         audit.info("CancelJob by %s: cancelled 1 job (%s)", actor, job.id)
@@ -206,7 +208,7 @@ class JobApplication:
     async def retry_failed(
         self, job_filter: JobFilter, limit: int, dry_run: bool, requested_by: str
     ) -> RetryOutcome:
-        outcome = await self.store.commands.retry_failed(
+        outcome = await self._store.commands.retry_failed(
             RetryFailedParams(
                 job_filter=job_filter,
                 limit=limit,
@@ -249,7 +251,7 @@ class JobApplication:
         if job is None:
             raise JobNotFoundError(job_id)
         if job.waits_for_dependencies:
-            job = (await self.store.queries.with_waiting_on([job]))[0]
+            job = (await self._store.queries.with_waiting_on([job]))[0]
         return job
 
     async def load(self, job_ids: Sequence[str], owner: str | None = None) -> dict[str, Job]:
@@ -264,19 +266,19 @@ class JobApplication:
     async def list_jobs(
         self, job_filter: JobFilter, page_size: int, page_token: str | None
     ) -> tuple[list[Job], str | None]:
-        jobs, next_token = await self.store.queries.list_jobs(
+        jobs, next_token = await self._store.queries.list_jobs(
             ListJobsParams(job_filter=job_filter, page_size=page_size, page_token=page_token)
         )
-        return await self.store.queries.with_waiting_on(jobs), next_token
+        return await self._store.queries.with_waiting_on(jobs), next_token
 
     async def stats(self) -> JobStats:
-        return await self.store.queries.stats()
+        return await self._store.queries.stats()
 
     async def usage_totals(
         self, query: UsageQuery, max_groups: int
     ) -> tuple[list[UsageTotal], bool]:
         """GetUsage: usage per (type, model, caller), at most `max_groups` groups."""
-        return await self.store.queries.usage_totals(
+        return await self._store.queries.usage_totals(
             UsageTotalsParams(query=query, max_groups=max_groups)
         )
 
@@ -284,13 +286,13 @@ class JobApplication:
         self, query: FailureQuery, max_groups: int
     ) -> tuple[list[FailureGroup], bool]:
         """ListFailureGroups: FAILED jobs per cause, at most `max_groups` groups."""
-        return await self.store.queries.failure_groups(
+        return await self._store.queries.failure_groups(
             FailureGroupsParams(query=query, max_groups=max_groups)
         )
 
     async def dispatch_pauses(self) -> list[DispatchPause]:
         """Every paused job type (GetJobStats and the pages; the servicer caches it)."""
-        return await self.store.pauses.dispatch_pauses()
+        return await self._store.pauses.dispatch_pauses()
 
     # -- other instances -------------------------------------------------------
 
@@ -317,10 +319,10 @@ class JobApplication:
             ended, seen = list(job_ids), set(job_ids)
             while ended:  # a dependent the trigger cancelled ended its own dependents
                 dependents = [
-                    i for i in await self.store.queries.dependents_moved_by(ended) if i not in seen
+                    i for i in await self._store.queries.dependents_moved_by(ended) if i not in seen
                 ]
                 seen.update(dependents)
-                jobs = await self.store.queries.get_many(dependents)
+                jobs = await self._store.queries.get_many(dependents)
                 self.hub.publish(jobs)  # watchers by id and by filter, and the change feed
                 ended = [j.id for j in jobs if j.has_dependents and j.status is JobStatus.CANCELLED]
         except Exception:  # streams poll too; the worker is awake either way
