@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.databases import put_migrated_sqlite_file
+
 BIN = Path(sys.executable).parent
 LISTENING = re.compile(r"listening on (?:https?://)?(\S+:\d+)")
 
@@ -133,8 +135,14 @@ def start_job_service(
     database_url: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> RunningService:
-    """A real `job-service` on a free port; a SQLite file in `log_dir` by default."""
-    url = database_url or f"sqlite+aiosqlite:///{log_dir / 'jobs.db'}"
+    """A real `job-service` on a free port; by default on a SQLite file in `log_dir`,
+    migrated already when the test has not made it (a copy of a migrated one)."""
+    if database_url is None:
+        path = log_dir / "jobs.db"
+        if not path.exists():
+            put_migrated_sqlite_file(path)
+        database_url = f"sqlite+aiosqlite:///{path}"
+    url = database_url
     argv = ["job-service", "--listen", "127.0.0.1:0", "--database-url", url, "--gateway", gateway]
     return start_service("job-service", [*argv, *args], log_dir, env)
 

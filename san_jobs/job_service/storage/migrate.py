@@ -28,9 +28,8 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import URL, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -39,6 +38,9 @@ from san_jobs.job_service.domain.errors import StorageUnavailableError
 from san_jobs.job_service.storage import schema_version
 from san_jobs.job_service.storage.engine import create_engine, normalize_url
 from san_jobs.job_service.storage.errors import sqlstate, storage_errors
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger("job_service.migrate")
 
@@ -62,6 +64,9 @@ class SchemaTooNew(schema_version.SchemaMismatch):
 
 
 def alembic_config(database_url: str | URL | None = None) -> Config:
+    # alembic is imported only to migrate: a start on a schema at head never is.
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     if database_url is not None:
@@ -77,6 +82,8 @@ def _pending_revision(connection: Connection) -> str:
 
 
 def _upgrade(connection: Connection, revision: str, lock_timeout: float) -> None:
+    from alembic import command
+
     pg = connection.dialect.name == "postgresql"
     if pg:
         # Session level: it outlives each revision's commit and the autocommit blocks.
