@@ -54,9 +54,10 @@ browser: ## Install Debian's Chromium for the page tests (needs root)
 # The suite starts about 600 Python processes (services, jobsctl, scripts) and each test
 # process imports 400 test modules. Where the environment sets PYTHONDONTWRITEBYTECODE
 # (this project's CI machines do), every one of them compiled the project again and
-# every test process rewrote every test module's asserts again: about a fifth of the
-# suite's CPU. The tests write bytecode (into the ignored __pycache__ directories);
-# one collection first writes the test modules' rewritten bytecode, once, for all.
+# every test process rewrote every test module's asserts again (tests/acceptance/
+# job_service took 10-15 % more CPU and time that way). The tests write bytecode (into
+# the ignored __pycache__ directories); one collection first writes the test modules'
+# rewritten bytecode, once, for all.
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 
 test: $(STAMP) browser lint ## make lint, then every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
