@@ -9,7 +9,6 @@ skipped locally, a failure under CI (tests.support.ci).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +16,6 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from san_jobs.job_service.storage.migrate import migrate
 from san_jobs.job_service.storage.notify import asyncpg_dsn
 from san_jobs.job_service.storage.repository import SqlJobStore
 from tests.support.ci import skip_or_fail_in_ci
@@ -26,6 +24,7 @@ from tests.support.databases import (
     create_temp_postgres_database,
     drop_database,
     postgres_unreachable_reason,
+    put_migrated_sqlite_file,
     run_sync,
 )
 
@@ -56,17 +55,10 @@ def postgres_url(postgres_server: None) -> Iterator[str]:
     drop_database(url)
 
 
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
-    run_sync(lambda: migrate(f"sqlite+aiosqlite:///{path}"))
-    return path
-
-
 @pytest.fixture
-def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+def sqlite_url(tmp_path: Path) -> str:
     path = tmp_path / "jobs.db"
-    shutil.copyfile(sqlite_template, path)
+    put_migrated_sqlite_file(path)
     return f"sqlite+aiosqlite:///{path}"
 
 

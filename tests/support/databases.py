@@ -98,10 +98,11 @@ async def _migrated_template(maintenance: asyncpg.Connection, base: URL) -> str:
         await maintenance.execute("SELECT pg_advisory_unlock($1)", _TEMPLATE_LOCK)
 
 
-# The SQLite twin: one migrated file per test process, copied for each job-service
-# started on a file of its own (tests/support/processes.py): a copy costs a
-# millisecond, migrating at the start about a fifth of a second of CPU, and the suite
-# starts a hundred of them. The tests of migrating at a start give their own URL.
+# The SQLite twin: one migrated file per test process, copied for each test that
+# wants a migrated SQLite database (the integration fixtures) and for each job-service
+# process started on a file of its own (tests/support/processes.py): a copy costs a
+# millisecond, migrating about a fifth of a second of CPU. The tests of migrating at a
+# start give their own URL.
 _sqlite_template: Path | None = None
 
 

@@ -3,7 +3,6 @@ a scripted AiGateway on another real port."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,20 +20,19 @@ from tests.support.databases import (
     create_temp_postgres_database_async,
     drop_database_async,
     postgres_unreachable_reason,
+    put_migrated_sqlite_file,
 )
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def database_url(
-    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
-) -> AsyncIterator[str]:
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A migrated database of its own per test: a copy of the migrated SQLite file, or
     a PostgreSQL database made from the migrated template (tests.support.databases).
     Its own, not a TRUNCATEd shared one: these tests run whole JobServices, whose
     background tasks may outlive a test by a moment."""
     if request.param == "sqlite":
         path = tmp_path / "jobs.db"
-        shutil.copyfile(sqlite_template, path)
+        put_migrated_sqlite_file(path)
         yield f"sqlite+aiosqlite:///{path}"
         return
     reason = await postgres_unreachable_reason()
