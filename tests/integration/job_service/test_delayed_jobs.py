@@ -69,8 +69,12 @@ async def test_a_delayed_job_waits_for_its_time_then_runs_within_a_second(
     due = when.ToDatetime(tzinfo=UTC)
     await asyncio.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds() - 0.25))
     waiting = (await service.stub.GetJob(pb.GetJobRequest(job_id=job.id))).job
-    assert waiting.status == pb.JOB_STATUS_PENDING and not waiting.attempts
-    assert job.id not in seen
+    if datetime.now(UTC) < due:
+        # Answered before its time. (A fresh-clone run on a loaded machine once woke
+        # from the sleep past the job's time: then only the start time below can say
+        # it was not claimed early.)
+        assert waiting.status == pb.JOB_STATUS_PENDING and not waiting.attempts
+        assert job.id not in seen
     started = await _wait_started(service.stub, job.id, within=ON_TIME + 2)
     start = started.attempts[0].start_time.ToDatetime(tzinfo=UTC)
     assert due <= start < due + timedelta(seconds=ON_TIME), (due, start)
