@@ -71,10 +71,19 @@ def _listed(driver: Any, count: int, timeout: float = 30) -> list[Any]:
     return found
 
 
-def _titles(driver: Any) -> list[str]:
-    from selenium.webdriver.common.by import By
+def _texts(driver: Any, selector: str) -> list[str]:
+    """The text of every element `selector` finds, read in one script: the list is
+    redrawn as its jobs move, and an element found before a redraw and read after it
+    is stale (seen once on a loaded machine)."""
+    texts: list[str] = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText.trim())",
+        selector,
+    )
+    return texts
 
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#scraps li.scrap a.open")]
+
+def _titles(driver: Any) -> list[str]:
+    return _texts(driver, "#scraps li.scrap a.open")
 
 
 def test_two_analyses_in_flight_and_the_list_survives_a_reload(
@@ -94,7 +103,7 @@ def test_two_analyses_in_flight_and_the_list_survives_a_reload(
     assert _titles(driver) == ["Second scrap", "First scrap"]
 
     def both_in_flight(d: Any) -> bool:
-        badges = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#scraps .scrap-status")]
+        badges = _texts(d, "#scraps .scrap-status")
         return len(badges) == 2 and all(b in ("PENDING", "PROCESSING") for b in badges)
 
     WebDriverWait(driver, 30).until(both_in_flight)
