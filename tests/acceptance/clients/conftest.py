@@ -48,9 +48,10 @@ def _stop(*services: RunningService) -> None:
 def _stack(log_dir: Path, gateway_args: list[str], job_args: list[str]) -> Iterator[Stack]:
     gateway = start_gateway(log_dir, *gateway_args)
     try:
-        job_service = start_job_service(
-            log_dir, *job_args, "--poll-interval", "0.2", "--grace", "1", gateway=gateway.address
-        )
+        # The default poll (1 s): every job these tests make wakes the worker itself,
+        # and a stack lives the whole session, where a 0.2 s poll cost twice the idle
+        # CPU (measured: 0.51 s against 0.25 s per 20 idle seconds).
+        job_service = start_job_service(log_dir, *job_args, "--grace", "1", gateway=gateway.address)
     except BaseException:
         _stop(gateway)
         raise
