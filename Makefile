@@ -57,15 +57,11 @@ browser: ## Install Debian's Chromium for the page tests (needs root)
 # every test process rewrote every test module's asserts again (tests/acceptance/
 # job_service took 10-15 % more CPU and time that way). The tests write bytecode (into
 # the ignored __pycache__ directories); one collection first writes the test modules'
-# rewritten bytecode, once, for all, on the core that mypy leaves idle. Its errors, if
-# any, are the run's own to report.
+# rewritten bytecode, once, for all.
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 
-test: $(STAMP) browser ## make lint, then every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
-	@$(TEST_ENV) $(VENV)/bin/pytest --collect-only -q -p no:cacheprovider > /dev/null 2>&1 & \
-		collecting=$$!; \
-		$(MAKE) --no-print-directory lint; linted=$$?; \
-		wait $$collecting; exit $$linted
+test: $(STAMP) browser lint ## make lint, then every test (PostgreSQL tests need 127.0.0.1:5432; required under CI=true)
+	$(TEST_ENV) $(VENV)/bin/pytest --collect-only -q -p no:cacheprovider > /dev/null || true  # errors: see below
 	$(TEST_ENV) $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: $(STAMP) ## Unit tests only
