@@ -158,6 +158,10 @@ class _Session:
         self._cancels: list[str] = []
         self._wake = asyncio.Event()
         self._broken: str | None = None  # why the writer gave up, if it did
+        # A write failed: the calls of that write are not sent, and the INTERNAL the
+        # reader may then hear is grpc's own, put in place of the gateway's status (a
+        # refusal such as UNIMPLEMENTED racing the write): they may go again.
+        self._write_failed = False
         self.closed = False
         # The session outlives the job whose call opened it: its tasks must not run
         # in (and log with the trace id of) that job's attempt span.
@@ -236,7 +240,14 @@ class _Session:
                 await self._wake.wait()
                 self._wake.clear()
                 while self._has_work():
-                    await self._call.write(self._take())
+                    request = self._take()
+                    try:
+                        await self._call.write(request)
+                    except Exception:
+                        # Not written: the gateway never had these calls.
+                        self._sent.difference_update(c.call_id for c in request.calls)
+                        self._write_failed = True
+                        raise
         except asyncio.CancelledError:
             raise
         except Exception as error:  # the stream is done for; the reader tells why
@@ -280,7 +291,10 @@ class _Session:
                 )
             else:
                 failure = stream_ended(error)
-                resend = error.code() == grpc.StatusCode.UNAVAILABLE
+                # INTERNAL after a failed write is grpc's, not the gateway's.
+                resend = error.code() == grpc.StatusCode.UNAVAILABLE or (
+                    self._write_failed and error.code() == grpc.StatusCode.INTERNAL
+                )
         self._end(failure, resend)
 
     def _end(self, failure: Exception, resend: bool = True) -> None:

@@ -223,3 +223,56 @@ async def test_a_stream_the_gateway_refuses_is_not_opened_again_and_again() -> N
     assert raised.value.code == "UNAVAILABLE"
     assert "UNAUTHENTICATED" in raised.value.message
     assert stub.opened == 1
+
+
+CORE_INTERNAL = grpc.aio.AioRpcError(
+    grpc.StatusCode.INTERNAL,
+    grpc.aio.Metadata(),
+    grpc.aio.Metadata(),
+    "Internal error from Core",
+)
+
+
+class RefusedWhileWriting:
+    """A StreamCalls call the gateway ended (UNIMPLEMENTED, say) while the first write
+    was under way: grpc's write fails and puts its own INTERNAL in place of the
+    gateway's status, so the reader hears INTERNAL too (seen in a fresh-clone run, on
+    a gateway without StreamCalls)."""
+
+    def __init__(self) -> None:
+        self.failed_writes = 0
+
+    async def wait_for_connection(self) -> None:
+        return None
+
+    async def write(self, request: gw.StreamCallsRequest) -> None:
+        self.failed_writes += 1
+        raise CORE_INTERNAL
+
+    async def read(self) -> object:
+        await asyncio.sleep(0.01)
+        raise CORE_INTERNAL
+
+    def done(self) -> bool:
+        return self.failed_writes > 0
+
+    def cancel(self) -> bool:
+        return True
+
+
+async def test_a_call_whose_write_failed_is_not_sent_and_goes_again() -> None:
+    """Its write failed, so the gateway never had it: it is not charged, and run()
+    sends it again (here the gateway answers it on the next stream)."""
+    refused = RefusedWhileWriting()
+    session = _Session(Stub(refused))  # type: ignore[arg-type]
+    future = session.submit(gw.StreamedCall(call_id="1"))
+    with pytest.raises(_NotSent):
+        await asyncio.wait_for(future, 5)
+    await session.close()
+    answering = ConnectedCall()
+    gateway = gateway_over(Stub(RefusedWhileWriting(), answering))
+    try:
+        answer = await gateway.run(a_job(), deadline=5.0)
+    finally:
+        await gateway.close()
+    assert answer.result["summary"] == "Summary."
