@@ -18,12 +18,13 @@ from san_jobs.job_service.domain.model import Job, JobStatus, JobType
 from san_jobs.job_service.gateway_stream import StreamingAiGateway, _NotSent, _Session
 from san_jobs.proto.aigateway.v1 import ai_gateway_pb2 as gw
 
-UNAVAILABLE = grpc.aio.AioRpcError(
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.aio.Metadata(),
-    grpc.aio.Metadata(),
-    "failed to connect to all addresses",
-)
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """What a grpc.aio call raises when it ends with `code`."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+UNAVAILABLE = rpc_error(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
 
 
 class UnconnectedCall:
@@ -64,14 +65,7 @@ class ConnectedCall:
     async def write(self, request: gw.StreamCallsRequest) -> None:
         self.written.append(request)
         if self._break:
-            self._answers.put_nowait(
-                grpc.aio.AioRpcError(
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.aio.Metadata(),
-                    grpc.aio.Metadata(),
-                    "Socket closed",
-                )
-            )
+            self._answers.put_nowait(rpc_error(grpc.StatusCode.UNAVAILABLE, "Socket closed"))
             return
         results = [
             gw.StreamedCallResult(
@@ -207,9 +201,7 @@ class RefusedCall(UnconnectedCall):
 
     async def read(self) -> object:
         await asyncio.sleep(0)
-        raise grpc.aio.AioRpcError(
-            grpc.StatusCode.UNAUTHENTICATED, grpc.aio.Metadata(), grpc.aio.Metadata(), "no token"
-        )
+        raise rpc_error(grpc.StatusCode.UNAUTHENTICATED, "no token")
 
 
 async def test_a_stream_the_gateway_refuses_is_not_opened_again_and_again() -> None:
@@ -225,12 +217,7 @@ async def test_a_stream_the_gateway_refuses_is_not_opened_again_and_again() -> N
     assert stub.opened == 1
 
 
-CORE_INTERNAL = grpc.aio.AioRpcError(
-    grpc.StatusCode.INTERNAL,
-    grpc.aio.Metadata(),
-    grpc.aio.Metadata(),
-    "Internal error from Core",
-)
+CORE_INTERNAL = rpc_error(grpc.StatusCode.INTERNAL, "Internal error from Core")
 
 
 class RefusedWhileWriting:
