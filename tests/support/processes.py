@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.databases import put_migrated_sqlite_file
+from tests.support.program_forks import FORKED_COMMANDS, ForkedProcess, forks_enabled, start_forked
 
 BIN = Path(sys.executable).parent
 LISTENING = re.compile(r"listening on (?:https?://)?(\S+:\d+)")
@@ -29,7 +30,7 @@ class RunningService:
     """A service process and where it listens."""
 
     name: str
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
     address: str
     log_path: Path
     argv: list[str] = field(default_factory=list)
@@ -97,14 +98,22 @@ def start_service(
     timeout: float = 30.0,
 ) -> RunningService:
     """Start `argv` (argv[0] is a console script of this venv) and wait for its
-    "listening on" line."""
+    "listening on" line. The project's servers are forks of a process that imported
+    them already (tests/support/program_forks.py says why)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     index = len(list(log_dir.glob(f"{name}*.log")))
     log_path = log_dir / f"{name}-{index}.log"
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     command = [str(BIN / argv[0]), *argv[1:]]
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
+    proc: subprocess.Popen[bytes] | ForkedProcess
+    if argv[0] in FORKED_COMMANDS and forks_enabled():
+        log_path.write_bytes(b"")
+        proc = start_forked(Path(command[0]), command[1:], full_env, log_path)
+    else:
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env
+            )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = log_path.read_text(errors="replace")
