@@ -49,6 +49,7 @@ from tests.support.processes import (
     start_service,
     stop_all,
 )
+from tests.support.program_forks import run_forked
 from tests.support.rich_errors import rich_error
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres]
@@ -97,32 +98,25 @@ class Deployment:
         return httpx.Client(base_url=self.web_url(), transport=transport, timeout=PATIENCE)
 
     def tokens_command(self, *args: str) -> subprocess.CompletedProcess[str]:
-        argv = [str(BIN / "job-service"), "tokens", *args, "--database-url", self.database_url]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        return run_forked(
+            BIN / "job-service", ["tokens", *args, "--database-url", self.database_url]
+        )
 
 
 def _token(database_url: str, name: str, role: str) -> str:
-    argv = [str(BIN / "job-service"), "tokens", "create", name, "--role", role]
-    made = subprocess.run(
-        [*argv, "--database-url", database_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    made = run_forked(
+        BIN / "job-service",
+        ["tokens", "create", name, "--role", role, "--database-url", database_url],
     )
     assert made.returncode == 0, made.stderr
     return made.stdout.strip()
 
 
 def _web_user(database_url: str, name: str, password: str, role: str) -> None:
-    argv = [sys.executable, "-m", "san_jobs.web", "users", "create", name, "--role", role]
-    made = subprocess.run(
-        [*argv, "--database-url", database_url],
+    made = run_forked(
+        BIN / "san-web",
+        ["users", "create", name, "--role", role, "--database-url", database_url],
         input=password,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     assert made.returncode == 0, made.stderr
 
@@ -164,8 +158,7 @@ def _start_job_service(
 
 def _start_web(folder: Path, certs: Path, job_service: str, token_file: Path) -> RunningService:
     argv = [
-        "python",
-        *("-m", "san_jobs.web"),
+        "san-web",
         *("--listen", "127.0.0.1:0"),
         *("--job-service", job_service),
         *("--database-url", f"sqlite+aiosqlite:///{folder / 'san-web.db'}"),

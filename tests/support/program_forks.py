@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
@@ -65,25 +66,35 @@ def _forkserver() -> ForkServerContext:
     return _context
 
 
+def _text_stream(fd: int, mode: str, errors: str = "strict") -> io.TextIOWrapper:
+    # write_through, as PYTHONUNBUFFERED=1 does for a started interpreter: every write
+    # reaches the file at once, so a test reading it (the "listening on" line) sees it.
+    return io.TextIOWrapper(
+        io.FileIO(fd, mode, closefd=False), encoding="utf-8", errors=errors, write_through=True
+    )
+
+
 def _run_program(
-    command: str, argv: list[str], env: dict[str, str], cwd: str, log_path: str
+    command: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    streams: tuple[str, str, str | None],
 ) -> None:
-    """In the fork: become `command` run with `argv`, as its console script would."""
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
-    # As PYTHONUNBUFFERED=1 does for a started interpreter: every write reaches the
-    # log at once, so a test reading it (the "listening on" line) sees it.
-    sys.stdout = io.TextIOWrapper(
-        io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True
-    )
-    sys.stderr = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        write_through=True,
-    )
+    """In the fork: become `command` run with `argv`, as its console script would,
+    with standard output, error and input on the files `streams` names."""
+    stdout_path, stderr_path, stdin_path = streams
+    for fd, path, flags in (
+        (1, stdout_path, os.O_WRONLY | os.O_APPEND),
+        (2, stderr_path, os.O_WRONLY | os.O_APPEND),
+        (0, stdin_path or os.devnull, os.O_RDONLY),
+    ):
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    sys.stdout = _text_stream(1, "w")
+    sys.stderr = _text_stream(2, "w", errors="backslashreplace")
+    sys.stdin = _text_stream(0, "r")
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -92,6 +103,21 @@ def _run_program(
 
     program = next(p for p in _console_scripts.PROGRAMS if p.command == command)
     _console_scripts.run(program)
+
+
+def _process(
+    command_path: Path,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    streams: tuple[str, str, str | None],
+) -> BaseProcess:
+    return _forkserver().Process(
+        target=_run_program,
+        args=(command_path.name, [str(command_path), *args], dict(env), os.getcwd(), streams),
+        name=command_path.name,
+        # A program a test left running is ended with the test process, not waited for.
+        daemon=True,
+    )
 
 
 class ForkedProcess:
@@ -131,14 +157,45 @@ class ForkedProcess:
 def start_forked(
     command_path: Path, args: Sequence[str], env: Mapping[str, str], log_path: Path
 ) -> ForkedProcess:
-    """Run the program `command_path` names (one of FORKED_COMMANDS) with `args`,
-    output appended to `log_path`."""
-    process = _forkserver().Process(
-        target=_run_program,
-        args=(command_path.name, [str(command_path), *args], dict(env), os.getcwd(), str(log_path)),
-        name=command_path.name,
-        # A program a test left running is ended with the test process, not waited for.
-        daemon=True,
-    )
+    """Start the program `command_path` names (one of FORKED_COMMANDS) with `args`,
+    its output (standard output and error) appended to `log_path`."""
+    process = _process(command_path, args, env, (str(log_path), str(log_path), None))
     process.start()
     return ForkedProcess(process, [str(command_path), *args])
+
+
+def run_forked(
+    command_path: Path,
+    args: Sequence[str],
+    *,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command of a program (`san-web users create`, `job-service tokens
+    create`) to its end, as `subprocess.run(..., capture_output=True, text=True)`
+    does, for tests where the command only sets something up."""
+    argv = [str(command_path), *args]
+    if not forks_enabled():
+        return subprocess.run(
+            argv, input=input, env=env, timeout=timeout, capture_output=True, text=True, check=False
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        stdout, stderr, stdin = (Path(folder) / name for name in ("stdout", "stderr", "stdin"))
+        stdout.write_bytes(b"")
+        stderr.write_bytes(b"")
+        stdin.write_text(input or "", encoding="utf-8")
+        streams = (str(stdout), str(stderr), str(stdin))
+        process = _process(command_path, args, os.environ if env is None else env, streams)
+        process.start()
+        process.join(timeout)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(argv, timeout)
+        return subprocess.CompletedProcess(
+            argv,
+            process.exitcode,
+            stdout.read_text(encoding="utf-8"),
+            stderr.read_text(encoding="utf-8"),
+        )

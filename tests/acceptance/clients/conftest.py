@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,12 +20,14 @@ import httpx
 import pytest
 
 from tests.support.processes import (
+    BIN,
     RunningService,
     start_gateway,
     start_job_service,
     start_service,
     stop_all,
 )
+from tests.support.program_forks import run_forked
 
 
 @dataclass
@@ -95,15 +96,13 @@ def dead_address() -> str:
 def start_web(
     log_dir: Path, job_service: str, *args: str, database_url: str | None = None
 ) -> RunningService:
-    """A real san-web process (python -m, so it works before the console script exists);
-    its scraps in a SQLite file in ``log_dir`` unless ``database_url`` says otherwise."""
+    """A real san-web process; its scraps in a SQLite file in ``log_dir`` unless
+    ``database_url`` says otherwise."""
     database = database_url or f"sqlite+aiosqlite:///{log_dir / 'san-web.db'}"
     return start_service(
         "san-web",
         [
-            "python",
-            "-m",
-            "san_jobs.web",
+            "san-web",
             "--listen",
             "127.0.0.1:0",
             "--job-service",
@@ -120,11 +119,9 @@ def create_web_user(
     database_url: str, name: str, password: str
 ) -> subprocess.CompletedProcess[str]:
     """The real ``san-web users create NAME`` with the password on standard input."""
-    return subprocess.run(
-        [sys.executable, "-m", "san_jobs.web", "users", "create", name,
-         "--database-url", database_url],
-        input=password, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    return run_forked(
+        BIN / "san-web", ["users", "create", name, "--database-url", database_url], input=password
+    )
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from san_jobs.job_service.domain.ports import (
 from san_jobs.job_service.storage.repository import SqlJobStore
 from san_jobs.shared.display import format_time
 from tests.support.processes import BIN, running, start_gateway, start_job_service
+from tests.support.program_forks import run_forked
 
 pytestmark = pytest.mark.acceptance
 
@@ -56,10 +56,9 @@ class OpsWeb:
 
 def web_users(database_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """The real ``san-web users ...`` command."""
-    return subprocess.run(
-        [sys.executable, "-m", "san_jobs.web", "users", *args, "--database-url", database_url],
-        input=stdin, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    return run_forked(
+        BIN / "san-web", ["users", *args, "--database-url", database_url], input=stdin
+    )
 
 
 def open_til_pause(jobs_database_url: str) -> DispatchPause:
