@@ -30,6 +30,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import grpc
@@ -167,6 +168,10 @@ _any_char = st.characters(exclude_categories=["Cs"], exclude_characters=SURROGAT
 _control_char = st.characters(max_codepoint=0x9F).filter(lambda c: c < " " or c >= "\x7f")
 
 
+# The strategy builders are cached: each draw of a composite below used to build its
+# strategies anew, and Hypothesis worked out each new object's properties again (a
+# third of the run's CPU). The same objects draw the same examples.
+@cache
 def short_text() -> st.SearchStrategy[str]:
     """Short strings a careless or hostile caller might send."""
     return st.one_of(
@@ -176,11 +181,13 @@ def short_text() -> st.SearchStrategy[str]:
     )
 
 
+@cache
 def schedule_ids() -> st.SearchStrategy[str]:
     """Valid ids (some of them stored) and hostile text."""
     return st.one_of(st.sampled_from(["s-1", "s-2", "a.b:c-d_e"]), hostile_text())
 
 
+@cache
 def durations() -> st.SearchStrategy[Duration]:
     """Any Duration the wire can carry, valid or not."""
     return st.builds(
@@ -212,6 +219,7 @@ def schedule_requests(draw: st.DrawFn, pool: Pool) -> pb.CreateScheduleRequest:
     return pb.CreateScheduleRequest(schedule=pb.Schedule(**fields))
 
 
+@cache
 def hostile_text() -> st.SearchStrategy[str]:
     """Mostly short hostile strings; now and then one character repeated up to past
     the message limit (one_of picks its branches alike: the short ones come 5 times)."""
@@ -256,10 +264,12 @@ def many(
 INT32_EDGES = (-(2**31), -1, 0, 1, 2, 5, 20, 21, 1_000, 1_001, 10_000, 10_001, 2**31 - 1)
 
 
+@cache
 def int32s() -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(INT32_EDGES), st.integers(-(2**31), 2**31 - 1))
 
 
+@cache
 def enums(valid: Sequence[int]) -> st.SearchStrategy[int]:
     """Mostly valid enum numbers; also 0 (UNSPECIFIED) and numbers that name nothing."""
     return st.one_of(st.sampled_from(valid), st.sampled_from(valid), int32s())
@@ -279,6 +289,7 @@ SECONDS_EDGES = (
 NANOS_EDGES = (-(2**31), -1, 0, 999_999_999, 1_000_000_000, 2**31 - 1)
 
 
+@cache
 def timestamps() -> st.SearchStrategy[Timestamp | None]:
     return st.one_of(
         st.none(),
@@ -294,6 +305,7 @@ JOB_TYPES = tuple(v for v in pb.JobType.values() if v != pb.JOB_TYPE_UNSPECIFIED
 STATUSES = tuple(v for v in pb.JobStatus.values() if v != pb.JOB_STATUS_UNSPECIFIED)
 
 
+@cache
 def _card() -> st.SearchStrategy[dict[str, Any]]:
     text = st.one_of(st.just("A page about queues. Workers take jobs."), hostile_text())
     return st.fixed_dictionaries(
@@ -305,6 +317,7 @@ def _card() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+@cache
 def _til() -> st.SearchStrategy[dict[str, Any]]:
     day = st.one_of(st.dates().map(lambda d: d.isoformat()), hostile_text())
     notes = st.one_of(st.just(["a note"]), many(hostile_text(), short_text()))
@@ -313,6 +326,7 @@ def _til() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+@cache
 def _recall() -> st.SearchStrategy[dict[str, Any]]:
     source = st.builds(
         pb.RecallSource,
@@ -410,11 +424,13 @@ _ENQUEUE_FIELDS = (
 _STARTED = int(time.time())
 
 
+@cache
 def _around_a_year_ahead() -> st.SearchStrategy[Timestamp]:
     """Times from now to a little past the one-year bound on schedule_time."""
     return st.builds(Timestamp, seconds=st.integers(_STARTED - 60, _STARTED + 367 * 86_400))
 
 
+@cache
 def _benign_input(job_type: int) -> st.SearchStrategy[dict[str, Any]]:
     if job_type == pb.JOB_TYPE_TIL_GENERATION:
         value: Message = pb.TilGenerationInput(day="2026-11-29", notes=["a note"])
