@@ -84,6 +84,8 @@ def _run_program(
     """In the fork: become `command` run with `argv`, as its console script would,
     with standard output, error and input on the files `streams` names."""
     stdout_path, stderr_path, stdin_path = streams
+    # The fork's name in ps and top: the program's, not the forkserver's.
+    Path("/proc/self/comm").write_text(command[:15])
     for fd, path, flags in (
         (1, stdout_path, os.O_WRONLY | os.O_APPEND),
         (2, stderr_path, os.O_WRONLY | os.O_APPEND),
