@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -142,16 +143,56 @@ async def create_temp_postgres_database_async(
     return base.set(database=name).render_as_string(hide_password=False)
 
 
+# DROP DATABASE makes PostgreSQL run a checkpoint and wait for it. One drop at each
+# test's end cost the suite about 500 checkpoints (and after each one, every page
+# written goes to the WAL whole again). So a test's database is dropped together with
+# others, at once, when DROP_GROUP of them wait (the rest when the test process ends):
+# drops at once share a checkpoint. Measured here: 16 drops one by one, 16 checkpoints
+# in 2.6 s; the same 16 at once, 2 checkpoints in 0.3 s.
+DROP_GROUP = 8
+_waiting_drops: list[str] = []
+_drops_lock = threading.Lock()
+
+
 async def drop_database_async(url: str) -> None:
-    """DROP DATABASE (FORCE: ends leftover sessions) for a URL made above."""
+    """DROP DATABASE (FORCE: ends leftover sessions) for a URL made above, with the
+    next group of drops (DROP_GROUP)."""
+    _test_database_name(url)  # refused at once, not later with the group
+    with _drops_lock:
+        _waiting_drops.append(url)
+        if len(_waiting_drops) < DROP_GROUP:
+            return
+        group = list(_waiting_drops)
+        _waiting_drops.clear()
+    await _drop_at_once(group)
+
+
+def _test_database_name(url: str) -> str:
     name = make_url(url).database
     if not name or not name.startswith("san_test_"):
         raise ValueError(f"refusing to drop {name!r}: not a test database")
-    conn = await asyncpg.connect(_maintenance_dsn(url), timeout=10)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
+    return name
+
+
+async def _drop_at_once(urls: list[str]) -> None:
+    async def drop(url: str) -> None:
+        conn = await asyncpg.connect(_maintenance_dsn(url), timeout=10)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{_test_database_name(url)}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    await asyncio.gather(*(drop(url) for url in urls))
+
+
+@atexit.register
+def _drop_the_waiting() -> None:
+    # At exit, on this thread: the interpreter no longer starts threads for run_sync.
+    with _drops_lock:
+        group = list(_waiting_drops)
+        _waiting_drops.clear()
+    if group:
+        asyncio.run(_drop_at_once(group))
 
 
 def create_temp_postgres_database(base_url: str | None = None, *, migrated: bool = True) -> str:
