@@ -203,6 +203,12 @@ def drop_database(url: str) -> None:
     run_sync(lambda: drop_database_async(url))
 
 
+def drop_database_now(url: str) -> None:
+    """DROP DATABASE at once, not with a group: for a test whose database must be gone
+    before its next step (the database-down cases)."""
+    run_sync(lambda: _drop_at_once([url]))
+
+
 def require_postgres(url: str | None = None) -> str | None:
     """None if PostgreSQL is reachable; else the reason (callers skip with it). Under
     CI (tests.support.ci) an unreachable server is an error, never a skip."""

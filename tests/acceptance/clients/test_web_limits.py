@@ -16,7 +16,12 @@ import httpx
 import pytest
 from conftest import Stack, _stop, start_web
 
-from tests.support.databases import create_temp_postgres_database, drop_database, require_postgres
+from tests.support.databases import (
+    create_temp_postgres_database,
+    drop_database,
+    drop_database_now,
+    require_postgres,
+)
 from tests.support.processes import RunningService
 
 pytestmark = pytest.mark.acceptance
@@ -236,7 +241,7 @@ def test_own_database_down_is_503_without_internals(
             locker.execute("ROLLBACK")
             locker.close()
         else:
-            drop_database(scraps_database)  # FORCE: its sessions end too
+            drop_database_now(scraps_database)  # FORCE: its sessions end too
             answer = httpx.post(f"{base}/api/scraps", json={"text": TEXT}, timeout=60)
         message = _error(answer, 503, "UNAVAILABLE")
         assert message == "san-web's database is unavailable; try again later"
