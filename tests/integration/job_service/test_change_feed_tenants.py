@@ -49,9 +49,15 @@ async def _cancelled(service: Service, who: dict[str, Metadata], name: str) -> s
 
 
 async def _messages(
-    service: Service, md: Metadata, seconds: float, **filters: object
+    service: Service,
+    md: Metadata,
+    seconds: float,
+    until: set[str] | None = None,
+    **filters: object,
 ) -> list[pb.StreamJobChangesResponse]:
-    """Every message a stream from the start sends within `seconds`."""
+    """Every message a stream from the start sends within `seconds`; with `until`,
+    only until the changes of those jobs have all come, and a moment after, where
+    any change it should not send would show too."""
     request = pb.StreamJobChangesRequest(**filters)  # type: ignore[arg-type]
     call = service.stub.StreamJobChanges(request, metadata=md, timeout=seconds + 10)
     got: list[pb.StreamJobChangesResponse] = []
@@ -64,35 +70,19 @@ async def _messages(
                 break
             assert message is not grpc.aio.EOF
             got.append(message)
+            if until is not None and until <= {m.job.id for m in got if m.HasField("job")}:
+                deadline = min(deadline, time.monotonic() + 0.3)
     finally:
         call.cancel()
     return got
 
 
 async def _replayed(
-    service: Service, md: Metadata, job_ids: set[str], within: float = 20.0
+    service: Service, md: Metadata, job_ids: set[str]
 ) -> list[pb.StreamJobChangesResponse]:
-    """Every message a stream from the start sends until the changes of `job_ids`
-    have all come (at most `within` seconds, which a loaded machine may need before
-    the first one), and a moment after, where any change it should not send would
-    show too."""
-    request = pb.StreamJobChangesRequest()
-    call = service.stub.StreamJobChanges(request, metadata=md, timeout=within + 10)
-    got: list[pb.StreamJobChangesResponse] = []
-    deadline = time.monotonic() + within
-    try:
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                message = await asyncio.wait_for(call.read(), left)
-            except TimeoutError:
-                break
-            assert message is not grpc.aio.EOF
-            got.append(message)
-            if job_ids <= {m.job.id for m in got if m.HasField("job")}:
-                deadline = min(deadline, time.monotonic() + 0.3)
-    finally:
-        call.cancel()
-    return got
+    """A replay from the start that must hold the changes of `job_ids`: up to 20 s,
+    which a loaded machine may need before the first one comes."""
+    return await _messages(service, md, 20.0, until=job_ids)
 
 
 async def test_a_submitters_marks_stand_only_at_its_own_changes(
