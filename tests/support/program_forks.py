@@ -34,6 +34,8 @@ from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from tests.support.ci import TRUE_WORDS
+
 # The programs' modules and what their main() imports once its flags are read.
 PRELOAD = (
     "san_jobs._console_scripts",
@@ -54,7 +56,8 @@ _context: ForkServerContext | None = None
 
 
 def forks_enabled() -> bool:
-    return os.environ.get("SAN_TEST_EXEC", "") not in ("1", "true")
+    """False when SAN_TEST_EXEC is set to a true-ish word (tests.support.ci's)."""
+    return os.environ.get("SAN_TEST_EXEC", "").strip().lower() not in TRUE_WORDS
 
 
 def _forkserver() -> ForkServerContext:
